@@ -1,0 +1,34 @@
+# idem — `make help` lists the targets.
+SHELL := bash
+GO ?= go
+PKGS ?= ./...
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+services: ## Start every service the tests need (idempotent; quick when all is up).
+	@bash scripts/services.sh
+
+test: services ## Run all tests with the race detector, against real services.
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test-short: ## Run the tests without starting services (integration tests skip).
+	$(GO) test -count=1 -short $(PKGS)
+
+test-race: test ## Same as test (the race detector is always on).
+
+lint: ## gofmt, go vet and staticcheck.
+	@bad=$$(gofmt -l .); if [ -n "$$bad" ]; then echo "gofmt:"; echo "$$bad"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+bench: services ## Run the benchmarks (see docs/benchmarks.md).
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+
+demo: ## Run the demo: a payments API behind the idem gateway.
+	$(GO) run ./cmd/idem demo
+
+.PHONY: help services test test-short test-race lint bench demo

@@ -1,0 +1,140 @@
+package idem
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// The response encoding: stores that keep a response as one blob use EncodeResponse and
+// DecodeResponse, so every backend stores the same bytes and later releases still read records
+// written by earlier ones.
+//
+//	version 1: 0x01 · flags (bit 0: body omitted) · uvarint status ·
+//	           uvarint #headers · per header: uvarint len, name, uvarint #values, per value:
+//	           uvarint len, value · the body bytes (the rest)
+const codecV1 = 1
+
+// ErrCorruptRecord: a stored response could not be decoded. It wraps ErrInvalidInput.
+var ErrCorruptRecord = fmt.Errorf("%w: corrupt stored response", ErrInvalidInput)
+
+// EncodeResponse returns the versioned binary encoding of r. Header names are written in
+// sorted order, so equal responses encode to equal bytes.
+func EncodeResponse(r Response) []byte {
+	size := 3 + binary.MaxVarintLen64*2 + len(r.Body)
+	names := make([]string, 0, len(r.Header))
+	for k, vs := range r.Header {
+		names = append(names, k)
+		size += len(k) + binary.MaxVarintLen64*2
+		for _, v := range vs {
+			size += len(v) + binary.MaxVarintLen64
+		}
+	}
+	sort.Strings(names)
+	b := make([]byte, 0, size)
+	b = append(b, codecV1)
+	var flags byte
+	if r.BodyOmitted {
+		flags |= 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(r.Status))
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, k := range names {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		vs := r.Header[k]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return append(b, r.Body...)
+}
+
+// DecodeResponse decodes what EncodeResponse wrote, of any version this release knows. Bad
+// input returns an error wrapping ErrCorruptRecord, never a panic. The body is copied out of b.
+func DecodeResponse(b []byte) (Response, error) {
+	var r Response
+	if len(b) < 2 {
+		return r, corrupt("too short")
+	}
+	if b[0] != codecV1 {
+		return r, corrupt(fmt.Sprintf("unknown version %d", b[0]))
+	}
+	if b[1]&^1 != 0 {
+		return r, corrupt("unknown flags")
+	}
+	r.BodyOmitted = b[1]&1 != 0
+	d := decoder{b: b[2:]}
+	status := d.uvarint()
+	if status > 999 {
+		return r, corrupt("status out of range")
+	}
+	r.Status = int(status)
+	n := d.count()
+	if n > 0 {
+		r.Header = make(map[string][]string, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		k := d.str()
+		nv := d.count()
+		vs := make([]string, 0, nv)
+		for j := 0; j < nv && d.err == nil; j++ {
+			vs = append(vs, d.str())
+		}
+		if _, dup := r.Header[k]; dup && d.err == nil {
+			d.err = errors.New("duplicate header " + k)
+		}
+		r.Header[k] = vs
+	}
+	if d.err != nil {
+		return Response{}, corrupt(d.err.Error())
+	}
+	if len(d.b) > 0 {
+		r.Body = append([]byte(nil), d.b...)
+	}
+	return r, nil
+}
+
+func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, why) }
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errors.New("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a length that must fit in what is left of the input.
+func (d *decoder) count() int {
+	v := d.uvarint()
+	if d.err == nil && v > uint64(len(d.b)) {
+		d.err = errors.New("length beyond end of input")
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) str() string {
+	n := d.count()
+	if d.err != nil {
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

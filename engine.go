@@ -1,0 +1,381 @@
+package idem
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxKeyLen is the longest storage key the engine accepts, in bytes. It leaves room for a scope
+// prefix in front of a 255-byte client key.
+const MaxKeyLen = 512
+
+// Options configure an Engine. The zero value is a safe default for every field.
+type Options struct {
+	// Lease is how long a claim is held before another holder may take it over if this one
+	// stops heartbeating (it crashed). Default 30s.
+	Lease time.Duration
+	// TTL is how long a completed record is kept and replayed. Default 24h. At least Lease.
+	TTL time.Duration
+	// Heartbeat is how often the lease is extended while the effect runs. Default Lease/3;
+	// negative disables heartbeats.
+	Heartbeat time.Duration
+	// Wait is how long an in-flight duplicate waits for the original to finish and then
+	// replays it. Default 0: fail fast with ErrInFlight.
+	Wait time.Duration
+	// PollInterval is the first pause between looks at the store while waiting; it doubles up
+	// to 16 times its value. Waiters in the same process are woken at once. Default 20ms.
+	PollInterval time.Duration
+	// Policy decides which outcomes are kept, released or held. Default DefaultPolicy.
+	Policy Policy
+	// Uncertain says what happens to a claim held as uncertain. Default UncertainExpire.
+	Uncertain UncertainPolicy
+	// CacheSize is how many completed records a bounded local LRU keeps to serve hot replays
+	// without a store round trip. Default 0: no cache. In-progress records are never cached.
+	CacheSize int
+	// StoreTimeout bounds the store calls made after the effect ran (complete, release),
+	// which run detached from the caller's context so a caller that gives up does not lose
+	// the result. Complete is retried on store errors within it. Default 10s.
+	StoreTimeout time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives warnings (a lost lease, a failed release). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine runs effects at most once per key. It is safe for concurrent use; create one per
+// store and share it.
+type Engine struct {
+	store Store
+	opt   Options
+	cache *lru
+	wake  waiters
+}
+
+// New returns an Engine over store. It fails with an error wrapping ErrInvalidInput, naming the
+// field, if an option is out of range.
+func New(store Store, opt Options) (*Engine, error) {
+	if store == nil {
+		return nil, invalid("store is nil")
+	}
+	opt.Lease = cmp.Or(opt.Lease, 30*time.Second)
+	opt.TTL = cmp.Or(opt.TTL, 24*time.Hour)
+	opt.Heartbeat = cmp.Or(opt.Heartbeat, opt.Lease/3)
+	opt.PollInterval = cmp.Or(opt.PollInterval, 20*time.Millisecond)
+	opt.StoreTimeout = cmp.Or(opt.StoreTimeout, 10*time.Second)
+	if opt.Policy == nil {
+		opt.Policy = DefaultPolicy
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	switch {
+	case opt.Lease < time.Millisecond:
+		return nil, invalid("Options.Lease %s is below 1ms", opt.Lease)
+	case opt.TTL < opt.Lease:
+		return nil, invalid("Options.TTL %s is shorter than Options.Lease %s", opt.TTL, opt.Lease)
+	case opt.Heartbeat >= opt.Lease:
+		return nil, invalid("Options.Heartbeat %s must be shorter than Options.Lease %s", opt.Heartbeat, opt.Lease)
+	case opt.Wait < 0:
+		return nil, invalid("Options.Wait %s is negative", opt.Wait)
+	case opt.PollInterval < 0:
+		return nil, invalid("Options.PollInterval %s is negative", opt.PollInterval)
+	case opt.StoreTimeout < 0:
+		return nil, invalid("Options.StoreTimeout %s is negative", opt.StoreTimeout)
+	case opt.CacheSize < 0:
+		return nil, invalid("Options.CacheSize %d is negative", opt.CacheSize)
+	case opt.Uncertain > UncertainPin:
+		return nil, invalid("Options.Uncertain %d is not a known policy", opt.Uncertain)
+	}
+	e := &Engine{store: store, opt: opt}
+	if opt.CacheSize > 0 {
+		e.cache = newLRU(opt.CacheSize)
+	}
+	return e, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() Store { return e.store }
+
+// Options returns the engine's options with defaults filled in.
+func (e *Engine) Options() Options { return e.opt }
+
+// Func is an effect. Its context is cancelled when the caller's is, or with cause ErrLeaseLost
+// when the claim was taken over. It returns the response to keep and replay, or an error
+// (wrap it with Uncertain if the effect may have happened).
+type Func func(ctx context.Context) (Response, error)
+
+// Result is the outcome of Engine.Do.
+type Result struct {
+	// Response is the effect's response, or the stored one on a replay. Treat it as read-only:
+	// replays may share it.
+	Response Response
+	// Replayed is true when the response is the stored one and the effect did not run now.
+	Replayed bool
+	// Kept is true when the response is stored for replay (always on a replay).
+	Kept bool
+	// Takeover is true when this execution took over a claim whose holder's lease had expired.
+	Takeover bool
+	// ExpiresAt is when the stored response stops being replayed; zero when nothing is kept.
+	ExpiresAt time.Time
+}
+
+// Do runs fn at most once for key, or replays its stored response.
+//
+// key is the scoped storage key (1 to MaxKeyLen bytes of UTF-8 without NUL); fingerprint
+// identifies the request (see Fingerprint). Do returns:
+//   - the executed or replayed Result and a nil error;
+//   - an error matching ErrMismatch if the key was used with another fingerprint;
+//   - an *InFlightError (ErrInFlight) if another holder runs the effect now and Options.Wait
+//     is zero or ran out;
+//   - a *StoreError (ErrStoreUnavailable) if the store failed before the effect ran: no
+//     effect ran;
+//   - fn's error, after releasing the claim (or holding it, for an uncertain outcome);
+//   - the Result together with an error matching ErrLeaseLost or ErrStoreUnavailable if fn
+//     ran but its result could not be recorded.
+//
+// A panic in fn releases the claim and is re-panicked.
+func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Result, error) {
+	if err := checkArgs(key, fingerprint, fn); err != nil {
+		return Result{}, err
+	}
+	if e.cache != nil {
+		if rec, ok := e.cache.get(key, e.opt.Now()); ok {
+			return e.fromRecord(&rec, fingerprint)
+		}
+	}
+	var deadline time.Time
+	var pause time.Duration
+	for {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		now := e.opt.Now()
+		res, err := e.store.Reserve(ctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
+		if err != nil {
+			return Result{}, &StoreError{Op: "reserve", Err: err}
+		}
+		if res.Claimed {
+			return e.execute(ctx, key, res, fn)
+		}
+		rec := &res.Record
+		if rec.Fingerprint != fingerprint || rec.State == StateCompleted {
+			if rec.State == StateCompleted && e.cache != nil && rec.Fingerprint == fingerprint {
+				e.cache.put(*rec)
+			}
+			return e.fromRecord(rec, fingerprint)
+		}
+		// In flight elsewhere, with the same fingerprint.
+		if e.opt.Wait == 0 {
+			return Result{}, inFlight(rec, now)
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(e.opt.Wait)
+			pause = e.opt.PollInterval
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return Result{}, inFlight(rec, e.opt.Now())
+		}
+		if err := e.wake.wait(ctx, key, min(pause, left)); err != nil {
+			return Result{}, err
+		}
+		pause = min(pause*2, e.opt.PollInterval*16)
+	}
+}
+
+func checkArgs(key, fingerprint string, fn Func) error {
+	switch {
+	case key == "":
+		return invalid("empty key")
+	case len(key) > MaxKeyLen:
+		return invalid("key of %d bytes is longer than %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return invalid("key is not valid UTF-8")
+	case !ValidFingerprint(fingerprint):
+		return invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, FingerprintLen)
+	case fn == nil:
+		return invalid("nil function")
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return invalid("key contains a NUL byte")
+		}
+	}
+	return nil
+}
+
+// fromRecord answers from an existing record that was not claimed.
+func (e *Engine) fromRecord(rec *Record, fingerprint string) (Result, error) {
+	if rec.Fingerprint != fingerprint {
+		return Result{}, fmt.Errorf("%w (key %.80q)", ErrMismatch, rec.Key)
+	}
+	var resp Response
+	if rec.Response != nil {
+		resp = *rec.Response
+	}
+	return Result{Response: resp, Replayed: true, Kept: true, ExpiresAt: rec.ExpiresAt}, nil
+}
+
+func inFlight(rec *Record, now time.Time) error {
+	after := rec.LeaseUntil.Sub(now)
+	// Round up to whole seconds: Retry-After has second resolution.
+	after = max(time.Second, (after+time.Second-1)/time.Second*time.Second)
+	return &InFlightError{Key: rec.Key, RetryAfter: after}
+}
+
+// execute runs fn under the claim in res and records its outcome.
+func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Func) (result Result, err error) {
+	token := res.Record.Token
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopBeat := e.heartbeat(fnCtx, cancel, key, token)
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// fn panicked: release the claim, then let the panic go on.
+		stopBeat()
+		e.release(ctx, key, token)
+		e.wake.done(key)
+	}()
+	resp, ferr := fn(fnCtx)
+	finished = true
+	stopBeat()
+	defer e.wake.done(key)
+
+	result = Result{Response: resp, Takeover: res.Takeover}
+	switch e.opt.Policy(resp, ferr) {
+	case Keep:
+		if ferr != nil {
+			// A policy may keep a response that came with an error; the error still goes
+			// back to the caller.
+			break
+		}
+		expires := e.opt.Now().Add(e.opt.TTL)
+		if err := e.complete(ctx, key, token, resp, expires); err != nil {
+			return result, err
+		}
+		result.Kept, result.ExpiresAt = true, expires
+		if e.cache != nil {
+			e.cache.put(Record{Key: key, Fingerprint: res.Record.Fingerprint, State: StateCompleted,
+				Token: token, Response: &result.Response, ExpiresAt: expires})
+		}
+		return result, nil
+	case Hold:
+		e.hold(ctx, key, token, res.Record.ExpiresAt)
+		if ferr == nil {
+			ferr = Uncertain(nil)
+		} else if !errors.Is(ferr, ErrUncertain) {
+			ferr = Uncertain(ferr)
+		}
+		return result, ferr
+	}
+	e.release(ctx, key, token)
+	return result, ferr
+}
+
+// detached returns a context for store calls after fn: not cancelled with the caller's, but
+// bounded by StoreTimeout.
+func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.opt.StoreTimeout)
+}
+
+func (e *Engine) complete(ctx context.Context, key string, token int64, resp Response, expires time.Time) error {
+	sctx, cancel := e.detached(ctx)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		err := e.store.Complete(sctx, key, token, resp, e.opt.Now(), expires)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			e.opt.Logger.Warn("idem: effect ran but its claim was taken over; result not stored", "key", key)
+			return fmt.Errorf("complete %.80q: %w", key, ErrLeaseLost)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-sctx.Done():
+			t.Stop()
+			e.opt.Logger.Error("idem: effect ran but its result could not be stored; the key stays in flight until its lease runs out",
+				"key", key, "err", err)
+			return &StoreError{Op: "complete", Err: err}
+		case <-t.C:
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+func (e *Engine) release(ctx context.Context, key string, token int64) {
+	sctx, cancel := e.detached(ctx)
+	defer cancel()
+	if err := e.store.Release(sctx, key, token); err != nil && !errors.Is(err, ErrLeaseLost) {
+		e.opt.Logger.Warn("idem: could not release claim; the key stays in flight until its lease runs out",
+			"key", key, "err", err)
+	}
+}
+
+// hold applies the UncertainPolicy to a claim whose outcome is uncertain.
+func (e *Engine) hold(ctx context.Context, key string, token int64, expires time.Time) {
+	switch e.opt.Uncertain {
+	case UncertainRelease:
+		e.release(ctx, key, token)
+	case UncertainPin:
+		sctx, cancel := e.detached(ctx)
+		defer cancel()
+		if err := e.store.Extend(sctx, key, token, expires); err != nil {
+			e.opt.Logger.Warn("idem: could not pin uncertain claim", "key", key, "err", err)
+		}
+	}
+	e.opt.Logger.Warn("idem: outcome uncertain; key held", "key", key, "policy", e.opt.Uncertain)
+}
+
+// heartbeat extends the lease every Heartbeat while fn runs. If the claim is lost, fn's
+// context is cancelled with cause ErrLeaseLost. The returned func stops it and waits.
+func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, key string, token int64) (stop func()) {
+	if e.opt.Heartbeat <= 0 {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(e.opt.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sctx, c := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Heartbeat)
+			err := e.store.Extend(sctx, key, token, e.opt.Now().Add(e.opt.Lease))
+			c()
+			if errors.Is(err, ErrLeaseLost) {
+				e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", key)
+				cancel(ErrLeaseLost)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			wg.Wait()
+		})
+	}
+}

@@ -1,0 +1,83 @@
+package idem
+
+import "errors"
+
+// Disposition says what the engine does with the outcome of an effect.
+type Disposition uint8
+
+const (
+	// Keep stores the response: every later request with the key gets it replayed.
+	Keep Disposition = iota + 1
+	// Release frees the claim: nothing is known to have happened, so a retry executes.
+	Release
+	// Hold leaves the claim in place, neither stored nor released: the effect may have
+	// happened. What follows is the engine's UncertainPolicy.
+	Hold
+)
+
+// String returns "keep", "release", "hold" or "invalid".
+func (d Disposition) String() string {
+	switch d {
+	case Keep:
+		return "keep"
+	case Release:
+		return "release"
+	case Hold:
+		return "hold"
+	}
+	return "invalid"
+}
+
+// Policy decides, from what the effect returned, whether the response is kept, the claim
+// released, or the outcome held as uncertain.
+type Policy func(resp Response, err error) Disposition
+
+// DefaultPolicy holds errors that wrap ErrUncertain and releases every other error. Responses
+// with status 5xx, 401, 403, 408, 409, 425 or 429 are released: nothing is known to have
+// happened, or the caller must fix something first. Every other response (including status 0,
+// for non-HTTP effects) is kept.
+func DefaultPolicy(resp Response, err error) Disposition {
+	if err != nil {
+		if errors.Is(err, ErrUncertain) {
+			return Hold
+		}
+		return Release
+	}
+	if resp.Status >= 500 {
+		return Release
+	}
+	return releasedStatus(resp.Status)
+}
+
+// StoreServerErrors is DefaultPolicy, except that 5xx responses are kept and replayed, as
+// Stripe does: a retry of a request that failed on the server gets the same failure.
+func StoreServerErrors(resp Response, err error) Disposition {
+	if err == nil && resp.Status >= 500 {
+		return Keep
+	}
+	return DefaultPolicy(resp, err)
+}
+
+func releasedStatus(status int) Disposition {
+	switch status {
+	case 401, 403, 408, 409, 425, 429:
+		return Release
+	}
+	return Keep
+}
+
+// UncertainPolicy says what happens to a claim whose outcome is held as uncertain.
+type UncertainPolicy uint8
+
+const (
+	// UncertainExpire (the default) keeps the claim until its lease runs out: retries get
+	// ErrInFlight until then, and afterwards one may take over and execute again. The effect
+	// runs at least once and, within the lease, at most once.
+	UncertainExpire UncertainPolicy = iota
+	// UncertainRelease frees the claim at once, so a retry executes again. Use it only when
+	// the effect is itself safe to repeat.
+	UncertainRelease
+	// UncertainPin extends the lease to the end of the record's window, so no retry executes
+	// until an operator resolves the key (idem release) or the record expires.
+	UncertainPin
+)

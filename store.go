@@ -1,0 +1,56 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the storage contract every backend implements. All methods are safe for concurrent
+// use by many goroutines and, for shared backends, by many processes.
+//
+// Times passed in come from the engine's clock; stores compare them with the stored times and
+// never consult their own clock for the contract's decisions. Stores keep times with
+// microsecond precision.
+//
+// Every error that is not one of the contract's sentinels (ErrNotFound, ErrLeaseLost) means the
+// store could not answer; the engine then fails closed.
+type Store interface {
+	// Reserve atomically claims key, in one store operation:
+	//   - absent, or expired at now (ExpiresAt <= now) → a new claim;
+	//   - in progress with LeaseUntil <= now and the same fingerprint → a takeover;
+	//   - anything else → the existing record, untouched (Claimed false).
+	// A claim is in progress with LeaseUntil = now+lease, ExpiresAt = now+window,
+	// CreatedAt = now, and Token = NextToken(previous token or 0, now). Attempts is 1 for a new
+	// claim and previous+1 for a takeover.
+	Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (Reservation, error)
+
+	// Complete stores resp and marks the record completed, with CompletedAt = now and the given
+	// expiresAt, if the record is in progress with this token; otherwise it returns
+	// ErrLeaseLost and changes nothing.
+	Complete(ctx context.Context, key string, token int64, resp Response, now, expiresAt time.Time) error
+
+	// Release gives up the claim if the record is in progress with this token, so that the key
+	// counts as absent at once (the next Reserve claims it with a larger token); otherwise it
+	// returns ErrLeaseLost and changes nothing.
+	Release(ctx context.Context, key string, token int64) error
+
+	// Extend moves the lease of an in-progress record with this token to until (and its
+	// ExpiresAt to until if that is later); otherwise it returns ErrLeaseLost.
+	Extend(ctx context.Context, key string, token int64, until time.Time) error
+
+	// Get returns the stored record, expired or not (the caller compares ExpiresAt), or
+	// ErrNotFound. A released record is reported as not found or as expired.
+	Get(ctx context.Context, key string) (Record, error)
+
+	// Sweep physically deletes at most batch records that expired before now and returns how
+	// many it deleted. Callers loop until it returns fewer than batch.
+	Sweep(ctx context.Context, now time.Time, batch int) (int, error)
+}
+
+// NextToken returns the fencing token for a new claim of a key whose previous token was prev
+// (0 when the key has no record). Tokens are Unix microseconds at the claim, or prev+1 when
+// that is larger, so they grow with every claim of a key and a key recreated after a sweep does
+// not reuse the token of an old holder. They fit exactly in a float64 (Lua, JSON numbers).
+func NextToken(prev int64, now time.Time) int64 {
+	return max(prev+1, now.UnixMicro())
+}
