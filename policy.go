@@ -81,3 +81,16 @@ const (
 	// until an operator resolves the key (idem release) or the record expires.
 	UncertainPin
 )
+
+// String returns "expire", "release", "pin" or "invalid".
+func (p UncertainPolicy) String() string {
+	switch p {
+	case UncertainExpire:
+		return "expire"
+	case UncertainRelease:
+		return "release"
+	case UncertainPin:
+		return "pin"
+	}
+	return "invalid"
+}
