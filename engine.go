@@ -291,6 +291,18 @@ func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelF
 }
 
 func (e *Engine) complete(ctx context.Context, key string, token int64, resp Response, expires time.Time) error {
+	// First with the caller's context while it lasts (no allocation on the common path);
+	// if that fails for any reason but a lost lease, again detached and bounded.
+	if ctx.Err() == nil {
+		err := e.store.Complete(ctx, key, token, resp, e.opt.Now(), expires)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			e.opt.Logger.Warn("idem: effect ran but its claim was taken over; result not stored", "key", key)
+			return fmt.Errorf("complete %.80q: %w", key, ErrLeaseLost)
+		}
+	}
 	sctx, cancel := e.detached(ctx)
 	defer cancel()
 	backoff := 10 * time.Millisecond
@@ -341,41 +353,53 @@ func (e *Engine) hold(ctx context.Context, key string, token int64, expires time
 }
 
 // heartbeat extends the lease every Heartbeat while fn runs. If the claim is lost, fn's
-// context is cancelled with cause ErrLeaseLost. The returned func stops it and waits.
+// context is cancelled with cause ErrLeaseLost. It costs one timer, not a goroutine, per call;
+// the returned func stops it and waits for an extension under way, so no late extension can
+// reach the store after the claim is completed or released.
 func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, key string, token int64) (stop func()) {
 	if e.opt.Heartbeat <= 0 {
 		return func() {}
 	}
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(e.opt.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, c := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Heartbeat)
-			err := e.store.Extend(sctx, key, token, e.opt.Now().Add(e.opt.Lease))
-			c()
-			if errors.Is(err, ErrLeaseLost) {
-				e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", key)
-				cancel(ErrLeaseLost)
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(quit)
-			wg.Wait()
-		})
+	b := &beat{e: e, ctx: ctx, cancel: cancel, key: key, token: token}
+	b.mu.Lock()
+	b.t = time.AfterFunc(e.opt.Heartbeat, b.fire)
+	b.mu.Unlock()
+	return b.stop
+}
+
+type beat struct {
+	e      *Engine
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	key    string
+	token  int64
+
+	mu      sync.Mutex // held across an extension, so stop waits for it
+	stopped bool
+	t       *time.Timer
+}
+
+func (b *beat) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped || b.ctx.Err() != nil {
+		return
 	}
+	e := b.e
+	sctx, c := context.WithTimeout(context.WithoutCancel(b.ctx), e.opt.Heartbeat)
+	err := e.store.Extend(sctx, b.key, b.token, e.opt.Now().Add(e.opt.Lease))
+	c()
+	if errors.Is(err, ErrLeaseLost) {
+		e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", b.key)
+		b.cancel(ErrLeaseLost)
+		return
+	}
+	b.t.Reset(e.opt.Heartbeat)
+}
+
+func (b *beat) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.t.Stop()
+	b.mu.Unlock()
 }

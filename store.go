@@ -31,11 +31,13 @@ type Store interface {
 
 	// Release gives up the claim if the record is in progress with this token, so that the key
 	// counts as absent at once (the next Reserve claims it with a larger token); otherwise it
-	// returns ErrLeaseLost and changes nothing.
+	// returns ErrLeaseLost and changes nothing. Once released, the token is dead: Complete,
+	// Release and Extend with it return ErrLeaseLost. (Stores mark a released record by
+	// setting its ExpiresAt and LeaseUntil to the Unix epoch, keeping the token, or delete it.)
 	Release(ctx context.Context, key string, token int64) error
 
-	// Extend moves the lease of an in-progress record with this token to until (and its
-	// ExpiresAt to until if that is later); otherwise it returns ErrLeaseLost.
+	// Extend moves the lease of an in-progress, unreleased record with this token to until
+	// (and its ExpiresAt to until if that is later); otherwise it returns ErrLeaseLost.
 	Extend(ctx context.Context, key string, token int64, until time.Time) error
 
 	// Get returns the stored record, expired or not (the caller compares ExpiresAt), or

@@ -51,6 +51,9 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
+// released marks a released record: expired since the epoch, its token dead.
+var released = time.Unix(0, 0)
+
 var errClosed = &closedError{}
 
 type closedError struct{}
@@ -99,7 +102,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 // held returns the record for key if it is in progress with token.
 func (s *Store) held(key string, token int64) (*idem.Record, error) {
 	rec, ok := s.recs[key]
-	if !ok || rec.State != idem.StateInProgress || rec.Token != token {
+	if !ok || rec.State != idem.StateInProgress || rec.Token != token || rec.ExpiresAt.Equal(released) {
 		return nil, idem.ErrLeaseLost
 	}
 	return rec, nil
@@ -134,8 +137,8 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 		return err
 	}
 	// Keep the record, expired, so the next claim's token is larger than this one.
-	rec.ExpiresAt = time.Unix(0, 0)
-	rec.LeaseUntil = time.Unix(0, 0)
+	rec.ExpiresAt = released
+	rec.LeaseUntil = released
 	return nil
 }
 

@@ -150,7 +150,9 @@ func mustGet(t *testing.T, st idem.Store, key string) idem.Record {
 	return rec
 }
 
-func sameTime(a, b time.Time) bool { return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond)) }
+func sameTime(a, b time.Time) bool {
+	return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond))
+}
 
 func checkTime(t *testing.T, what string, got, want time.Time) {
 	t.Helper()
@@ -378,6 +380,16 @@ func (s suite) releaseThenReclaim(t *testing.T, b *bundle) {
 		t.Fatalf("released record is still live: %+v", rec)
 	} else if err != nil && !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Get after Release: %v", err)
+	}
+	// The released token is dead: a late heartbeat cannot resurrect the claim.
+	if err := b.store.Extend(c, k, claim.Token, b.base.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Extend after Release: %v, want ErrLeaseLost", err)
+	}
+	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Complete after Release: %v, want ErrLeaseLost", err)
+	}
+	if err := b.store.Release(c, k, claim.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("second Release: %v, want ErrLeaseLost", err)
 	}
 	// Reclaimed at the same instant, even with another fingerprint, with a larger token.
 	res := mustReserve(t, b.store, k, fpB, b.base)
