@@ -1,0 +1,352 @@
+package idemclient
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HeaderKey is the header that carries the idempotency key.
+const HeaderKey = "Idempotency-Key"
+
+// ErrBodyNotReplayable: the request needed a retry but its body cannot be sent again (it has
+// no GetBody). The request was sent once; use a body type that http.NewRequest knows
+// (bytes.Reader, bytes.Buffer, strings.Reader) or set GetBody.
+var ErrBodyNotReplayable = errors.New("idemclient: request needs a retry but its body cannot be replayed")
+
+// ErrGaveUp wraps the last error when the Transport stops retrying (attempts, time or budget
+// exhausted). The last error is in the chain too.
+var ErrGaveUp = errors.New("idemclient: gave up retrying")
+
+// Options configure a Transport. The zero value is a safe default for every field.
+type Options struct {
+	// Base sends each attempt. Default http.DefaultTransport.
+	Base http.RoundTripper
+	// Methods get an Idempotency-Key and are retried. Default POST and PATCH. Requests with
+	// other idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, TRACE) are retried without a
+	// key; any other request is sent once, unless the caller set a key on it.
+	Methods []string
+	// MaxAttempts caps the attempts per request, the first included. Default 5.
+	MaxAttempts int
+	// BaseDelay is the backoff before the first retry; it doubles with each retry. Default 100ms.
+	BaseDelay time.Duration
+	// MaxDelay caps one backoff delay. Default 5s. A larger Retry-After is still honoured if it
+	// fits in MaxElapsed.
+	MaxDelay time.Duration
+	// MaxElapsed caps the total time of a request, retries included. Default 30s. The
+	// request's context deadline, if earlier, wins.
+	MaxElapsed time.Duration
+	// Budget is the retry budget; nil means no budget (retries limited only by the caps).
+	Budget *Budget
+	// NewKey mints a key for a request that has none. Default NewKey (UUIDv7).
+	NewKey func() string
+	// OnEvent, if set, is called for each attempt, retry and give-up (for metrics and logs).
+	OnEvent func(Event)
+}
+
+// EventKind says what happened.
+type EventKind uint8
+
+const (
+	// EventAttempt: an attempt's outcome is known (Status or Err set).
+	EventAttempt EventKind = iota + 1
+	// EventRetry: the Transport will retry after Delay.
+	EventRetry
+	// EventGiveUp: the Transport stops retrying a request that needed a retry.
+	EventGiveUp
+)
+
+// String returns "attempt", "retry" or "give_up".
+func (k EventKind) String() string {
+	switch k {
+	case EventAttempt:
+		return "attempt"
+	case EventRetry:
+		return "retry"
+	case EventGiveUp:
+		return "give_up"
+	}
+	return "unknown"
+}
+
+// Event describes one step of a request, for Options.OnEvent.
+type Event struct {
+	Kind    EventKind
+	Method  string
+	URL     string
+	Key     string        // the idempotency key, or "" for requests sent without one
+	Attempt int           // 1 for the first attempt
+	Status  int           // the attempt's status, 0 on a network error
+	Err     error         // the attempt's error, or why the Transport gave up
+	Delay   time.Duration // for EventRetry: the pause before the next attempt
+}
+
+// Transport is a retrying http.RoundTripper. Create it with New; it is safe for concurrent use.
+type Transport struct {
+	opt     Options
+	methods map[string]bool
+
+	// For tests: the clock, the pause and the jitter source.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+	rand  func(n int64) int64
+}
+
+// New returns a Transport. It fails, naming the field, if an option is out of range.
+func New(opt Options) (*Transport, error) {
+	opt.Base = cmp.Or[http.RoundTripper](opt.Base, http.DefaultTransport)
+	if len(opt.Methods) == 0 {
+		opt.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	opt.MaxAttempts = cmp.Or(opt.MaxAttempts, 5)
+	opt.BaseDelay = cmp.Or(opt.BaseDelay, 100*time.Millisecond)
+	opt.MaxDelay = cmp.Or(opt.MaxDelay, 5*time.Second)
+	opt.MaxElapsed = cmp.Or(opt.MaxElapsed, 30*time.Second)
+	if opt.NewKey == nil {
+		opt.NewKey = NewKey
+	}
+	switch {
+	case opt.MaxAttempts < 1:
+		return nil, fmt.Errorf("idemclient: Options.MaxAttempts %d is below 1", opt.MaxAttempts)
+	case opt.BaseDelay < 0:
+		return nil, fmt.Errorf("idemclient: Options.BaseDelay %s is negative", opt.BaseDelay)
+	case opt.MaxDelay < opt.BaseDelay:
+		return nil, fmt.Errorf("idemclient: Options.MaxDelay %s is below Options.BaseDelay %s", opt.MaxDelay, opt.BaseDelay)
+	case opt.MaxElapsed < 0:
+		return nil, fmt.Errorf("idemclient: Options.MaxElapsed %s is negative", opt.MaxElapsed)
+	}
+	t := &Transport{opt: opt, methods: make(map[string]bool), now: time.Now, sleep: sleepCtx, rand: rand.Int64N}
+	for _, m := range opt.Methods {
+		t.methods[strings.ToUpper(m)] = true
+	}
+	return t, nil
+}
+
+// NewClient returns an *http.Client whose Transport is New(opt).
+func NewClient(opt Options) (*http.Client, error) {
+	t, err := New(opt)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: t}, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var idempotentMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodTrace}
+
+// RoundTrip sends req, retrying as the Options allow. It never modifies req: attempts are
+// sent on clones carrying the key.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	key := req.Header.Get(HeaderKey)
+	retryable := key != ""
+	if key == "" && t.methods[req.Method] {
+		if k, ok := KeyFrom(ctx); ok {
+			key = k
+		} else {
+			key = t.opt.NewKey()
+		}
+		retryable = true
+	}
+	if !retryable && slices.Contains(idempotentMethods, req.Method) {
+		retryable = true
+	}
+	if !retryable || t.opt.MaxAttempts == 1 {
+		return t.opt.Base.RoundTrip(t.prepare(req, key, req.Body))
+	}
+
+	start := t.now()
+	deadline := start.Add(t.opt.MaxElapsed)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	body := req.Body
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 && req.GetBody != nil {
+			var err error
+			if body, err = req.GetBody(); err != nil {
+				return nil, fmt.Errorf("idemclient: replaying the body: %w", err)
+			}
+		}
+		resp, err := t.opt.Base.RoundTrip(t.prepare(req, key, body))
+		ev := Event{Method: req.Method, URL: req.URL.Redacted(), Key: key, Attempt: attempt, Err: err}
+		if resp != nil {
+			ev.Status = resp.StatusCode
+		}
+		t.emit(ev, EventAttempt)
+
+		wait, again := t.shouldRetry(ctx, resp, err)
+		if !again {
+			if attempt == 1 && err == nil {
+				t.opt.Budget.succeed()
+			}
+			return resp, err
+		}
+		why := describe(resp, err)
+		if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+			return t.giveUp(ev, resp, fmt.Errorf("%w (%s)", ErrBodyNotReplayable, why))
+		}
+		if attempt >= t.opt.MaxAttempts {
+			return t.giveUp(ev, resp, fmt.Errorf("%w after %d attempts: %s", ErrGaveUp, attempt, why))
+		}
+		delay := t.backoff(attempt)
+		delay = max(delay, wait)
+		if t.now().Add(delay).After(deadline) {
+			return t.giveUp(ev, resp, fmt.Errorf("%w: no time left for attempt %d within %s: %s", ErrGaveUp, attempt+1, deadline.Sub(start).Round(time.Millisecond), why))
+		}
+		if !t.opt.Budget.take() {
+			return t.giveUp(ev, resp, fmt.Errorf("%w: retry budget exhausted: %s", ErrGaveUp, why))
+		}
+		ev.Delay = delay
+		t.emit(ev, EventRetry)
+		if resp != nil {
+			drain(resp)
+		}
+		if err := t.sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// prepare returns the request to send for one attempt: a shallow clone with the key set and
+// the given body, so the caller's request is never modified.
+func (t *Transport) prepare(req *http.Request, key string, body io.ReadCloser) *http.Request {
+	if key == "" || req.Header.Get(HeaderKey) == key {
+		if body == req.Body {
+			return req
+		}
+		r := req.Clone(req.Context())
+		r.Body = body
+		return r
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set(HeaderKey, key)
+	r.Body = body
+	return r
+}
+
+// giveUp reports the end of retries. With a last response in hand it is returned as it is
+// (the caller sees the server's answer, e.g. its 503); after a network error, or when the body
+// could not be replayed, the error is returned.
+func (t *Transport) giveUp(ev Event, resp *http.Response, err error) (*http.Response, error) {
+	ev.Err = err
+	t.emit(ev, EventGiveUp)
+	if resp != nil && !errors.Is(err, ErrBodyNotReplayable) {
+		return resp, nil
+	}
+	if resp != nil {
+		drain(resp)
+	}
+	return nil, err
+}
+
+func (t *Transport) emit(ev Event, kind EventKind) {
+	if t.opt.OnEvent != nil {
+		ev.Kind = kind
+		t.opt.OnEvent(ev)
+	}
+}
+
+// backoff returns the full-jitter delay before retry number attempt (1 for the first retry):
+// uniform in [0, min(MaxDelay, BaseDelay·2^(attempt-1))].
+func (t *Transport) backoff(attempt int) time.Duration {
+	ceiling := t.opt.MaxDelay
+	if shift := attempt - 1; shift < 32 {
+		if d := t.opt.BaseDelay << shift; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return time.Duration(t.rand(int64(ceiling) + 1))
+}
+
+// shouldRetry decides whether an attempt's outcome is worth another attempt, and the least
+// pause the server asked for.
+func (t *Transport) shouldRetry(ctx context.Context, resp *http.Response, err error) (wait time.Duration, again bool) {
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	if err != nil {
+		return 0, Retryable(err)
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusConflict:
+		// Only the in-flight 409 of an idempotency layer, which says when to come back.
+		if ra, ok := retryAfter(resp.Header.Get("Retry-After"), t.now()); ok {
+			return ra, true
+		}
+		return 0, false
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests,
+		code >= 500 && code != http.StatusNotImplemented && code != http.StatusHTTPVersionNotSupported:
+		ra, _ := retryAfter(resp.Header.Get("Retry-After"), t.now())
+		return ra, true
+	}
+	return 0, false
+}
+
+// Retryable reports whether a transport error is worth a retry of a request that carries an
+// idempotency key: any network failure, including those where the request may have arrived
+// (the key makes a second arrival harmless). It is false for cancellation, deadlines and
+// errors that come before anything is sent (a bad URL, an unsupported scheme).
+func Retryable(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, ErrBodyNotReplayable):
+		return false
+	}
+	msg := err.Error()
+	return !strings.Contains(msg, "unsupported protocol scheme") && !strings.Contains(msg, "no Host in request URL")
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return time.Duration(min(n, 1<<30)) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(0, at.Sub(now)), true
+	}
+	return 0, false
+}
+
+func describe(resp *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "status " + strconv.Itoa(resp.StatusCode)
+}
+
+// drain reads a little of a response we are discarding, so its connection can be reused.
+func drain(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	resp.Body.Close()
+}
