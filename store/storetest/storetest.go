@@ -16,7 +16,9 @@
 // out and only with the same fingerprint, fencing of Complete, Release and Extend, expired
 // records counting as absent, Sweep deleting only expired records in bounded batches, exact
 // round trips of empty, binary and large bodies, long and unicode keys and multi-valued headers,
-// cancelled contexts, Complete racing a takeover, and a closed store failing cleanly.
+// cancelled contexts, Complete racing a takeover, a closed store failing cleanly, and a
+// porcupine check that concurrent histories of all operations are linearizable with respect
+// to the contract (see CheckLinearizable).
 package storetest
 
 import (
@@ -82,6 +84,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"CancelledContext", s.cancelledContext},
 		{"CompleteRacesTakeover", s.completeRacesTakeover},
 		{"ManyKeysConcurrently", s.manyKeys},
+		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
 	}
 	for _, tc := range tests {
