@@ -56,3 +56,10 @@ type Store interface {
 func NextToken(prev int64, now time.Time) int64 {
 	return max(prev+1, now.UnixMicro())
 }
+
+// Deleter is implemented by stores that can delete a record outright, whatever its state. It
+// is for operators (`idem release --force`), not part of the contract the engine uses: a deleted
+// completed record lets its key execute again. Deleting a missing key is not an error.
+type Deleter interface {
+	Delete(ctx context.Context, key string) error
+}

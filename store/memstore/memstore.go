@@ -12,7 +12,10 @@ import (
 	"github.com/idemkit/idem"
 )
 
-var _ idem.Store = (*Store)(nil)
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
 
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 type Store struct {
@@ -171,6 +174,16 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, idem.ErrNotFound
 	}
 	return clone(rec), nil
+}
+
+// Delete removes key's record whatever its state (idem.Deleter).
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	delete(s.recs, key)
+	return nil
 }
 
 // Sweep implements idem.Store.
