@@ -1,0 +1,267 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Reserve implements idem.Store.
+//
+// It first looks at the record on a reader connection, without the write lock. If the record
+// is one Reserve returns untouched (completed and not expired; in progress with a live lease;
+// another fingerprint and not expired), that snapshot is the answer: the record was in that
+// state at that instant, and a claim could not have changed it. Otherwise the claim is one
+// upsert (INSERT … ON CONFLICT DO UPDATE … WHERE expired or stale … RETURNING) on the writer:
+// it either claims or writes nothing. When it writes nothing (another claim won since the
+// first look), the upsert is tried again in a write transaction and, if it still does not
+// fire, the existing record is read in that same transaction.
+func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := s.ready(ctx); err != nil {
+		return idem.Reservation{}, err
+	}
+	if lease <= 0 || window <= 0 {
+		return idem.Reservation{}, invalid("lease %s and window %s must be positive", lease, window)
+	}
+	c := claim{key: key, fp: fingerprint, now: now.UnixMicro(), token: idem.NextToken(0, now)}
+	c.leaseUntil, c.expiresAt = c.now+lease.Microseconds(), c.now+window.Microseconds()
+
+	rec, found, claimable, err := s.read(ctx, s.get, key, fingerprint, c.now)
+	if err != nil {
+		return idem.Reservation{}, s.fail("reserve", err)
+	}
+	if found && !claimable {
+		return idem.Reservation{Record: rec}, nil
+	}
+	res, err := c.try(ctx, s.upsert)
+	if err != nil || res.Claimed {
+		if err != nil {
+			return idem.Reservation{}, s.fail("reserve", err)
+		}
+		return res, nil
+	}
+	if res, err = s.reserveTx(ctx, &c); err != nil {
+		return idem.Reservation{}, s.fail("reserve", err)
+	}
+	return res, nil
+}
+
+// reserveTx claims, or reads the record that prevents the claim, in one write transaction.
+func (s *Store) reserveTx(ctx context.Context, c *claim) (_ idem.Reservation, err error) {
+	tx, err := s.w.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock from the start
+	if err != nil {
+		return idem.Reservation{}, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	res, err := c.try(ctx, tx.StmtContext(ctx, s.upsert))
+	if err != nil {
+		return idem.Reservation{}, err
+	}
+	if !res.Claimed {
+		var found bool
+		res.Record, found, _, err = s.read(ctx, tx.StmtContext(ctx, s.wget), c.key, "", 0)
+		if err != nil {
+			return idem.Reservation{}, err
+		}
+		if !found {
+			// The upsert neither inserted nor updated, so the row exists in this transaction.
+			return idem.Reservation{}, errors.New("upsert did not fire but the record is absent")
+		}
+	}
+	return res, tx.Commit()
+}
+
+// claim holds the arguments of one upsert, in Unix microseconds.
+type claim struct {
+	key, fp                           string
+	now, token, leaseUntil, expiresAt int64
+}
+
+// try runs the upsert. It returns a Reservation with Claimed false when the upsert did not fire.
+func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, error) {
+	var token, attempts, created int64
+	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt).Scan(&token, &attempts, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Reservation{}, nil
+	}
+	if err != nil {
+		return idem.Reservation{}, err
+	}
+	return idem.Reservation{
+		Claimed:  true,
+		Takeover: attempts > 1,
+		Record: idem.Record{
+			Key:         c.key,
+			Fingerprint: c.fp,
+			State:       idem.StateInProgress,
+			Token:       token,
+			LeaseUntil:  time.UnixMicro(c.leaseUntil),
+			Attempts:    int(attempts),
+			CreatedAt:   time.UnixMicro(created),
+			ExpiresAt:   time.UnixMicro(c.expiresAt),
+		},
+	}, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return s.fenced(ctx, "complete", s.complete, key, token, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro())
+}
+
+// Release implements idem.Store. The record is kept, expired since the epoch, so that the next
+// claim's token is larger than the released one.
+func (s *Store) Release(ctx context.Context, key string, token int64) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return s.fenced(ctx, "release", s.release, key, token)
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return s.fenced(ctx, "extend", s.extend, key, token, until.UnixMicro())
+}
+
+// fenced runs an update guarded by the held clause and reports ErrLeaseLost if it changed no row.
+func (s *Store) fenced(ctx context.Context, op string, stmt *sql.Stmt, key string, token int64, args ...any) error {
+	r, err := stmt.ExecContext(ctx, append([]any{key, token}, args...)...)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements idem.Store. A released record is returned with ExpiresAt at the Unix epoch.
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := s.ready(ctx); err != nil {
+		return idem.Record{}, err
+	}
+	rec, found, _, err := s.read(ctx, s.get, key, "", 0)
+	if err != nil {
+		return idem.Record{}, s.fail("get", err)
+	}
+	if !found {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return rec, nil
+}
+
+// Sweep implements idem.Store. Each call is one short write transaction deleting at most batch
+// records, found by the expires_at index.
+func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	if batch <= 0 {
+		return 0, nil
+	}
+	r, err := s.sweep.ExecContext(ctx, now.UnixMicro(), batch)
+	if err != nil {
+		return 0, s.fail("sweep", err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return 0, s.fail("sweep", err)
+	}
+	return int(n), nil
+}
+
+// row is the scan destination of selectRecord. Rows are pooled so a read allocates only what
+// it returns.
+type row struct {
+	fp                                              string
+	resp                                            sql.RawBytes // the driver's own copy of the blob
+	state, token, lease, attempts, created, expires int64
+	completed                                       sql.NullInt64
+	dest                                            [9]any
+}
+
+var rowPool = sync.Pool{New: func() any {
+	r := new(row)
+	r.dest = [9]any{&r.fp, &r.state, &r.token, &r.lease, &r.attempts, &r.resp, &r.created, &r.completed, &r.expires}
+	return r
+}}
+
+// read reads the record of key with stmt (selectRecord). When fp is not empty the read is
+// Reserve's first look: if the upsert would claim the record at now, claimable is true and
+// rec is left empty.
+func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now int64) (rec idem.Record, found, claimable bool, err error) {
+	rs, err := stmt.QueryContext(ctx, key)
+	if err != nil {
+		return rec, false, false, err
+	}
+	defer rs.Close()
+	if !rs.Next() {
+		return rec, false, false, rs.Err()
+	}
+	r := rowPool.Get().(*row)
+	defer func() {
+		r.fp, r.resp = "", nil
+		rowPool.Put(r)
+	}()
+	if err := rs.Scan(r.dest[:]...); err != nil {
+		return rec, false, false, err
+	}
+	if fp != "" && (r.expires <= now || r.state == stateInProgress && r.lease <= now && r.fp == fp) {
+		return rec, true, true, nil
+	}
+	rec, err = r.record(key)
+	if err != nil {
+		return rec, false, false, err
+	}
+	return rec, true, false, rs.Close()
+}
+
+// record converts a scanned row, checking what it can.
+func (r *row) record(key string) (idem.Record, error) {
+	rec := idem.Record{
+		Key:         key,
+		Fingerprint: r.fp,
+		State:       idem.State(r.state),
+		Token:       r.token,
+		LeaseUntil:  time.UnixMicro(r.lease),
+		Attempts:    int(r.attempts),
+		CreatedAt:   time.UnixMicro(r.created),
+		ExpiresAt:   time.UnixMicro(r.expires),
+	}
+	switch r.state {
+	case stateInProgress:
+	case stateCompleted:
+		if r.resp == nil {
+			return idem.Record{}, fmt.Errorf("%w: completed record without a response", idem.ErrCorruptRecord)
+		}
+		resp, err := idem.DecodeResponse(r.resp)
+		if err != nil {
+			return idem.Record{}, err
+		}
+		rec.Response = &resp
+		if r.completed.Valid {
+			rec.CompletedAt = time.UnixMicro(r.completed.Int64)
+		}
+	default:
+		return idem.Record{}, fmt.Errorf("%w: unknown state %d", idem.ErrCorruptRecord, r.state)
+	}
+	return rec, nil
+}

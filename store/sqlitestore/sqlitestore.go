@@ -1,0 +1,266 @@
+package sqlitestore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+var _ idem.Store = (*Store)(nil)
+
+// DefaultTable is the records table used when Options.Table is empty.
+const DefaultTable = "idem_records"
+
+// Options configure a Store. The zero value is a good default for every field.
+type Options struct {
+	// Table names the records table. Default DefaultTable ("idem_records"). It must be 1 to 64
+	// ASCII letters, digits and underscores, not starting with a digit or "sqlite_". Stores with
+	// different tables may share one file; each table has its own schema version.
+	Table string
+	// BusyTimeout is how long a statement waits for a lock held by another process (or, on
+	// open, for another process's migration) before it fails. Default 5s.
+	BusyTimeout time.Duration
+	// Readers is how many read connections serve Get and the read-only first look of Reserve
+	// (WAL lets them read while the writer writes). Default max(4, GOMAXPROCS).
+	Readers int
+	// Synchronous is SQLite's synchronous setting for the writer: "NORMAL" (default) or "FULL".
+	// With NORMAL in WAL mode a commit survives a crash of the process but the last commits
+	// may be lost if the machine loses power, so a completed effect could then run again;
+	// FULL syncs every commit to disk and costs write throughput.
+	Synchronous string
+}
+
+// withDefaults returns o with defaults filled in, or an error naming the bad field.
+func (o Options) withDefaults() (Options, error) {
+	o.Table = cmp.Or(o.Table, DefaultTable)
+	o.BusyTimeout = cmp.Or(o.BusyTimeout, 5*time.Second)
+	o.Readers = cmp.Or(o.Readers, max(4, runtime.GOMAXPROCS(0)))
+	o.Synchronous = strings.ToUpper(cmp.Or(o.Synchronous, "NORMAL"))
+	switch {
+	case !validTable(o.Table):
+		return o, invalid("Options.Table %q is not a valid table name (1 to 64 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
+	case o.BusyTimeout < time.Millisecond:
+		return o, invalid("Options.BusyTimeout %s is below 1ms", o.BusyTimeout)
+	case o.Readers < 1:
+		return o, invalid("Options.Readers %d is below 1", o.Readers)
+	case o.Synchronous != "NORMAL" && o.Synchronous != "FULL":
+		return o, invalid("Options.Synchronous %q is neither NORMAL nor FULL", o.Synchronous)
+	}
+	return o, nil
+}
+
+func validTable(s string) bool {
+	if s == "" || len(s) > 64 || ('0' <= s[0] && s[0] <= '9') || strings.HasPrefix(strings.ToLower(s), "sqlite_") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("sqlitestore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+}
+
+// ErrClosed is returned by every method of a closed Store. It matches idem.ErrStoreUnavailable
+// with errors.Is, so the engine fails closed.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string        { return "sqlitestore: store is closed" }
+func (closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+
+// Store is an idem.Store in one SQLite file. It is safe for concurrent use by many goroutines
+// and by several processes sharing the file. Create it with Open; release it with Close.
+//
+// Writes go through one writer connection (SQLite admits one writer at a time, and one
+// connection queues them in Go instead of in busy-wait loops); reads go through a pool of
+// Options.Readers connections.
+type Store struct {
+	path   string
+	table  string
+	w, r   *sql.DB
+	closed atomic.Bool
+
+	get      *sql.Stmt // on r: the record of a key
+	wget     *sql.Stmt // on w: the same, inside the writer's transaction
+	upsert   *sql.Stmt // on w: the claim
+	complete *sql.Stmt
+	release  *sql.Stmt
+	extend   *sql.Stmt
+	sweep    *sql.Stmt
+}
+
+// Open opens (creating if needed) the SQLite database file at path, puts it in WAL mode and
+// brings its schema up to SchemaVersion. Two processes may open the same file at once: the
+// migration runs in one write transaction and each step is applied once.
+//
+// path is a file system path (not ":memory:": the store needs one file shared by its
+// connections). Open fails with an error naming path if the file cannot be opened or is not
+// a SQLite database, and with an error wrapping idem.ErrInvalidInput, naming the field, for
+// bad Options. ctx bounds the opening and the migration.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, invalid("path is empty")
+	}
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, invalid("path %q is not a file system path", path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	if fi, err := os.Stat(filepath.Dir(abs)); err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("sqlitestore: open %s: %s is not a directory", path, filepath.Dir(abs))
+	}
+	s := &Store{path: abs, table: o.Table}
+	if err := s.open(ctx, o); err != nil {
+		s.closeAll()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Migrate brings the schema of the file at path up to SchemaVersion, as Open does, and closes
+// it again. It is what `idem migrate` runs; calling it is optional, since Open migrates too.
+func Migrate(ctx context.Context, path string, opts Options) error {
+	s, err := Open(ctx, path, opts)
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+func (s *Store) open(ctx context.Context, o Options) error {
+	var err error
+	if s.w, err = sql.Open("sqlite", dsn(s.path, o, false)); err != nil {
+		return err
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, s.w, s.table, time.Now()); err != nil {
+		return err
+	}
+	if s.r, err = sql.Open("sqlite", dsn(s.path, o, true)); err != nil {
+		return err
+	}
+	s.r.SetMaxOpenConns(o.Readers)
+	s.r.SetMaxIdleConns(o.Readers)
+	s.r.SetConnMaxLifetime(0)
+	s.r.SetConnMaxIdleTime(0)
+
+	q := queries(s.table)
+	for _, p := range []struct {
+		db   *sql.DB
+		dst  **sql.Stmt
+		text string
+	}{
+		{s.r, &s.get, q.get},
+		{s.w, &s.wget, q.get},
+		{s.w, &s.upsert, q.upsert},
+		{s.w, &s.complete, q.complete},
+		{s.w, &s.release, q.release},
+		{s.w, &s.extend, q.extend},
+		{s.w, &s.sweep, q.sweep},
+	} {
+		if *p.dst, err = p.db.PrepareContext(ctx, p.text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dsn returns the modernc.org/sqlite data source name for the file at abs: a writer (WAL,
+// the synchronous setting, BEGIN IMMEDIATE transactions) or a query-only reader. Both wait
+// BusyTimeout for other processes' locks.
+func dsn(abs string, o Options, reader bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(o.BusyTimeout.Milliseconds(), 10)+")")
+	if reader {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous("+o.Synchronous+")")
+		q.Set("_txlock", "immediate")
+	}
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a Windows drive letter: file:/C:/…
+	}
+	// In a URI file name, %, ? and # would be read as escapes, the query and the fragment.
+	p = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+	return "file:" + p + "?" + q.Encode()
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Table returns the name of the records table.
+func (s *Store) Table() string { return s.table }
+
+// Close closes the store's connections. Every later call fails with ErrClosed. Calls in flight
+// finish first. It is safe to call twice; the second call does nothing.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.closeAll()
+}
+
+func (s *Store) closeAll() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.get, s.wget, s.upsert, s.complete, s.release, s.extend, s.sweep} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	for _, db := range []*sql.DB{s.r, s.w} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ready fails if the store is closed or ctx is done.
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// fail wraps a driver error with the operation's name. An error caused by Close racing the
+// call is reported as ErrClosed.
+func (s *Store) fail(op string, err error) error {
+	if s.closed.Load() {
+		return fmt.Errorf("sqlitestore: %s: %w (%v)", op, ErrClosed, err)
+	}
+	return fmt.Errorf("sqlitestore: %s: %w", op, err)
+}
