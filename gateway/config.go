@@ -1,0 +1,251 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the gateway's configuration: what `idem serve` reads from flags, IDEM_* environment
+// variables and a YAML file (in that order of precedence). The zero value plus an Upstream is
+// a working gateway.
+type Config struct {
+	// Listen is the address the proxy serves on. Default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Upstream is the URL of the API behind the gateway. Required.
+	Upstream string `yaml:"upstream"`
+	// Store is the store URL. Default sqlite://./idem.db.
+	Store string `yaml:"store"`
+	// ScopeHeader names the header whose value (hashed with SHA-256) scopes keys per tenant,
+	// e.g. X-API-Key. It must carry a stable identity: a rotating bearer token is NOT a stable
+	// scope (a refreshed token makes a retry look like another tenant's first request).
+	// Default: no scope (one tenant).
+	ScopeHeader string `yaml:"scope_header"`
+	// TTL is how long completed responses are kept and replayed. Default 24h.
+	TTL Duration `yaml:"ttl"`
+	// Lease is how long a claim holds before another gateway may take over a request whose
+	// holder died. Default 30s.
+	Lease Duration `yaml:"lease"`
+	// RequireKey answers 400 to a processed request without a key. Default false: such
+	// requests pass through.
+	RequireKey bool `yaml:"require_key"`
+	// Methods are processed; others pass through. Default POST and PATCH.
+	Methods []string `yaml:"methods"`
+	// MaxBody is the largest request body accepted (413 above) and the largest response body
+	// kept for replay (larger ones are streamed and not retained). Default 1 MiB.
+	MaxBody ByteSize `yaml:"max_body"`
+	// Wait makes a duplicate wait up to this long for an in-flight original and replay it,
+	// instead of answering 409. Default 0 (409 at once).
+	Wait Duration `yaml:"wait"`
+	// MetricsListen serves /metrics (Prometheus) on its own address. Default: no metrics.
+	MetricsListen string `yaml:"metrics_listen"`
+	// LogFormat is text or json. Default text.
+	LogFormat string `yaml:"log_format"`
+	// Uncertain says what happens when the upstream got the request but gave no answer
+	// (reset, timeout): expire (default: keep the claim until its lease runs out), release
+	// (retry at once: only for upstreams that are idempotent themselves) or hold (keep it until
+	// an operator runs `idem release`).
+	Uncertain string `yaml:"uncertain"`
+	// Store5xx keeps and replays upstream 5xx answers (Stripe's choice). Default false: a 5xx
+	// releases the key so a retry executes.
+	Store5xx bool `yaml:"store_5xx"`
+	// UpstreamTimeout bounds one upstream call. Default 60s.
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGINT/SIGTERM. Default 30s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// Routes refine the defaults per method and path; the first match wins.
+	Routes []Route `yaml:"routes"`
+}
+
+// Route is a per-route rule.
+type Route struct {
+	// Method matches the request method; empty or "*" matches any.
+	Method string `yaml:"method"`
+	// Path matches the request path: exact, or a prefix when it ends in "/*", or with
+	// single-segment wildcards "{name}" (e.g. /v1/orders/{id}/pay).
+	Path string `yaml:"path"`
+	// Mode is required (400 without a key), optional (pass through without one) or off (never
+	// processed). Default: the gateway's RequireKey.
+	Mode string `yaml:"mode"`
+	// TTL overrides the gateway's TTL for this route.
+	TTL Duration `yaml:"ttl"`
+	// KeyHeader takes the key from another header (e.g. X-GitHub-Delivery for webhooks).
+	KeyHeader string `yaml:"key_header"`
+	// KeyJSONField takes the key from a top-level field of the JSON body (e.g. id, for a
+	// Stripe event), or a dotted path into nested objects (data.object.id).
+	KeyJSONField string `yaml:"key_json_field"`
+	// Fingerprint is raw (the body bytes, default) or json (canonical JSON, key order and
+	// whitespace ignored).
+	Fingerprint string `yaml:"fingerprint"`
+	// IgnoreFields are JSON fields left out of a json fingerprint (dotted paths), for bodies
+	// that carry a timestamp that changes between retries.
+	IgnoreFields []string `yaml:"ignore_fields"`
+	// ScopeHeader overrides the gateway's ScopeHeader for this route.
+	ScopeHeader string `yaml:"scope_header"`
+}
+
+// Duration is a time.Duration that reads from YAML as "30s", "24h".
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (like 30s or 24h)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ByteSize is a size that reads as 1048576, "1MiB", "512KiB" or "1MB".
+type ByteSize int64
+
+// UnmarshalYAML reads a size.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+// ParseByteSize parses 1048576, 1MiB, 512KiB, 1MB, 10kB (KiB/MiB/GiB are powers of 1024,
+// kB/MB/GB of 1000).
+func ParseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"kB", 1000}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("%q is not a size (like 1048576 or 1MiB)", s)
+	}
+	return n * mult, nil
+}
+
+// LoadFile reads a YAML config file, expanding ${VAR} and $VAR from the environment first.
+// Unknown keys are an error, so a typo is not silently ignored.
+func LoadFile(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return Parse(b)
+}
+
+// Parse reads a YAML config, expanding environment variables first.
+func Parse(b []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(os.ExpandEnv(string(b))))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// WithDefaults returns c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Store == "" {
+		c.Store = "sqlite://./idem.db"
+	}
+	if c.TTL == 0 {
+		c.TTL = Duration(24 * time.Hour)
+	}
+	if c.Lease == 0 {
+		c.Lease = Duration(30 * time.Second)
+	}
+	if len(c.Methods) == 0 {
+		c.Methods = []string{"POST", "PATCH"}
+	}
+	for i, m := range c.Methods {
+		c.Methods[i] = strings.ToUpper(strings.TrimSpace(m))
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 1 << 20
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.Uncertain == "" {
+		c.Uncertain = "expire"
+	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = Duration(60 * time.Second)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = Duration(30 * time.Second)
+	}
+	return c
+}
+
+// Validate reports the first problem in c (with defaults applied), naming the field.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.Upstream)
+	switch {
+	case c.Upstream == "":
+		return errors.New("config: upstream is required (the URL of the API behind the gateway)")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("config: upstream %q is not an http:// or https:// URL", c.Upstream)
+	case time.Duration(c.Lease) < time.Second:
+		return fmt.Errorf("config: lease %s is below 1s", time.Duration(c.Lease))
+	case c.TTL < c.Lease:
+		return fmt.Errorf("config: ttl %s is shorter than lease %s", time.Duration(c.TTL), time.Duration(c.Lease))
+	case c.Wait < 0:
+		return fmt.Errorf("config: wait %s is negative", time.Duration(c.Wait))
+	case c.MaxBody < 1:
+		return fmt.Errorf("config: max_body %d is below 1 byte", c.MaxBody)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("config: log_format %q is neither text nor json", c.LogFormat)
+	case c.Uncertain != "expire" && c.Uncertain != "release" && c.Uncertain != "hold":
+		return fmt.Errorf("config: uncertain %q is not expire, release or hold", c.Uncertain)
+	}
+	for _, m := range c.Methods {
+		if m == "" || strings.ContainsAny(m, " \t/") {
+			return fmt.Errorf("config: methods: %q is not a method", m)
+		}
+	}
+	for i, r := range c.Routes {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("config: routes[%d] (%s %s): %w", i, r.Method, r.Path, err)
+		}
+	}
+	return nil
+}
+
+func (r Route) validate() error {
+	switch {
+	case r.Path == "" || r.Path[0] != '/':
+		return fmt.Errorf("path %q must start with /", r.Path)
+	case r.Mode != "" && r.Mode != "required" && r.Mode != "optional" && r.Mode != "off":
+		return fmt.Errorf("mode %q is not required, optional or off", r.Mode)
+	case r.Fingerprint != "" && r.Fingerprint != "raw" && r.Fingerprint != "json":
+		return fmt.Errorf("fingerprint %q is not raw or json", r.Fingerprint)
+	case len(r.IgnoreFields) > 0 && r.Fingerprint != "json":
+		return errors.New("ignore_fields needs fingerprint: json")
+	case r.KeyHeader != "" && r.KeyJSONField != "":
+		return errors.New("key_header and key_json_field are exclusive")
+	case r.TTL < 0:
+		return fmt.Errorf("ttl %s is negative", time.Duration(r.TTL))
+	}
+	return nil
+}

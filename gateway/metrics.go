@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the gateway's Prometheus metrics. Register them on an injected Registerer.
+type Metrics struct {
+	// Requests counts processed requests by outcome: executed, replayed, conflict, mismatch,
+	// bypass, oversize, store_error, upstream_error, invalid_key, missing_key.
+	Requests *prometheus.CounterVec
+	// StoreSeconds is the latency of store operations, by operation and result (ok, error).
+	StoreSeconds *prometheus.HistogramVec
+	// InFlight is the number of requests being proxied now.
+	InFlight prometheus.Gauge
+	// UpstreamSeconds is the latency of upstream calls, by result (ok, error).
+	UpstreamSeconds *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "idem", Name: "requests_total", Help: "Requests processed by the gateway, by outcome.",
+		}, []string{"outcome"}),
+		StoreSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "idem", Name: "store_operation_seconds", Help: "Latency of store operations.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"op", "result"}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "idem", Name: "requests_in_flight", Help: "Requests being proxied now.",
+		}),
+		UpstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "idem", Name: "upstream_seconds", Help: "Latency of upstream calls.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.UpstreamSeconds} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// instrumented wraps a store and times each operation.
+type instrumented struct {
+	idem.Store
+	h *prometheus.HistogramVec
+	// Pre-resolved observers: no label lookup on the request path.
+	obs map[string][2]prometheus.Observer
+}
+
+func instrument(st idem.Store, h *prometheus.HistogramVec) idem.Store {
+	in := &instrumented{Store: st, h: h, obs: map[string][2]prometheus.Observer{}}
+	for _, op := range []string{"reserve", "complete", "release", "extend", "get", "sweep"} {
+		in.obs[op] = [2]prometheus.Observer{h.WithLabelValues(op, "ok"), h.WithLabelValues(op, "error")}
+	}
+	return in
+}
+
+func (s *instrumented) observe(op string, start time.Time, err error) {
+	i := 0
+	if err != nil && err != idem.ErrNotFound && err != idem.ErrLeaseLost {
+		i = 1
+	}
+	s.obs[op][i].Observe(time.Since(start).Seconds())
+}
+
+func (s *instrumented) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	start := time.Now()
+	r, err := s.Store.Reserve(ctx, key, fp, now, lease, window)
+	s.observe("reserve", start, err)
+	return r, err
+}
+
+func (s *instrumented) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, exp time.Time) error {
+	start := time.Now()
+	err := s.Store.Complete(ctx, key, token, resp, now, exp)
+	s.observe("complete", start, err)
+	return err
+}
+
+func (s *instrumented) Release(ctx context.Context, key string, token int64) error {
+	start := time.Now()
+	err := s.Store.Release(ctx, key, token)
+	s.observe("release", start, err)
+	return err
+}
+
+func (s *instrumented) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	start := time.Now()
+	err := s.Store.Extend(ctx, key, token, until)
+	s.observe("extend", start, err)
+	return err
+}
+
+func (s *instrumented) Get(ctx context.Context, key string) (idem.Record, error) {
+	start := time.Now()
+	r, err := s.Store.Get(ctx, key)
+	s.observe("get", start, err)
+	return r, err
+}
+
+func (s *instrumented) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	start := time.Now()
+	n, err := s.Store.Sweep(ctx, now, batch)
+	s.observe("sweep", start, err)
+	return n, err
+}

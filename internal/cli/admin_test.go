@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// run runs the idem command in-process and returns its exit code and output.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// seed creates a SQLite store with one completed and one in-progress key.
+func seed(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	fp := idem.Fingerprint([]byte("x"))
+	res, _ := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+	if err := st.Complete(ctx, "done", res.Record.Token, idem.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}, now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, "stuck", fp, now, time.Hour, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = st.Reserve(ctx, "old", fp, now.Add(-3*time.Hour), time.Minute, time.Hour)
+	_ = st.Complete(ctx, "old", res.Record.Token, idem.Response{Status: 200}, now.Add(-3*time.Hour), now.Add(-2*time.Hour))
+	return "sqlite://" + path
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	store := seed(t)
+	code, out, errs := run(t, "inspect", "--store", store, "--body", "done")
+	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "status       201") || !strings.Contains(out, `{"id":"ch_1"}`) {
+		t.Fatalf("code %d\n%s\n%s", code, out, errs)
+	}
+	code, out, _ = run(t, "inspect", "--store", store, "--json", "stuck")
+	if code != 0 || !strings.Contains(out, `"state": "in_progress"`) || !strings.Contains(out, `"lease_left"`) {
+		t.Fatalf("code %d\n%s", code, out)
+	}
+	if code, _, errs = run(t, "inspect", "--store", store, "nope"); code != 1 || !strings.Contains(errs, "no record") {
+		t.Fatalf("missing key: code %d %s", code, errs)
+	}
+	if code, _, _ = run(t, "inspect", "--store", store); code != 2 {
+		t.Fatalf("no key: code %d, want 2", code)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	store := seed(t)
+	code, out, errs := run(t, "release", "--store", store, "stuck")
+	if code != 0 || !strings.Contains(out, "released in-progress key") {
+		t.Fatalf("code %d %s %s", code, out, errs)
+	}
+	_, out, _ = run(t, "inspect", "--store", store, "stuck")
+	if !strings.Contains(out, "expired") {
+		t.Fatalf("after release:\n%s", out)
+	}
+	code, _, errs = run(t, "release", "--store", store, "done")
+	if code != 1 || !strings.Contains(errs, "--force") {
+		t.Fatalf("completed without --force: code %d %s", code, errs)
+	}
+	code, out, errs = run(t, "release", "--store", store, "--force", "done")
+	if strings.Contains(errs, "cannot delete") {
+		t.Skip("sqlitestore does not implement idem.Deleter yet")
+	}
+	if code != 0 || !strings.Contains(out, "deleted completed key") {
+		t.Fatalf("--force: code %d %s %s", code, out, errs)
+	}
+}
+
+func TestSweepAndMigrate(t *testing.T) {
+	t.Parallel()
+	store := seed(t)
+	if code, out, errs := run(t, "migrate", "--store", store); code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("migrate: %d %s %s", code, out, errs)
+	}
+	code, out, errs := run(t, "sweep", "--store", store)
+	if code != 0 || !strings.Contains(out, "deleted 1 expired records") {
+		t.Fatalf("sweep: %d %s %s", code, out, errs)
+	}
+	if code, _, _ := run(t, "sweep", "--store", "bogus://x"); code != 1 {
+		t.Fatalf("unknown scheme: code %d", code)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	if code, out, _ := run(t, "help"); code != 0 || !strings.Contains(out, "inspect") {
+		t.Fatalf("help: %d %s", code, out)
+	}
+	if code, _, _ := run(t, "frobnicate"); code != 2 {
+		t.Fatalf("unknown command: %d", code)
+	}
+	if code, out, _ := run(t, "version"); code != 0 || !strings.HasPrefix(out, "idem ") {
+		t.Fatalf("version: %d %s", code, out)
+	}
+}
