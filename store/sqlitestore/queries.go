@@ -37,6 +37,8 @@ RETURNING token, attempts, created_at`
 	releaseClaim  = `UPDATE "{{table}}" SET expires_at = 0, lease_until = 0 WHERE ` + held
 	extendClaim   = `UPDATE "{{table}}" SET lease_until = ?3, expires_at = max(expires_at, ?3) WHERE ` + held
 
+	deleteRecord = `DELETE FROM "{{table}}" WHERE key = ?1`
+
 	// sweepExpired deletes at most ?2 records expired at ?1, found by the expires_at index.
 	sweepExpired = `DELETE FROM "{{table}}" WHERE rowid IN (SELECT rowid FROM "{{table}}" WHERE expires_at <= ?1 LIMIT ?2)`
 )
@@ -48,7 +50,7 @@ const (
 )
 
 type queryText struct {
-	get, upsert, complete, release, extend, sweep string
+	get, upsert, complete, release, extend, del, sweep string
 }
 
 func queries(table string) queryText {
@@ -59,6 +61,7 @@ func queries(table string) queryText {
 		complete: r.Replace(completeClaim),
 		release:  r.Replace(releaseClaim),
 		extend:   r.Replace(extendClaim),
+		del:      r.Replace(deleteRecord),
 		sweep:    r.Replace(sweepExpired),
 	}
 }

@@ -168,6 +168,18 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	return rec, nil
 }
 
+// Delete removes key's record whatever its state (idem.Deleter), for operators. A deleted
+// completed record lets its key execute again. Deleting a missing key is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if _, err := s.del.ExecContext(ctx, key); err != nil {
+		return s.fail("delete", err)
+	}
+	return nil
+}
+
 // Sweep implements idem.Store. Each call is one short write transaction deleting at most batch
 // records, found by the expires_at index.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {

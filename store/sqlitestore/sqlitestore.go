@@ -19,7 +19,10 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
-var _ idem.Store = (*Store)(nil)
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
 
 // DefaultTable is the records table used when Options.Table is empty.
 const DefaultTable = "idem_records"
@@ -106,6 +109,7 @@ type Store struct {
 	complete *sql.Stmt
 	release  *sql.Stmt
 	extend   *sql.Stmt
+	del      *sql.Stmt
 	sweep    *sql.Stmt
 }
 
@@ -136,6 +140,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("sqlitestore: open %s: %s is not a directory", path, filepath.Dir(abs))
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlitestore: open %s: is a directory", path)
 	}
 	s := &Store{path: abs, table: o.Table}
 	if err := s.open(ctx, o); err != nil {
@@ -187,6 +194,7 @@ func (s *Store) open(ctx context.Context, o Options) error {
 		{s.w, &s.complete, q.complete},
 		{s.w, &s.release, q.release},
 		{s.w, &s.extend, q.extend},
+		{s.w, &s.del, q.del},
 		{s.w, &s.sweep, q.sweep},
 	} {
 		if *p.dst, err = p.db.PrepareContext(ctx, p.text); err != nil {
@@ -235,7 +243,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeAll() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.get, s.wget, s.upsert, s.complete, s.release, s.extend, s.sweep} {
+	for _, st := range []*sql.Stmt{s.get, s.wget, s.upsert, s.complete, s.release, s.extend, s.del, s.sweep} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
