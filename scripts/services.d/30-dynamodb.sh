@@ -1,0 +1,33 @@
+# DynamoDB Local (AWS's emulator, a Java program) on 127.0.0.1:8000 for store/dynamostore.
+#
+# AWS ships DynamoDB Local inside the npm package amplify-dynamodb-simulator; we fetch that
+# one package with `npm pack` (npm registry only), unpack it once under
+# $IDEM_SERVICES_DIR/dynamodb-local and run the jar with the machine's Java 17, in memory.
+# Quick when the port is already open. DynamoDB Local has no bind-address option (its flags
+# are -port, -inMemory, -sharedDb, -dbPath, -cors, -disableTelemetry…), so it listens on every
+# interface of the port; it holds only throwaway in-memory test tables. Telemetry is disabled.
+# Tests read IDEM_DYNAMODB_ENDPOINT (default http://127.0.0.1:8000).
+if ! port_open "${IDEM_DYNAMODB_PORT:-8000}"; then
+	ddb_version=2.9.30
+	ddb_dir="$IDEM_SERVICES_DIR/dynamodb-local"
+	ddb_home="$ddb_dir/$ddb_version/package/emulator"
+	if [ ! -f "$ddb_home/DynamoDBLocal.jar" ]; then
+		echo "services: fetching DynamoDB Local (npm amplify-dynamodb-simulator@$ddb_version)" >&2
+		command -v java >/dev/null || { echo "services: DynamoDB Local needs java (Debian: openjdk-17-jre-headless)" >&2; exit 1; }
+		command -v npm >/dev/null || { echo "services: DynamoDB Local is fetched with npm (Debian: npm)" >&2; exit 1; }
+		rm -rf "$ddb_dir/$ddb_version.tmp"
+		mkdir -p "$ddb_dir/$ddb_version.tmp"
+		(cd "$ddb_dir/$ddb_version.tmp" && npm pack --silent "amplify-dynamodb-simulator@$ddb_version" >/dev/null &&
+			tar xzf amplify-dynamodb-simulator-*.tgz package/emulator && rm -f amplify-dynamodb-simulator-*.tgz)
+		[ -f "$ddb_dir/$ddb_version.tmp/package/emulator/DynamoDBLocal.jar" ] ||
+			{ echo "services: DynamoDBLocal.jar not found in the npm package" >&2; exit 1; }
+		rm -rf "${ddb_dir:?}/$ddb_version"
+		mv "$ddb_dir/$ddb_version.tmp" "$ddb_dir/$ddb_version"
+	fi
+	echo "services: starting DynamoDB Local" >&2
+	(cd "$ddb_home" && nohup java -Xmx512m -Djava.library.path=./DynamoDBLocal_lib \
+		-jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry -port "${IDEM_DYNAMODB_PORT:-8000}" \
+		>"$IDEM_SERVICES_DIR/dynamodb-local.log" 2>&1 </dev/null &
+		echo $! >"$IDEM_SERVICES_DIR/dynamodb-local.pid")
+	wait_port "${IDEM_DYNAMODB_PORT:-8000}" 60 "DynamoDB Local"
+fi
