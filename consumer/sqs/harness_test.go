@@ -45,6 +45,19 @@ func setup(t *testing.T) *bundle {
 		t.Skip("integration test (SQS and PostgreSQL); skipped with -short")
 	}
 	endpoint := sqsEndpoint(t)
+	b := setupPG(t)
+	cfg := sqs.Config(sqs.ConfigOptions{Endpoint: endpoint})
+	b.sqs = awssqs.NewFromConfig(cfg)
+	b.sns = sns.NewFromConfig(cfg)
+	return b
+}
+
+// setupPG is setup without SQS: only the effects table.
+func setupPG(t *testing.T) *bundle {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test (PostgreSQL); skipped with -short")
+	}
 	pgURL := testenv.PostgresURL(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pgURL)
@@ -58,9 +71,6 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+b.table) })
-	cfg := sqs.Config(sqs.ConfigOptions{Endpoint: endpoint})
-	b.sqs = awssqs.NewFromConfig(cfg)
-	b.sns = sns.NewFromConfig(cfg)
 	return b
 }
 
