@@ -1,0 +1,91 @@
+// Package dynamostore is an idem.Store on Amazon DynamoDB, for services that share their
+// idempotency records across processes and regions of one account without running a database.
+//
+//	client := dynamodb.NewFromConfig(cfg)
+//	st, err := dynamostore.New(dynamostore.Options{Client: client, Table: "idem"})
+//	…
+//	err = st.CreateTable(ctx, dynamostore.TableOptions{}) // once, or with your IaC
+//	eng, err := idem.New(st, idem.Options{})
+//
+// # How a claim works
+//
+// Reserve is one conditional PutItem with ReturnValuesOnConditionCheckFailure=ALL_OLD. Its
+// condition, attribute_not_exists(pk) OR (expires_at <= :now AND token < :token), claims an
+// absent, expired or released key atomically with the fencing token idem.NextToken requires
+// (the claim's Unix microseconds). When the condition fails, DynamoDB returns the existing
+// item in the same answer, so a duplicate, a replay, an in-flight or a mismatching request
+// costs that one call and writes nothing. Two rarer cases take a second conditional write,
+// decided from the returned item and conditioned on its token so no other writer can slip in
+// between: the takeover of a stale lease (the new item carries Attempts+1 and the original
+// CreatedAt, which one PutItem cannot compute) and an expired record whose token is not below
+// now (same microsecond, fake clocks), reclaimed with token prev+1.
+//
+// Complete, Release and Extend are UpdateItems conditioned on token = :token AND state =
+// in_progress AND expires_at <> 0 (Release marks a record by setting expires_at and
+// lease_until to 0, like memstore, keeping the token so the next claim's is larger). A failed
+// condition is idem.ErrLeaseLost. Extend within the window is one UpdateItem; past it, a
+// second one moves expires_at and the TTL too.
+//
+// # Calls and cost
+//
+// Requests per operation, asserted by TestCallsPerOperation, and DynamoDB capacity (a write
+// unit per 1 KB of the larger of the item before and after, also when a condition fails; a
+// strongly consistent read unit per 4 KB; transactions count twice; the item returned by
+// ALL_OLD costs no read units):
+//
+//	operation                      requests                         write / read units
+//	new key (claim)                1 PutItem                        1 WCU (item ≈ key + 200 B)
+//	complete, response ≤ 384 KiB   1 UpdateItem                     ⌈record size / 1 KB⌉ WCU
+//	replay / duplicate / in flight 1 PutItem (condition fails)      ⌈stored record size / 1 KB⌉ WCU
+//	heartbeat (Extend)             1 UpdateItem                     1 WCU
+//	release                        1 UpdateItem                     1 WCU
+//	takeover of a stale lease      2 PutItem                        2 WCU
+//	Get                            1 GetItem (strongly consistent)  ⌈record size / 4 KB⌉ RCU
+//	complete, larger response      1 TransactWriteItems             2 × ⌈size / 1 KB⌉ WCU
+//	replay, larger response        1 PutItem + 1 BatchGetItem       as above + parts' RCU
+//
+// A message consumed once with a small result therefore costs 2 write units (claim and
+// completion); each redelivery 1 more. Note that a replay is billed as a write of the stored
+// record's size: for large stored responses that are replayed often, a GetItem would be
+// cheaper per replay (half a read unit per 4 KB, eventually consistent) but would cost every
+// new key a second round trip; this store optimises for one round trip.
+//
+// # Table layout
+//
+// One item per record, keyed by the partition key (Options.PartitionKey, default "pk") holding
+// Options.KeyPrefix + key, and, for a single-table design, an optional sort key holding a fixed
+// value (Options.SortKey, Options.SortKeyValue). Attributes: fingerprint (S), state (S:
+// in_progress or completed), token (N), lease_until, created_at, completed_at, expires_at (N,
+// Unix microseconds), attempts (N), response (B, idem.EncodeResponse) and the TTL attribute
+// (N, Unix seconds, Options.TTLMargin beyond expires_at). Keys must be UTF-8 without NUL, at
+// most MaxKeyBytes with the prefix.
+//
+// A response whose encoding exceeds PartSize (384 KiB; DynamoDB items hold 400 KiB) is split:
+// the record keeps the first part and the number of parts, and part items under the key
+// "prefix+key\x00N" hold the rest with the claim's token. Completion writes the record and
+// its parts in one transaction, so a reader never sees half of it; a replay checks that every
+// part carries the record's token. Responses above MaxResponseBytes (3.75 MiB) are refused
+// with idem.ErrInvalidInput; keep HTTP body limits below.
+//
+// # Expiry, TTL and Sweep
+//
+// A record past expires_at counts as absent whatever DynamoDB still holds (invariant 5): the
+// conditions compare expires_at with the engine's clock. DynamoDB's TTL deletes old items in
+// the background, for free, usually within days; CreateTable enables it. Sweep exists for
+// completeness (idem sweep) and where TTL is off: it pages through a Scan filtered on
+// expires_at and deletes each candidate with a DeleteItem conditioned on expires_at, bounded
+// by SweepMaxPages pages per call. A Scan is billed for every item it reads, expired or not.
+//
+// # Errors
+//
+// ErrLeaseLost and ErrNotFound as the contract says; bad keys and options wrap
+// idem.ErrInvalidInput; every DynamoDB failure is an *Error that matches
+// idem.ErrStoreUnavailable and unwraps to the SDK's error (for instance a
+// *types.ProvisionedThroughputExceededException once the SDK's retryer, 4 attempts with jittered
+// backoff for DynamoDB clients, gives up), so the engine fails closed.
+//
+// # DynamoDB Local
+//
+// Tests run against AWS's DynamoDB Local (scripts/services.d/30-dynamodb.sh starts it on
+// 127.0.0.1:8000; IDEM_DYNAMODB_ENDPOINT overrides). LocalClient builds a client for it.
+package dynamostore
