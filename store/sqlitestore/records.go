@@ -13,14 +13,21 @@ import (
 
 // Reserve implements idem.Store.
 //
-// It first looks at the record on a reader connection, without the write lock. If the record
-// is one Reserve returns untouched (completed and not expired; in progress with a live lease;
-// another fingerprint and not expired), that snapshot is the answer: the record was in that
-// state at that instant, and a claim could not have changed it. Otherwise the claim is one
-// upsert (INSERT … ON CONFLICT DO UPDATE … WHERE expired or stale … RETURNING) on the writer:
-// it either claims or writes nothing. When it writes nothing (another claim won since the
-// first look), the upsert is tried again in a write transaction and, if it still does not
-// fire, the existing record is read in that same transaction.
+// The claim is always one statement, an upsert on the writer (INSERT … ON CONFLICT DO UPDATE …
+// WHERE expired or stale … RETURNING): it either claims or writes nothing. Around it, two
+// looks without the write lock save time:
+//
+//   - For a key this Store has seen existing (Options.KnownKeys), Reserve first reads the
+//     record on a reader connection. If it is one Reserve returns untouched (completed and not
+//     expired; in progress with a live lease; another fingerprint and not expired), that
+//     snapshot is the answer: the record was in that state at that instant, and a claim could
+//     not have changed it. Replays and in-flight duplicates never wait for the writer.
+//   - For other keys, most likely new, Reserve claims at once. If the upsert does not fire,
+//     the record is read on a reader and returned under the same rule.
+//
+// When the read shows a record that could be claimed after all (it changed in between), the
+// upsert is tried again in a write transaction and, if it still does not fire, the existing
+// record is read in that same transaction.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
@@ -30,25 +37,34 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	}
 	c := claim{key: key, fp: fingerprint, now: now.UnixMicro(), token: idem.NextToken(0, now)}
 	c.leaseUntil, c.expiresAt = c.now+lease.Microseconds(), c.now+window.Microseconds()
-
-	rec, found, claimable, err := s.read(ctx, s.get, key, fingerprint, c.now)
+	res, err := s.reserve(ctx, &c)
 	if err != nil {
 		return idem.Reservation{}, s.fail("reserve", err)
 	}
-	if found && !claimable {
-		return idem.Reservation{Record: rec}, nil
+	s.known.mark(key)
+	return res, nil
+}
+
+func (s *Store) reserve(ctx context.Context, c *claim) (idem.Reservation, error) {
+	looked := false
+	if s.known.has(c.key) {
+		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
+		if err != nil || found && !claimable {
+			return idem.Reservation{Record: rec}, err
+		}
+		looked = true
 	}
 	res, err := c.try(ctx, s.upsert)
 	if err != nil || res.Claimed {
-		if err != nil {
-			return idem.Reservation{}, s.fail("reserve", err)
+		return res, err
+	}
+	if !looked {
+		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
+		if err != nil || found && !claimable {
+			return idem.Reservation{Record: rec}, err
 		}
-		return res, nil
 	}
-	if res, err = s.reserveTx(ctx, &c); err != nil {
-		return idem.Reservation{}, s.fail("reserve", err)
-	}
-	return res, nil
+	return s.reserveTx(ctx, c)
 }
 
 // reserveTx claims, or reads the record that prevents the claim, in one write transaction.
@@ -68,7 +84,7 @@ func (s *Store) reserveTx(ctx context.Context, c *claim) (_ idem.Reservation, er
 	}
 	if !res.Claimed {
 		var found bool
-		res.Record, found, _, err = s.read(ctx, tx.StmtContext(ctx, s.wget), c.key, "", 0)
+		res.Record, found, _, err = s.read(ctx, tx.StmtContext(ctx, s.wget), c.key, c.fp, c.now, false)
 		if err != nil {
 			return idem.Reservation{}, err
 		}
@@ -158,7 +174,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Record{}, err
 	}
-	rec, found, _, err := s.read(ctx, s.get, key, "", 0)
+	rec, found, _, err := s.read(ctx, s.get, key, "", 0, false)
 	if err != nil {
 		return idem.Record{}, s.fail("get", err)
 	}
@@ -216,10 +232,10 @@ var rowPool = sync.Pool{New: func() any {
 	return r
 }}
 
-// read reads the record of key with stmt (selectRecord). When fp is not empty the read is
-// Reserve's first look: if the upsert would claim the record at now, claimable is true and
-// rec is left empty.
-func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now int64) (rec idem.Record, found, claimable bool, err error) {
+// read reads the record of key with stmt (selectRecord). When look is true the read is one
+// of Reserve's looks: if the upsert with fp would claim the record at now, claimable is true
+// and rec is left empty.
+func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now int64, look bool) (rec idem.Record, found, claimable bool, err error) {
 	rs, err := stmt.QueryContext(ctx, key)
 	if err != nil {
 		return rec, false, false, err
@@ -236,7 +252,7 @@ func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now in
 	if err := rs.Scan(r.dest[:]...); err != nil {
 		return rec, false, false, err
 	}
-	if fp != "" && (r.expires <= now || r.state == stateInProgress && r.lease <= now && r.fp == fp) {
+	if look && (r.expires <= now || r.state == stateInProgress && r.lease <= now && r.fp == fp) {
 		return rec, true, true, nil
 	}
 	rec, err = r.record(key)

@@ -39,6 +39,11 @@ type Options struct {
 	// Readers is how many read connections serve Get and the read-only first look of Reserve
 	// (WAL lets them read while the writer writes). Default max(4, GOMAXPROCS).
 	Readers int
+	// KnownKeys is the size of a table of key hashes (8 bytes each) by which Reserve remembers
+	// which keys it has seen existing: for those it first looks without the write lock (fast
+	// replays); for others it claims first (fast new keys). Default 65536; negative disables it,
+	// and every Reserve then looks first. It never affects correctness, only speed.
+	KnownKeys int
 	// Synchronous is SQLite's synchronous setting for the writer: "NORMAL" (default) or "FULL".
 	// With NORMAL in WAL mode a commit survives a crash of the process but the last commits
 	// may be lost if the machine loses power, so a completed effect could then run again;
@@ -51,6 +56,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.Table = cmp.Or(o.Table, DefaultTable)
 	o.BusyTimeout = cmp.Or(o.BusyTimeout, 5*time.Second)
 	o.Readers = cmp.Or(o.Readers, max(4, runtime.GOMAXPROCS(0)))
+	o.KnownKeys = cmp.Or(o.KnownKeys, 1<<16)
 	o.Synchronous = strings.ToUpper(cmp.Or(o.Synchronous, "NORMAL"))
 	switch {
 	case !validTable(o.Table):
@@ -102,6 +108,7 @@ type Store struct {
 	table  string
 	w, r   *sql.DB
 	closed atomic.Bool
+	known  *hint // nil when Options.KnownKeys is negative
 
 	get      *sql.Stmt // on r: the record of a key
 	wget     *sql.Stmt // on w: the same, inside the writer's transaction
@@ -144,7 +151,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("sqlitestore: open %s: is a directory", path)
 	}
-	s := &Store{path: abs, table: o.Table}
+	s := &Store{path: abs, table: o.Table, known: newHint(o.KnownKeys)}
 	if err := s.open(ctx, o); err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)

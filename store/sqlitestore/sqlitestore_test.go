@@ -44,6 +44,18 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) idem.Store { return open(t, sqlitestore.Options{}) })
 }
 
+// Reserve's paths depend on Options.KnownKeys; each combination passes the suite: always
+// looking first (no hint), and a one-slot hint that is wrong most of the time.
+func TestConformanceHints(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{-1, 1} {
+		t.Run(fmt.Sprintf("KnownKeys=%d", n), func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, func(t *testing.T) idem.Store { return open(t, sqlitestore.Options{KnownKeys: n}) })
+		})
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
