@@ -1,0 +1,242 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Message is one delivery of a message, as a broker adapter hands it to a Consumer.
+//
+// None of the transport's ids is a business key: a producer that retries a publish, an SNS
+// topic that fans out to two queues, a dead-letter redrive all deliver the same business event
+// under new transport ids. The key comes from the business fact in Body (see KeyFunc).
+type Message struct {
+	// Body is the payload.
+	Body []byte
+	// Header holds the message's headers or attributes (NATS headers, AMQP headers, SQS
+	// message attributes), as the adapter maps them. Nil when there are none.
+	Header map[string][]string
+	// ID is the transport's message id (JetStream stream sequence, AMQP message-id or delivery
+	// tag, SQS MessageId). It is for logs only: it is never the idempotency key.
+	ID string
+	// Subject is where the message came from: the NATS subject, the AMQP routing key, the
+	// queue name. Informational.
+	Subject string
+	// Redelivered reports that the broker has delivered this message before (when the broker
+	// says so). Informational: a first delivery can be a duplicate too.
+	Redelivered bool
+
+	// Extend, when the adapter sets it, tells the broker that the message is still being
+	// worked on, so that it is not handed to another consumer meanwhile (JetStream
+	// InProgress, SQS ChangeMessageVisibility). Consumer.Handle calls it every ExtendEvery
+	// while the key is claimed and the handler runs. An error is logged and the effect goes
+	// on: the store's claim still keeps a redelivered copy from running it (it gets InFlight).
+	Extend func(ctx context.Context) error
+	// ExtendEvery is how often Extend is called; zero or negative: never. Adapters set it to a
+	// fraction of the broker's redelivery timeout (AckWait, visibility timeout).
+	ExtendEvery time.Duration
+}
+
+// KeyFunc derives the idempotency key of a message from the business fact it carries: the
+// order id, the transaction id, the producer's own idempotency key, the period of a scheduled
+// job. It must return the same key for every delivery of the same event and different keys for
+// different events. It must never use the transport's message id (SNS fan-out gives each copy
+// its own). An error means the message can never be handled: the result is Rejected.
+type KeyFunc func(m *Message) (string, error)
+
+// Handler performs the effect of a message. ctx is cancelled when the Handle call's context
+// is, or with cause idem.ErrLeaseLost if the claim was taken over. It returns a small result to
+// store and hand to later duplicates (nil for none), or an error:
+//   - any error: the claim is released and the message redelivered (Failed);
+//   - an error wrapped with idem.Uncertain: the effect may have happened; the claim is held as
+//     the engine's UncertainPolicy says and the message is not acked (Failed);
+//   - an error wrapped with Reject: the message can never succeed; the claim is released and
+//     the message dead-lettered (Rejected).
+type Handler func(ctx context.Context, m *Message) ([]byte, error)
+
+// Options configure a Consumer. Only Key is required.
+type Options struct {
+	// Key derives the idempotency key from the message's business fact. Required.
+	Key KeyFunc
+	// Fingerprint identifies the content of the message, so that a key reused for a
+	// different event is noticed (Rejected, matching idem.ErrMismatch) instead of skipped as a
+	// duplicate. It must return 64 lowercase hex digits (see idem.Fingerprint). Default: the
+	// idem.Fingerprint of Body. Set it when the body holds fields that change between
+	// deliveries of one event (a send timestamp), for example to the fingerprint of the
+	// business fields only.
+	Fingerprint func(m *Message) (string, error)
+	// Scope is prefixed to every key as Scope+"/"+key, so that two consumers that both handle
+	// an event (billing and shipping, each on its own queue fed by one topic) each run their
+	// effect once while sharing a store. Default "": keys are used as returned by Key.
+	Scope string
+	// MaxResult is the largest handler result, in bytes, that is stored and returned to
+	// duplicates. A larger result is not stored; duplicates get Result.OutputOmitted. Default
+	// 64 KiB; negative stores no result at all.
+	MaxResult int
+	// RetryDelay is the delay adapters put on the redelivery of a Failed message, when the
+	// broker can delay it. Default 0: redeliver as soon as the broker does.
+	RetryDelay time.Duration
+	// InFlightDelay caps the delay before an InFlight message comes back: its Result.RetryAfter
+	// is the holder's remaining lease, at most InFlightDelay. Default 2s: the holder usually
+	// finishes within it and the redelivery is then a cheap duplicate; a crashed holder's
+	// lease is taken over once it runs out.
+	InFlightDelay time.Duration
+	// Logger receives warnings (an effect whose record could not be stored, a failed broker
+	// extension). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Consumer makes the effect of each business event happen once, however many times the broker
+// delivers it. It is broker-neutral: adapters (consumer/natsjs, consumer/amqp, consumer/sqs)
+// turn deliveries into Messages, call Handle and ack or not as the Result says. It is safe for
+// concurrent use.
+type Consumer struct {
+	engine *idem.Engine
+	h      Handler
+	opt    Options
+	log    *slog.Logger
+}
+
+// New returns a Consumer that runs h once per key through engine. It fails with an error
+// matching idem.ErrInvalidInput, naming the field, when an argument or option is invalid.
+func New(engine *idem.Engine, h Handler, opt Options) (*Consumer, error) {
+	switch {
+	case engine == nil:
+		return nil, fmt.Errorf("%w: consumer.New: engine is nil", idem.ErrInvalidInput)
+	case h == nil:
+		return nil, fmt.Errorf("%w: consumer.New: handler is nil", idem.ErrInvalidInput)
+	case opt.Key == nil:
+		return nil, fmt.Errorf("%w: consumer.Options.Key is required", idem.ErrInvalidInput)
+	case opt.RetryDelay < 0:
+		return nil, fmt.Errorf("%w: consumer.Options.RetryDelay %s is negative", idem.ErrInvalidInput, opt.RetryDelay)
+	case opt.InFlightDelay < 0:
+		return nil, fmt.Errorf("%w: consumer.Options.InFlightDelay %s is negative", idem.ErrInvalidInput, opt.InFlightDelay)
+	case len(opt.Scope) > idem.MaxKeyLen/2:
+		return nil, fmt.Errorf("%w: consumer.Options.Scope is %d bytes, above %d", idem.ErrInvalidInput, len(opt.Scope), idem.MaxKeyLen/2)
+	}
+	opt.MaxResult = cmp.Or(opt.MaxResult, 64<<10)
+	opt.InFlightDelay = cmp.Or(opt.InFlightDelay, 2*time.Second)
+	return &Consumer{engine: engine, h: h, opt: opt, log: cmp.Or(opt.Logger, slog.Default())}, nil
+}
+
+// Options returns the consumer's options with defaults filled in.
+func (c *Consumer) Options() Options { return c.opt }
+
+// Engine returns the consumer's engine.
+func (c *Consumer) Engine() *idem.Engine { return c.engine }
+
+// Handle derives the message's key and runs the handler once for it through the engine. It
+// costs one store round trip for a duplicate (the claim attempt finds the completed record) and
+// two for a new event (claim, then completion), plus one per engine heartbeat while a long
+// effect runs. It never panics on bad input; a panicking handler releases the claim and the
+// panic goes on.
+//
+// The Result says what happened and what the adapter does with the delivery; see Outcome.
+func (c *Consumer) Handle(ctx context.Context, m *Message) Result {
+	if m == nil {
+		return Result{Outcome: Rejected, Err: fmt.Errorf("%w: consumer: nil message", idem.ErrInvalidInput)}
+	}
+	key, err := c.opt.Key(m)
+	if err != nil {
+		return Result{Outcome: Rejected, Err: fmt.Errorf("consumer: key: %w", err)}
+	}
+	if key == "" {
+		return Result{Outcome: Rejected, Err: fmt.Errorf("%w: consumer: key function returned an empty key", idem.ErrInvalidInput)}
+	}
+	if c.opt.Scope != "" {
+		key = c.opt.Scope + "/" + key
+	}
+	var fp string
+	if c.opt.Fingerprint != nil {
+		if fp, err = c.opt.Fingerprint(m); err != nil {
+			return Result{Outcome: Rejected, Key: key, Err: fmt.Errorf("consumer: fingerprint: %w", err)}
+		}
+	} else {
+		fp = idem.Fingerprint(m.Body)
+	}
+
+	stop := c.extend(ctx, m)
+	var out []byte
+	succeeded := false
+	res, err := c.engine.Do(ctx, key, fp, func(ctx context.Context) (idem.Response, error) {
+		b, err := c.h(ctx, m)
+		if err != nil {
+			return idem.Response{}, err
+		}
+		out, succeeded = b, true
+		switch {
+		case c.opt.MaxResult < 0:
+			return idem.Response{}, nil
+		case len(b) > c.opt.MaxResult:
+			return idem.Response{BodyOmitted: true}, nil
+		}
+		return idem.Response{Body: b}, nil
+	})
+	stop()
+
+	r := Result{Key: key, Takeover: res.Takeover}
+	var inflight *idem.InFlightError
+	switch {
+	case err == nil && res.Replayed:
+		r.Outcome, r.Output, r.OutputOmitted = Duplicate, res.Response.Body, res.Response.BodyOmitted
+	case err == nil:
+		r.Outcome, r.Output, r.OutputOmitted = Processed, out, res.Response.BodyOmitted
+	case succeeded:
+		// The effect ran and succeeded, but its record could not be completed (the store
+		// failed, or the claim was taken over). The delivery is acked anyway: redelivering it
+		// is the one way to run the effect twice.
+		c.log.Warn("consumer: effect done but not recorded; acking the message", "key", key, "err", err)
+		r.Outcome, r.Output, r.Err = Processed, out, err
+	case errors.As(err, &inflight):
+		r.Outcome, r.Err = InFlight, err
+		r.RetryAfter = min(inflight.RetryAfter, c.opt.InFlightDelay)
+	case errors.Is(err, ErrRejected), errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidInput):
+		r.Outcome, r.Err = Rejected, err
+	default:
+		r.Outcome, r.Err, r.RetryAfter = Failed, err, c.opt.RetryDelay
+	}
+	return r
+}
+
+// extend calls m.Extend every m.ExtendEvery until the returned func is called; that func
+// waits for an extension under way.
+func (c *Consumer) extend(ctx context.Context, m *Message) (stop func()) {
+	if m.Extend == nil || m.ExtendEvery <= 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	fire := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || ctx.Err() != nil {
+			return
+		}
+		ectx, cancel := context.WithTimeout(ctx, m.ExtendEvery)
+		err := m.Extend(ectx)
+		cancel()
+		if err != nil {
+			c.log.Warn("consumer: broker-side extension failed", "message", m.ID, "err", err)
+		}
+		t.Reset(m.ExtendEvery)
+	}
+	mu.Lock()
+	t = time.AfterFunc(m.ExtendEvery, fire)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}

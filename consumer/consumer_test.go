@@ -1,0 +1,391 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// countingStore counts store round trips, to check the bars: one per duplicate, two per new
+// message.
+type countingStore struct {
+	idem.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	s.calls.Add(1)
+	return s.Store.Reserve(ctx, key, fp, now, lease, window)
+}
+
+func (s *countingStore) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, exp time.Time) error {
+	s.calls.Add(1)
+	return s.Store.Complete(ctx, key, token, resp, now, exp)
+}
+
+func (s *countingStore) Release(ctx context.Context, key string, token int64) error {
+	s.calls.Add(1)
+	return s.Store.Release(ctx, key, token)
+}
+
+func (s *countingStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	s.calls.Add(1)
+	return s.Store.Extend(ctx, key, token, until)
+}
+
+func (s *countingStore) Get(ctx context.Context, key string) (idem.Record, error) {
+	s.calls.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+type bundle struct {
+	store   *countingStore
+	mem     *memstore.Store
+	engine  *idem.Engine
+	effects sync.Map // key → *atomic.Int64
+}
+
+func setup(t *testing.T, opt idem.Options) *bundle {
+	t.Helper()
+	b := &bundle{mem: memstore.New()}
+	b.store = &countingStore{Store: b.mem}
+	e, err := idem.New(b.store, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.engine = e
+	return b
+}
+
+// orderKey takes the key from a body "order:<id>:<anything>".
+func orderKey(m *consumer.Message) (string, error) {
+	parts := strings.SplitN(string(m.Body), ":", 3)
+	if len(parts) < 2 || parts[0] != "order" || parts[1] == "" {
+		return "", fmt.Errorf("no order id in %q", m.Body)
+	}
+	return "order/" + parts[1], nil
+}
+
+func (b *bundle) count(key string) int64 {
+	v, ok := b.effects.Load(key)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+func (b *bundle) charge(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	k, _ := orderKey(m)
+	v, _ := b.effects.LoadOrStore(k, new(atomic.Int64))
+	n := v.(*atomic.Int64).Add(1)
+	return []byte(fmt.Sprintf("receipt-%s-%d", k, n)), nil
+}
+
+func newConsumer(t *testing.T, e *idem.Engine, h consumer.Handler, opt consumer.Options) *consumer.Consumer {
+	t.Helper()
+	if opt.Key == nil {
+		opt.Key = orderKey
+	}
+	c, err := consumer.New(e, h, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestProcessedThenDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	c := newConsumer(t, b.engine, b.charge, consumer.Options{Scope: "billing"})
+	ctx := context.Background()
+
+	r := c.Handle(ctx, &consumer.Message{Body: []byte("order:1:42"), ID: "m1"})
+	if r.Outcome != consumer.Processed || r.Err != nil || string(r.Output) != "receipt-order/1-1" || r.Key != "billing/order/1" {
+		t.Fatalf("first delivery: %+v", r)
+	}
+	if got := b.store.calls.Load(); got != 2 {
+		t.Fatalf("new message: %d store round trips, want 2", got)
+	}
+	// Same event, new transport id: a duplicate, one round trip, the stored result.
+	r = c.Handle(ctx, &consumer.Message{Body: []byte("order:1:42"), ID: "m2", Redelivered: true})
+	if r.Outcome != consumer.Duplicate || r.Err != nil || string(r.Output) != "receipt-order/1-1" || !r.Outcome.Ack() {
+		t.Fatalf("duplicate: %+v", r)
+	}
+	if got := b.store.calls.Load(); got != 3 {
+		t.Fatalf("duplicate: %d store round trips in all, want 3", got)
+	}
+	if n := b.count("order/1"); n != 1 {
+		t.Fatalf("effect ran %d times", n)
+	}
+}
+
+func TestScopesAreApart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	billing := newConsumer(t, b.engine, b.charge, consumer.Options{Scope: "billing"})
+	var shipped atomic.Int64
+	shipping := newConsumer(t, b.engine, func(context.Context, *consumer.Message) ([]byte, error) {
+		shipped.Add(1)
+		return nil, nil
+	}, consumer.Options{Scope: "shipping"})
+	m := &consumer.Message{Body: []byte("order:7:x")}
+	for range 3 {
+		billing.Handle(context.Background(), m)
+		shipping.Handle(context.Background(), m)
+	}
+	if b.count("order/7") != 1 || shipped.Load() != 1 {
+		t.Fatalf("billing ran %d, shipping %d; want 1 and 1", b.count("order/7"), shipped.Load())
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	cases := []struct {
+		name    string
+		body    string
+		handler consumer.Handler
+		want    consumer.Outcome
+		is      error
+	}{
+		{"no key", "garbage", nil, consumer.Rejected, nil},
+		{"handler error", "order:2:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, boom }, consumer.Failed, boom},
+		{"uncertain", "order:3:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, idem.Uncertain(boom) }, consumer.Failed, idem.ErrUncertain},
+		{"rejected by handler", "order:4:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, consumer.Reject(boom) }, consumer.Rejected, consumer.ErrRejected},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, idem.Options{})
+			h := tc.handler
+			if h == nil {
+				h = b.charge
+			}
+			c := newConsumer(t, b.engine, h, consumer.Options{RetryDelay: time.Second})
+			r := c.Handle(context.Background(), &consumer.Message{Body: []byte(tc.body)})
+			if r.Outcome != tc.want || r.Outcome.Ack() || r.Err == nil {
+				t.Fatalf("got %v (%v), want %v", r.Outcome, r.Err, tc.want)
+			}
+			if tc.is != nil && !errors.Is(r.Err, tc.is) {
+				t.Fatalf("error %v does not match %v", r.Err, tc.is)
+			}
+			if r.Outcome == consumer.Failed && r.RetryAfter != time.Second {
+				t.Fatalf("RetryAfter %s, want Options.RetryDelay", r.RetryAfter)
+			}
+		})
+	}
+}
+
+func TestFailedIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	var calls atomic.Int64
+	c := newConsumer(t, b.engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		if calls.Add(1) == 1 {
+			return nil, errors.New("transient")
+		}
+		return []byte("ok"), nil
+	}, consumer.Options{})
+	m := &consumer.Message{Body: []byte("order:5:a")}
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Failed {
+		t.Fatalf("first: %v", r.Outcome)
+	}
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed {
+		t.Fatalf("retry: %v %v", r.Outcome, r.Err)
+	}
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Duplicate || string(r.Output) != "ok" {
+		t.Fatalf("then: %v %q", r.Outcome, r.Output)
+	}
+}
+
+func TestMismatchIsRejected(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	c := newConsumer(t, b.engine, b.charge, consumer.Options{})
+	c.Handle(context.Background(), &consumer.Message{Body: []byte("order:6:100")})
+	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:6:999")})
+	if r.Outcome != consumer.Rejected || !errors.Is(r.Err, idem.ErrMismatch) {
+		t.Fatalf("got %v %v", r.Outcome, r.Err)
+	}
+	// A fingerprint over the business fields only: a changed timestamp is still a duplicate.
+	c2 := newConsumer(t, b.engine, b.charge, consumer.Options{Scope: "fp", Fingerprint: func(m *consumer.Message) (string, error) {
+		k, err := orderKey(m)
+		return idem.Fingerprint([]byte(k)), err
+	}})
+	c2.Handle(context.Background(), &consumer.Message{Body: []byte("order:8:t1")})
+	if r := c2.Handle(context.Background(), &consumer.Message{Body: []byte("order:8:t2")}); r.Outcome != consumer.Duplicate {
+		t.Fatalf("custom fingerprint: %v %v", r.Outcome, r.Err)
+	}
+	c3 := newConsumer(t, b.engine, b.charge, consumer.Options{Fingerprint: func(*consumer.Message) (string, error) { return "nothex", nil }})
+	if r := c3.Handle(context.Background(), &consumer.Message{Body: []byte("order:9:a")}); r.Outcome != consumer.Rejected || !errors.Is(r.Err, idem.ErrInvalidInput) {
+		t.Fatalf("bad fingerprint: %v %v", r.Outcome, r.Err)
+	}
+}
+
+func TestInFlightAndBrokerExtension(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{Lease: 3 * time.Second})
+	started, release := make(chan struct{}), make(chan struct{})
+	c := newConsumer(t, b.engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		close(started)
+		<-release
+		return nil, nil
+	}, consumer.Options{InFlightDelay: 500 * time.Millisecond})
+	var extends atomic.Int64
+	done := make(chan consumer.Result)
+	go func() {
+		done <- c.Handle(context.Background(), &consumer.Message{Body: []byte("order:10:a"),
+			ExtendEvery: 20 * time.Millisecond,
+			Extend:      func(context.Context) error { extends.Add(1); return nil }})
+	}()
+	<-started
+	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:10:a")})
+	if r.Outcome != consumer.InFlight || !errors.Is(r.Err, idem.ErrInFlight) || r.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("concurrent duplicate: %v %v %s", r.Outcome, r.Err, r.RetryAfter)
+	}
+	time.Sleep(150 * time.Millisecond)
+	close(release)
+	if r := <-done; r.Outcome != consumer.Processed {
+		t.Fatalf("holder: %v %v", r.Outcome, r.Err)
+	}
+	n := extends.Load()
+	if n < 3 {
+		t.Fatalf("broker extended %d times in 150ms at 20ms, want several", n)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if extends.Load() != n {
+		t.Fatal("extension went on after Handle returned")
+	}
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	c := newConsumer(t, b.engine, b.charge, consumer.Options{})
+	b.mem.Close()
+	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:11:a")})
+	if r.Outcome != consumer.Failed || !errors.Is(r.Err, idem.ErrStoreUnavailable) || b.count("order/11") != 0 {
+		t.Fatalf("got %v %v, effects %d", r.Outcome, r.Err, b.count("order/11"))
+	}
+}
+
+// failComplete is a store whose Complete fails: the effect ran but cannot be recorded.
+type failComplete struct{ idem.Store }
+
+func (failComplete) Complete(context.Context, string, int64, idem.Response, time.Time, time.Time) error {
+	return errors.New("disk full")
+}
+
+func TestEffectDoneButNotRecordedIsAcked(t *testing.T) {
+	t.Parallel()
+	e, err := idem.New(failComplete{memstore.New()}, idem.Options{StoreTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	c := newConsumer(t, e, func(context.Context, *consumer.Message) ([]byte, error) { ran.Add(1); return []byte("r"), nil }, consumer.Options{Logger: discard()})
+	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:12:a")})
+	if r.Outcome != consumer.Processed || !r.Outcome.Ack() || !errors.Is(r.Err, idem.ErrStoreUnavailable) || ran.Load() != 1 {
+		t.Fatalf("got %v %v ran %d", r.Outcome, r.Err, ran.Load())
+	}
+}
+
+func TestLargeResultNotStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	big := make([]byte, 100)
+	c := newConsumer(t, b.engine, func(context.Context, *consumer.Message) ([]byte, error) { return big, nil }, consumer.Options{MaxResult: 10})
+	m := &consumer.Message{Body: []byte("order:13:a")}
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed || len(r.Output) != 100 || !r.OutputOmitted {
+		t.Fatalf("first: %+v", r)
+	}
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Duplicate || r.Output != nil || !r.OutputOmitted {
+		t.Fatalf("duplicate: %+v", r)
+	}
+}
+
+// Many goroutines deliver duplicates of many events at once: each effect runs exactly once,
+// and every delivery ends Processed or Duplicate once nothing is in flight.
+func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	c := newConsumer(t, b.engine, b.charge, consumer.Options{InFlightDelay: time.Millisecond})
+	const events, copies = 200, 8
+	var wg sync.WaitGroup
+	var processed atomic.Int64
+	for i := range events * copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := &consumer.Message{Body: []byte(fmt.Sprintf("order:%d:x", i%events)), ID: fmt.Sprint(i)}
+			for {
+				r := c.Handle(context.Background(), m)
+				if r.Outcome == consumer.InFlight {
+					time.Sleep(r.RetryAfter)
+					continue
+				}
+				if r.Outcome == consumer.Processed {
+					processed.Add(1)
+				} else if r.Outcome != consumer.Duplicate {
+					t.Errorf("delivery %d: %v %v", i, r.Outcome, r.Err)
+				}
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	if processed.Load() != events {
+		t.Fatalf("%d processed, want %d", processed.Load(), events)
+	}
+	for i := range events {
+		if n := b.count(fmt.Sprintf("order/%d", i)); n != 1 {
+			t.Fatalf("order %d: effect ran %d times", i, n)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	e, _ := idem.New(memstore.New(), idem.Options{})
+	h := func(context.Context, *consumer.Message) ([]byte, error) { return nil, nil }
+	cases := []struct {
+		name  string
+		e     *idem.Engine
+		h     consumer.Handler
+		opt   consumer.Options
+		field string
+	}{
+		{"nil engine", nil, h, consumer.Options{Key: orderKey}, "engine"},
+		{"nil handler", e, nil, consumer.Options{Key: orderKey}, "handler"},
+		{"no key", e, h, consumer.Options{}, "Options.Key"},
+		{"retry delay", e, h, consumer.Options{Key: orderKey, RetryDelay: -1}, "Options.RetryDelay"},
+		{"in-flight delay", e, h, consumer.Options{Key: orderKey, InFlightDelay: -1}, "Options.InFlightDelay"},
+		{"scope", e, h, consumer.Options{Key: orderKey, Scope: strings.Repeat("s", 300)}, "Options.Scope"},
+	}
+	for _, tc := range cases {
+		_, err := consumer.New(tc.e, tc.h, tc.opt)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	c, _ := consumer.New(e, h, consumer.Options{Key: orderKey})
+	if r := c.Handle(context.Background(), nil); r.Outcome != consumer.Rejected {
+		t.Errorf("nil message: %v", r.Outcome)
+	}
+	if r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:" + strings.Repeat("k", 600) + ":")}); r.Outcome != consumer.Rejected {
+		t.Errorf("key too long: %v", r.Outcome)
+	}
+}
