@@ -142,7 +142,7 @@ func TestOddPath(t *testing.T) {
 var fp = idem.Fingerprint([]byte("request"))
 
 // rawDB opens the store's file directly, to damage it as a bug or a disk might.
-func rawDB(t *testing.T, st *sqlitestore.Store) *sql.DB {
+func rawDB(t testing.TB, st *sqlitestore.Store) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", st.Path()+"?_pragma=busy_timeout(5000)")
 	if err != nil {
