@@ -19,7 +19,8 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migrationsTable records, per records table, which schema versions have been applied.
+// migrationsTable records, per records table (by its lower-case name), which schema versions
+// have been applied.
 const migrationsTable = "idem_migrations"
 
 // migration is one schema step.
@@ -77,6 +78,7 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 // writer), so two processes opening the same file at once apply each step exactly once: the
 // second waits for the first's lock, then finds the work done.
 func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) (err error) {
+	id := strings.ToLower(table) // SQLite's names are case-insensitive: "T" and "t" are one table
 	tx, err := db.BeginTx(ctx, nil) // the writer's DSN makes this BEGIN IMMEDIATE
 	if err != nil {
 		return err
@@ -96,7 +98,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) (err 
 		return err
 	}
 	var current int
-	if err = tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+migrationsTable+` WHERE tbl = ?`, table).Scan(&current); err != nil {
+	if err = tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+migrationsTable+` WHERE tbl = ?`, id).Scan(&current); err != nil {
 		return err
 	}
 	if current > SchemaVersion {
@@ -107,7 +109,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) (err 
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
 		if _, err = tx.ExecContext(ctx, `INSERT INTO `+migrationsTable+` (tbl, version, name, applied_at) VALUES (?, ?, ?, ?)`,
-			table, m.version, m.name, now.UnixMicro()); err != nil {
+			id, m.version, m.name, now.UnixMicro()); err != nil {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
 	}

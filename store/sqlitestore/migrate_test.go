@@ -144,4 +144,14 @@ func TestTablesShareFile(t *testing.T) {
 	}
 	wantVersions(t, versions(t, a, "tenant_a"))
 	wantVersions(t, versions(t, a, "tenant_b"))
+
+	// SQLite's names ignore case: "TENANT_A" is tenant_a, already migrated.
+	c, err := sqlitestore.Open(context.Background(), a.Path(), sqlitestore.Options{Table: "TENANT_A"})
+	if err != nil {
+		t.Fatalf("Open with the table name in another case: %v", err)
+	}
+	defer c.Close()
+	if rec, err := c.Get(ctx, "same-key"); err != nil || rec.State != idem.StateInProgress {
+		t.Errorf("record through the other case: %v %+v", err, rec)
+	}
 }

@@ -30,8 +30,9 @@ const DefaultTable = "idem_records"
 // Options configure a Store. The zero value is a good default for every field.
 type Options struct {
 	// Table names the records table. Default DefaultTable ("idem_records"). It must be 1 to 64
-	// ASCII letters, digits and underscores, not starting with a digit or "sqlite_". Stores with
-	// different tables may share one file; each table has its own schema version.
+	// ASCII letters, digits and underscores, not starting with a digit or "sqlite_", and not
+	// "idem_migrations". Case does not matter to SQLite. Stores with different tables may share
+	// one file; each table has its own schema version.
 	Table string
 	// BusyTimeout is how long a statement waits for a lock held by another process (or, on
 	// open, for another process's migration) before it fails. Default 5s.
@@ -61,6 +62,8 @@ func (o Options) withDefaults() (Options, error) {
 	switch {
 	case !validTable(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 64 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
+	case strings.EqualFold(o.Table, migrationsTable):
+		return o, invalid("Options.Table %q is the name of the migrations table", o.Table)
 	case o.BusyTimeout < time.Millisecond:
 		return o, invalid("Options.BusyTimeout %s is below 1ms", o.BusyTimeout)
 	case o.Readers < 1:

@@ -79,6 +79,7 @@ func TestOpenErrors(t *testing.T) {
 		{"bad table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "x; DROP TABLE y"}, idem.ErrInvalidInput, "Options.Table"},
 		{"table starting with a digit", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "1t"}, idem.ErrInvalidInput, "Options.Table"},
 		{"reserved table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "sqlite_master"}, idem.ErrInvalidInput, "Options.Table"},
+		{"migrations table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "IDEM_migrations"}, idem.ErrInvalidInput, "Options.Table"},
 		{"long table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: strings.Repeat("t", 65)}, idem.ErrInvalidInput, "Options.Table"},
 		{"negative busy timeout", filepath.Join(dir, "a.db"), sqlitestore.Options{BusyTimeout: -time.Second}, idem.ErrInvalidInput, "Options.BusyTimeout"},
 		{"negative readers", filepath.Join(dir, "a.db"), sqlitestore.Options{Readers: -1}, idem.ErrInvalidInput, "Options.Readers"},
