@@ -78,7 +78,7 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 // writer), so two processes opening the same file at once apply each step exactly once: the
 // second waits for the first's lock, then finds the work done.
 func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) (err error) {
-	id := strings.ToLower(table) // SQLite's names are case-insensitive: "T" and "t" are one table
+	id := strings.ToLower(table)    // SQLite's names are case-insensitive: "T" and "t" are one table
 	tx, err := db.BeginTx(ctx, nil) // the writer's DSN makes this BEGIN IMMEDIATE
 	if err != nil {
 		return err
