@@ -88,6 +88,9 @@ type Options struct {
 	// finishes within it and the redelivery is then a cheap duplicate; a crashed holder's
 	// lease is taken over once it runs out.
 	InFlightDelay time.Duration
+	// Observe, when set, is called with every Result before Handle returns it, for metrics and
+	// logs. It must be quick and safe for concurrent use. Default nil.
+	Observe func(m *Message, r Result)
 	// Logger receives warnings (an effect whose record could not be stored, a failed broker
 	// extension). Default slog.Default().
 	Logger *slog.Logger
@@ -140,6 +143,14 @@ func (c *Consumer) Engine() *idem.Engine { return c.engine }
 //
 // The Result says what happened and what the adapter does with the delivery; see Outcome.
 func (c *Consumer) Handle(ctx context.Context, m *Message) Result {
+	r := c.handle(ctx, m)
+	if c.opt.Observe != nil {
+		c.opt.Observe(m, r)
+	}
+	return r
+}
+
+func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 	if m == nil {
 		return Result{Outcome: Rejected, Err: fmt.Errorf("%w: consumer: nil message", idem.ErrInvalidInput)}
 	}

@@ -1,0 +1,479 @@
+// Package consumertest is the conformance suite for consumer adapters: every broker adapter
+// (consumer/natsjs, consumer/amqp, consumer/sqs) passes it unchanged.
+//
+// # What an adapter supplies
+//
+// A [Broker] makes a fresh, empty [Queue] for each subtest (its own stream, queue or topic,
+// removed at cleanup), so subtests run in parallel. A Queue publishes a body as a new message
+// with a fresh transport id, starts consumers that hand every delivery to a *consumer.Consumer
+// and ack by the adapter's rules, and reports how many messages the broker still holds.
+//
+// To simulate a crash, a consumer started by Queue.Start calls the crash hook after
+// Consumer.Handle returned an outcome to ack and before it acks. When the hook returns true,
+// the consumer must behave like a process killed at that instant: not ack, drop its connection
+// (or subscription) abruptly so that the broker redelivers every message it held, and stop;
+// the suite then starts a new one.
+//
+//	func TestConformance(t *testing.T) {
+//		consumertest.Run(t, myBroker{url: testenv.NATSURL(t)}, consumertest.Options{})
+//	}
+//
+// # What it checks
+//
+//   - Duplicates: M business events, each published N times with fresh transport ids, consumed
+//     by concurrent consumers on one queue, some effects slow (so that copies meet in flight),
+//     some failing transiently: every effect exactly once.
+//   - CrashBetweenEffectAndAck: at least 1,000 messages; consumers crash at random after the
+//     effect and before the ack, and are replaced: every effect exactly once.
+//   - Rejected: a message without a business key is not acked and its effect never runs,
+//     while the others are processed.
+//
+// Effects are counted in a real PostgreSQL table (one per subtest, without a unique
+// constraint, so a double effect shows as two rows); "exactly once" means every event has
+// exactly one row. After the consumers stop, the queue must hold no message: none lost, none
+// left unacked. The idem store is memstore by default (one process); [Options.Store] supplies
+// another.
+package consumertest
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// Broker makes queues for the suite.
+type Broker interface {
+	// NewQueue returns a fresh, empty queue that shares nothing with other tests, and
+	// registers its removal with t.Cleanup. It fails or skips t when the broker is missing.
+	NewQueue(t *testing.T) Queue
+}
+
+// Queue is one isolated queue (a JetStream stream and durable consumer, a RabbitMQ queue).
+type Queue interface {
+	// Publish publishes body as a new message with a fresh transport id. It returns once the
+	// broker has accepted it.
+	Publish(ctx context.Context, body []byte) error
+	// Start starts one consumer that hands every delivery to c.Handle and acks, redelivers or
+	// dead-letters it as the Result says. Before acking a delivery it calls crash; if crash
+	// returns true the consumer does not ack, drops its connection abruptly, stops, and closes
+	// the Worker's Done channel.
+	Start(ctx context.Context, c *consumer.Consumer, crash func() bool) (Worker, error)
+	// Pending returns how many messages the broker still holds for the queue, ready or
+	// delivered and not acked. The suite calls it after stopping every consumer. A message that
+	// was dead-lettered (Rejected) does not count.
+	Pending(ctx context.Context) (int, error)
+}
+
+// Worker is a running consumer.
+type Worker interface {
+	// Stop stops the consumer gracefully: it takes no new delivery, finishes (and acks) the
+	// ones under way, and returns when it has stopped. It is safe to call after a crash.
+	Stop()
+	// Done is closed when the consumer has stopped, by Stop or after a crash.
+	Done() <-chan struct{}
+}
+
+// Options tune the suite for an adapter.
+type Options struct {
+	// Consumers is how many consumers run at once on one queue. Default 4.
+	Consumers int
+	// Events is how many business events the Duplicates test publishes. Default 200.
+	Events int
+	// Copies is how many times each event is published, each time with a new transport id.
+	// Default 3.
+	Copies int
+	// CrashMessages is how many messages the crash test publishes (at least 1,000 by default:
+	// 500 events, twice each). Default 1000.
+	CrashMessages int
+	// CrashRate is the chance that a consumer crashes between an effect and its ack. Default
+	// 0.03.
+	CrashRate float64
+	// Store returns the idem store a subtest's consumers share. Default: a new memstore.
+	Store func(t *testing.T) idem.Store
+	// Timeout bounds each subtest's wait for every effect and an empty queue. Default 2m.
+	Timeout time.Duration
+	// SkipRejected skips the Rejected test, for a broker that cannot dead-letter a message at
+	// once (SQS leaves it to the queue's redrive policy). The suite logs the skip.
+	SkipRejected bool
+}
+
+// Run runs the suite against broker.
+func Run(t *testing.T, broker Broker, opt Options) {
+	opt.Consumers = cmp.Or(opt.Consumers, 4)
+	opt.Events = cmp.Or(opt.Events, 200)
+	opt.Copies = cmp.Or(opt.Copies, 3)
+	opt.CrashMessages = cmp.Or(opt.CrashMessages, 1000)
+	opt.CrashRate = cmp.Or(opt.CrashRate, 0.03)
+	opt.Timeout = cmp.Or(opt.Timeout, 2*time.Minute)
+	if opt.Store == nil {
+		opt.Store = func(*testing.T) idem.Store { return memstore.New() }
+	}
+	s := &suite{broker: broker, opt: opt}
+	t.Run("Duplicates", s.duplicates)
+	t.Run("CrashBetweenEffectAndAck", s.crashes)
+	t.Run("Rejected", s.rejected)
+}
+
+type suite struct {
+	broker Broker
+	opt    Options
+}
+
+// event is the body the suite publishes; ID is the business key. Copies of one event are
+// byte-identical, as a producer's retry is; only their transport ids differ.
+type event struct {
+	ID    string `json:"id"`
+	Cents int    `json:"cents"`
+	Slow  bool   `json:"slow,omitempty"`
+}
+
+// bundle is what one subtest uses.
+type bundle struct {
+	t       *testing.T
+	q       Queue
+	db      *pgxpool.Pool
+	table   string
+	engine  *idem.Engine
+	outcome [6]atomic.Int64 // counts per consumer.Outcome
+	failed  sync.Map        // event ids that already failed once (transient failures)
+}
+
+func (s *suite) setup(t *testing.T) *bundle {
+	t.Helper()
+	url := testenv.PostgresURL(t)
+	q := s.broker.NewQueue(t)
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("consumertest: PostgreSQL: %v", err)
+	}
+	t.Cleanup(db.Close)
+	table := "consumertest_" + randHex(6)
+	if _, err := db.Exec(ctx, "CREATE TABLE "+table+" (key text NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		t.Fatalf("consumertest: create table: %v", err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	engine, err := idem.New(s.opt.Store(t), idem.Options{Lease: 5 * time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{t: t, q: q, db: db, table: table, engine: engine}
+}
+
+// consumer returns the Consumer under test: it charges an event by inserting one row, keyed on
+// the event id. Slow events take a while, so that copies meet in flight; with failRate, the
+// first attempt of that share of events fails transiently.
+func (b *bundle) consumer(failRate float64) *consumer.Consumer {
+	c, err := consumer.New(b.engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var e event
+		if err := json.Unmarshal(m.Body, &e); err != nil {
+			return nil, consumer.Reject(err)
+		}
+		if e.Slow {
+			time.Sleep(time.Duration(50+mrand.IntN(150)) * time.Millisecond)
+		}
+		if failRate > 0 && mrand.Float64() < failRate {
+			if _, loaded := b.failed.LoadOrStore(e.ID, true); !loaded {
+				return nil, errors.New("consumertest: transient failure")
+			}
+		}
+		if _, err := b.db.Exec(ctx, "INSERT INTO "+b.table+" (key) VALUES ($1)", e.ID); err != nil {
+			return nil, err
+		}
+		return []byte("charged " + e.ID), nil
+	}, consumer.Options{
+		Scope:         "consumertest",
+		InFlightDelay: 200 * time.Millisecond,
+		RetryDelay:    50 * time.Millisecond,
+		Logger:        quiet(),
+		Observe: func(_ *consumer.Message, r consumer.Result) {
+			if int(r.Outcome) < len(b.outcome) {
+				b.outcome[r.Outcome].Add(1)
+			}
+		},
+		Key: func(m *consumer.Message) (string, error) {
+			var e event
+			if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
+				return "", fmt.Errorf("no event id in %q", m.Body)
+			}
+			return "event/" + e.ID, nil
+		},
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return c
+}
+
+// events returns n events with ids unique to this run; every tenth is slow.
+func events(n int) []event {
+	prefix := randHex(4)
+	es := make([]event, n)
+	for i := range es {
+		es[i] = event{ID: fmt.Sprintf("%s-%d", prefix, i), Cents: 100 + i, Slow: i%10 == 0}
+	}
+	return es
+}
+
+// publish publishes every event copies times, in random order, from a few goroutines.
+func (b *bundle) publish(ctx context.Context, es []event, copies int) {
+	b.t.Helper()
+	var bodies [][]byte
+	for _, e := range es {
+		body, _ := json.Marshal(e)
+		for range copies {
+			bodies = append(bodies, body)
+		}
+	}
+	b.publishBodies(ctx, bodies)
+}
+
+func (b *bundle) publishBodies(ctx context.Context, bodies [][]byte) {
+	b.t.Helper()
+	mrand.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(bodies) {
+					return
+				}
+				if err := b.q.Publish(ctx, bodies[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.t.Fatalf("consumertest: publish: %v", err)
+	}
+}
+
+// pool keeps n consumers running, replacing each one that crashes, until stop is called.
+type pool struct {
+	stopOnce sync.Once
+	stopCh   chan struct{}
+	done     chan struct{}
+	crashes  atomic.Int64
+	acks     atomic.Int64
+}
+
+func (b *bundle) run(ctx context.Context, c *consumer.Consumer, n int, crashRate float64) *pool {
+	p := &pool{stopCh: make(chan struct{}), done: make(chan struct{})}
+	crash := func() bool {
+		if crashRate > 0 && mrand.Float64() < crashRate {
+			p.crashes.Add(1)
+			return true
+		}
+		p.acks.Add(1)
+		return false
+	}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				w, err := b.q.Start(ctx, c, crash)
+				if err != nil {
+					b.t.Errorf("consumertest: start consumer: %v", err)
+					return
+				}
+				select {
+				case <-w.Done(): // crashed: start another
+				case <-p.stopCh:
+					w.Stop()
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(p.done) }()
+	return p
+}
+
+func (p *pool) stop() {
+	p.stopOnce.Do(func() { close(p.stopCh) })
+	<-p.done
+}
+
+// waitFor polls cond until it holds or the suite's timeout runs out.
+func (b *bundle) waitFor(timeout time.Duration, what string, cond func() (bool, string)) {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("consumertest: timed out after %s waiting for %s: %s", timeout, what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// effects returns the number of effect rows and of distinct events with one.
+func (b *bundle) effects(ctx context.Context) (rows, distinct int) {
+	b.t.Helper()
+	if err := b.db.QueryRow(ctx, "SELECT count(*), count(DISTINCT key) FROM "+b.table).Scan(&rows, &distinct); err != nil {
+		b.t.Fatalf("consumertest: count effects: %v", err)
+	}
+	return rows, distinct
+}
+
+// check asserts exactly one effect per event, and an empty queue once the consumers stopped.
+func (b *bundle) check(ctx context.Context, es []event) {
+	b.t.Helper()
+	rows, distinct := b.effects(ctx)
+	if rows != len(es) || distinct != len(es) {
+		var doubles []string
+		r, err := b.db.Query(ctx, "SELECT key, count(*) FROM "+b.table+" GROUP BY key HAVING count(*) > 1 LIMIT 10")
+		if err == nil {
+			for r.Next() {
+				var k string
+				var n int
+				_ = r.Scan(&k, &n)
+				doubles = append(doubles, fmt.Sprintf("%s×%d", k, n))
+			}
+			r.Close()
+		}
+		b.t.Errorf("consumertest: %d effects for %d distinct events, want exactly one for each of %d (double effects: %v)",
+			rows, distinct, len(es), doubles)
+	}
+	var pending int
+	b.waitFor(10*time.Second, "an empty queue after the consumers stopped", func() (bool, string) {
+		n, err := b.q.Pending(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		pending = n
+		return n == 0, fmt.Sprintf("%d messages left", n)
+	})
+	_ = pending
+}
+
+func (b *bundle) logOutcomes(p *pool) {
+	b.t.Helper()
+	var parts []any
+	for o := consumer.Processed; o <= consumer.Rejected; o++ {
+		parts = append(parts, o.String(), b.outcome[o].Load())
+	}
+	parts = append(parts, "acks", p.acks.Load(), "crashes", p.crashes.Load())
+	b.t.Log(append([]any{"outcomes:"}, parts...)...)
+}
+
+func (s *suite) duplicates(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t)
+	ctx := context.Background()
+	es := events(s.opt.Events)
+	total := len(es) * s.opt.Copies
+	p := b.run(ctx, b.consumer(0.05), s.opt.Consumers, 0)
+	b.publish(ctx, es, s.opt.Copies)
+	b.waitFor(s.opt.Timeout, "every effect and every ack", func() (bool, string) {
+		_, distinct := b.effects(ctx)
+		acks := p.acks.Load()
+		return distinct == len(es) && acks >= int64(total), fmt.Sprintf("%d/%d events done, %d/%d messages acked", distinct, len(es), acks, total)
+	})
+	p.stop()
+	b.logOutcomes(p)
+	b.check(ctx, es)
+	if n := b.outcome[consumer.Processed].Load(); n != int64(len(es)) {
+		t.Errorf("consumertest: %d Processed outcomes, want one per event (%d)", n, len(es))
+	}
+	if b.outcome[consumer.Duplicate].Load() == 0 {
+		t.Error("consumertest: no Duplicate outcome although every event was published several times")
+	}
+}
+
+func (s *suite) crashes(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t)
+	ctx := context.Background()
+	es := events((s.opt.CrashMessages + 1) / 2)
+	total := len(es) * 2
+	p := b.run(ctx, b.consumer(0), s.opt.Consumers, s.opt.CrashRate)
+	b.publish(ctx, es, 2)
+	b.waitFor(s.opt.Timeout, "every effect and every ack", func() (bool, string) {
+		_, distinct := b.effects(ctx)
+		acks := p.acks.Load()
+		return distinct == len(es) && acks >= int64(total), fmt.Sprintf("%d/%d events done, %d/%d messages acked, %d crashes",
+			distinct, len(es), acks, total, p.crashes.Load())
+	})
+	p.stop()
+	b.logOutcomes(p)
+	b.check(ctx, es)
+	if p.crashes.Load() == 0 {
+		t.Errorf("consumertest: no consumer crashed in %d messages at rate %g; the test did not test crashes", total, s.opt.CrashRate)
+	}
+	if b.outcome[consumer.Duplicate].Load() < p.crashes.Load() {
+		t.Errorf("consumertest: %d crashes after the effect but only %d duplicates: redeliveries went missing",
+			p.crashes.Load(), b.outcome[consumer.Duplicate].Load())
+	}
+}
+
+func (s *suite) rejected(t *testing.T) {
+	if s.opt.SkipRejected {
+		t.Skip("consumertest: Options.SkipRejected: the adapter cannot dead-letter at once")
+	}
+	t.Parallel()
+	b := s.setup(t)
+	ctx := context.Background()
+	es := events(20)
+	for i := range es {
+		es[i].Slow = false
+	}
+	p := b.run(ctx, b.consumer(0), 2, 0)
+	var bodies [][]byte
+	for _, e := range es {
+		body, _ := json.Marshal(e)
+		bodies = append(bodies, body)
+	}
+	bodies = append(bodies, []byte("not json"), []byte(`{"cents":5}`))
+	b.publishBodies(ctx, bodies)
+	b.waitFor(s.opt.Timeout, "the good events acked and the bad ones rejected", func() (bool, string) {
+		acks, rej := p.acks.Load(), b.outcome[consumer.Rejected].Load()
+		return acks >= int64(len(es)) && rej >= 2, fmt.Sprintf("%d/%d acked, %d/2 rejected", acks, len(es), rej)
+	})
+	time.Sleep(200 * time.Millisecond) // a rejected message that came back would show now
+	p.stop()
+	b.check(ctx, es)
+	if n := b.outcome[consumer.Rejected].Load(); n != 2 {
+		t.Errorf("consumertest: %d Rejected outcomes, want 2 (a rejected message must not come back)", n)
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
