@@ -1,0 +1,132 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem"
+)
+
+// TxFunc is the caller's effect in DoTx: it writes through tx (and only tx) and returns the
+// response to store and replay. It must not commit or roll back tx.
+type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
+
+// txRetries bounds the re-runs of a DoTx whose transaction PostgreSQL aborted as a
+// serialization failure or a deadlock: nothing of it committed, so a re-run is safe.
+const txRetries = 5
+
+// DoTx runs fn at most once for key, in the same transaction as the claim and the completion:
+// the strongest guarantee idem offers, for effects that live in this database.
+//
+// It begins a READ COMMITTED transaction, claims key in it, runs fn with the transaction,
+// stores fn's response in the record and commits: the caller's writes and the record commit
+// together or not at all. A concurrent DoTx with the same key waits on the records table's
+// unique index until the first commits, then replays its response; if the first rolls back,
+// it claims the key and runs fn itself. No in-progress record is ever visible to others.
+//
+// DoTx returns:
+//   - the executed Result (Kept true) and nil, after a successful commit;
+//   - the replayed Result (Replayed true) and nil when the key was completed before with the
+//     same fingerprint, by DoTx or by an engine on this store;
+//   - an error matching idem.ErrMismatch when the key was used with another fingerprint;
+//   - an *idem.InFlightError (idem.ErrInFlight) when an engine on this store, outside any
+//     transaction, holds the key now;
+//   - fn's error, unchanged, after rolling back: no record and none of fn's writes remain,
+//     so a retry executes;
+//   - an *idem.StoreError (idem.ErrStoreUnavailable) when the database failed. If the
+//     failure was in COMMIT the outcome is unknown to this process, but it is all or nothing:
+//     a retry with the same key replays or executes, and never executes twice.
+//
+// Serialization failures and deadlocks roll back everything and are retried a few times.
+// The stored response is replayed for Options.TxTTL; fn's response is always kept (return an
+// error to keep nothing).
+func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Result{}, err
+	}
+	if fn == nil {
+		return idem.Result{}, invalid("nil function")
+	}
+	for attempt := 0; ; attempt++ {
+		res, retry, err := s.doTx(ctx, key, fingerprint, fn)
+		if !retry || attempt == txRetries {
+			return res, err
+		}
+	}
+}
+
+// doTx is one attempt; retry reports an abort that a new attempt may get past.
+func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc) (res idem.Result, retry bool, err error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Detached: a cancelled caller must not leave the transaction open on the
+			// connection. Rollback of a dead connection closes it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
+			_ = tx.Rollback(rctx)
+			cancel()
+		}
+	}()
+	now := s.opt.Now()
+	ttl := s.opt.TxTTL
+	r, err := s.reserve(ctx, tx, key, fingerprint, now, ttl, ttl)
+	if err != nil {
+		if errors.Is(err, idem.ErrInvalidInput) {
+			return res, false, err
+		}
+		return res, retryable(err), &idem.StoreError{Op: "reserve", Err: opErr("reserve", err)}
+	}
+	if !r.Claimed {
+		return fromRecord(&r.Record, fingerprint, now)
+	}
+	resp, ferr := fn(ctx, tx)
+	if ferr != nil {
+		if retryable(ferr) && ctx.Err() == nil {
+			return res, true, ferr
+		}
+		return res, false, ferr
+	}
+	expires := s.opt.Now().Add(ttl)
+	if err := s.complete(ctx, tx, key, r.Record.Token, resp, now, expires); err != nil {
+		return res, retryable(err), &idem.StoreError{Op: "complete", Err: opErr("complete", err)}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		committed = true // Commit ends the transaction whatever its outcome
+		return res, retryable(err), &idem.StoreError{Op: "commit", Err: opErr("commit", err)}
+	}
+	committed = true
+	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: expires.Truncate(time.Microsecond)}, false, nil
+}
+
+// fromRecord answers a DoTx from a record it did not claim.
+func fromRecord(rec *idem.Record, fingerprint string, now time.Time) (idem.Result, bool, error) {
+	if rec.Fingerprint != fingerprint {
+		return idem.Result{}, false, fmt.Errorf("%w (key %.80q)", idem.ErrMismatch, rec.Key)
+	}
+	if rec.State != idem.StateCompleted {
+		// Round up to whole seconds, as the engine does: Retry-After has second resolution.
+		after := max(time.Second, (rec.LeaseUntil.Sub(now)+time.Second-1)/time.Second*time.Second)
+		return idem.Result{}, false, &idem.InFlightError{Key: rec.Key, RetryAfter: after}
+	}
+	var resp idem.Response
+	if rec.Response != nil {
+		resp = *rec.Response
+	}
+	return idem.Result{Response: resp, Replayed: true, Kept: true, ExpiresAt: rec.ExpiresAt}, false, nil
+}
+
+// retryable reports a transaction PostgreSQL aborted and that may pass when run again:
+// serialization_failure (40001) and deadlock_detected (40P01).
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}

@@ -1,0 +1,387 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+)
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
+
+// DefaultTable is the records table used when Options.Table is empty.
+const DefaultTable = "idem_records"
+
+// Options configure a Store. The zero value is a good default for every field.
+type Options struct {
+	// Schema is the PostgreSQL schema of the records table and of MigrationsTable; Migrate
+	// creates it if missing. Default "": unqualified names, resolved by the connection's
+	// search_path (usually "public"). Same rules as Table.
+	Schema string
+	// Table names the records table. Default DefaultTable ("idem_records"). It must be 1 to
+	// 48 ASCII letters, digits and underscores, not starting with a digit. Several apps may
+	// share a database with a table (or schema) each.
+	Table string
+	// TxTTL is how long a response stored by DoTx is replayed. Default 24h.
+	TxTTL time.Duration
+	// Now is the clock of DoTx (the engine passes its own times to the other methods).
+	// Default time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() (Options, error) {
+	o.Table = cmp.Or(o.Table, DefaultTable)
+	o.TxTTL = cmp.Or(o.TxTTL, 24*time.Hour)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	switch {
+	case !validName(o.Table):
+		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
+	case o.Schema != "" && !validName(o.Schema):
+		return o, invalid("Options.Schema %q is not a valid schema name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Schema)
+	case o.TxTTL < time.Millisecond:
+		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
+	}
+	return o, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 48 || ('0' <= s[0] && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("pgstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+}
+
+// ErrClosed is returned by every method of a closed Store. It matches idem.ErrStoreUnavailable
+// with errors.Is, so the engine fails closed.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string        { return "pgstore: store is closed" }
+func (closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+
+// Store is an idem.Store in a PostgreSQL table. It is safe for concurrent use by many
+// goroutines and many processes sharing the database. Create it with New or Open; run Migrate
+// once (at every start is fine) before use.
+type Store struct {
+	pool       *pgxpool.Pool
+	ownPool    bool
+	opt        Options
+	name       string // the quoted, possibly schema-qualified records table
+	migrations string // the quoted, possibly schema-qualified migrations table
+	closed     atomic.Bool
+	q          queries
+}
+
+// New returns a Store on pool, which stays the caller's: Close does not close it. It does not
+// touch the database; call Migrate to create the table. It fails with an error wrapping
+// idem.ErrInvalidInput, naming the field, for bad options.
+func New(pool *pgxpool.Pool, opt Options) (*Store, error) {
+	if pool == nil {
+		return nil, invalid("pool is nil")
+	}
+	o, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, opt: o}
+	if o.Schema != "" {
+		s.name = pgx.Identifier{o.Schema, o.Table}.Sanitize()
+		s.migrations = pgx.Identifier{o.Schema, MigrationsTable}.Sanitize()
+	} else {
+		s.name = pgx.Identifier{o.Table}.Sanitize()
+		s.migrations = pgx.Identifier{MigrationsTable}.Sanitize()
+	}
+	s.q = newQueries(s.name)
+	return s, nil
+}
+
+// Open connects to the database at url (a PostgreSQL URL or key=value string, as pgxpool
+// accepts: pool_max_conns and the other pool_* parameters apply) and returns a Store that
+// owns the pool: Close closes it. ctx bounds the first connection.
+func Open(ctx context.Context, url string, opt Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors may quote the URL, password included: keep them out.
+		return nil, invalid("cannot parse the connection string")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: open: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: open: %w", err)
+	}
+	s, err := New(pool, opt)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Table returns the quoted, schema-qualified (when Options.Schema is set) records table.
+func (s *Store) Table() string { return s.name }
+
+// Close makes every later call fail with ErrClosed and, if the store was made by Open, closes
+// its pool. It is safe to call twice.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// querier is what the record statements run on: the pool, or a transaction (DoTx).
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("empty key")
+	case len(key) > idem.MaxKeyLen:
+		return invalid("key of %d bytes is longer than %d", len(key), idem.MaxKeyLen)
+	case !utf8.ValidString(key):
+		return invalid("key is not valid UTF-8")
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return invalid("key contains a NUL byte")
+		}
+	}
+	return nil
+}
+
+func opErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == ErrClosed {
+		return err
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// reserveRetries bounds the re-runs of the claim statement when the row that blocked it was
+// not visible to the statement's snapshot (see queries.reserve): each re-run has a newer one.
+const reserveRetries = 16
+
+// Reserve implements idem.Store in one statement: one round trip (a second only in the rare
+// race described at queries.reserve).
+func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Reservation{}, err
+	}
+	res, err := s.reserve(ctx, s.pool, key, fingerprint, now, lease, window)
+	if err != nil {
+		return res, opErr("reserve", err)
+	}
+	return res, nil
+}
+
+func (s *Store) reserve(ctx context.Context, db querier, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := checkKey(key); err != nil {
+		return idem.Reservation{}, err
+	}
+	switch {
+	case !idem.ValidFingerprint(fingerprint):
+		return idem.Reservation{}, invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, idem.FingerprintLen)
+	case lease <= 0:
+		return idem.Reservation{}, invalid("lease %s is not positive", lease)
+	case window <= 0:
+		return idem.Reservation{}, invalid("window %s is not positive", window)
+	}
+	nowUs := now.UnixMicro()
+	leaseUntil := now.Add(lease).UnixMicro()
+	expires := now.Add(window).UnixMicro()
+	token := idem.NextToken(0, now)
+	for range reserveRetries {
+		var res idem.Reservation
+		rec := &res.Record
+		var sc scan
+		err := db.QueryRow(ctx, s.q.reserve, key, fingerprint, nowUs, leaseUntil, expires, token).
+			Scan(append([]any{&res.Claimed}, sc.dest(rec)...)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // the blocking row is not in this statement's snapshot: run it again
+		}
+		if err != nil {
+			return idem.Reservation{}, err
+		}
+		rec.Key = key
+		if err := sc.finish(rec); err != nil {
+			return idem.Reservation{}, err
+		}
+		res.Takeover = res.Claimed && rec.Attempts > 1
+		return res, nil
+	}
+	return idem.Reservation{}, fmt.Errorf("claim of %.80q found neither a claim nor a record %d times", key, reserveRetries)
+}
+
+// Complete implements idem.Store: one UPDATE fenced on the token.
+func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return opErr("complete", s.complete(ctx, s.pool, key, token, resp, now, expiresAt))
+}
+
+func (s *Store) complete(ctx context.Context, db querier, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
+	tag, err := db.Exec(ctx, s.q.complete, key, token, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro())
+	return fenced(tag, err)
+}
+
+func fenced(tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Release implements idem.Store: the record stays, expired (expires_at = lease_until = 0),
+// so the next claim's token is larger and the released token is dead.
+func (s *Store) Release(ctx context.Context, key string, token int64) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.release, key, token)
+	return opErr("release", fenced(tag, err))
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.extend, key, token, until.UnixMicro())
+	return opErr("extend", fenced(tag, err))
+}
+
+// Get implements idem.Store. A released record is returned expired (ExpiresAt at the epoch).
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Record{}, err
+	}
+	rec := idem.Record{Key: key}
+	var sc scan
+	err := s.pool.QueryRow(ctx, s.q.get, key).Scan(sc.dest(&rec)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	if err == nil {
+		err = sc.finish(&rec)
+	}
+	if err != nil {
+		return idem.Record{}, opErr("get", err)
+	}
+	return rec, nil
+}
+
+// Delete removes key's record whatever its state (idem.Deleter, for operators).
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, s.q.del, key)
+	return opErr("delete", err)
+}
+
+// Sweep implements idem.Store: one DELETE of at most batch rows found by the expires_at
+// index, oldest first, skipping rows locked by a concurrent claim; no long lock, no full scan.
+// A negative batch is an error; 0 deletes nothing.
+func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if batch < 0 {
+		return 0, invalid("sweep batch %d is negative", batch)
+	}
+	if batch == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.q.sweep, now.UnixMicro(), batch)
+	if err != nil {
+		return 0, opErr("sweep", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// scan holds the columns of a record that need converting after Scan.
+type scan struct {
+	state                                       int16
+	leaseUntil, createdAt, completedAt, expires int64
+	response                                    []byte
+}
+
+// dest returns Scan destinations for the record columns, in queries' column order.
+func (sc *scan) dest(rec *idem.Record) []any {
+	return []any{&rec.Fingerprint, &sc.state, &rec.Token, &sc.leaseUntil, &rec.Attempts,
+		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires}
+}
+
+func (sc *scan) finish(rec *idem.Record) error {
+	rec.State = idem.State(sc.state)
+	if rec.State != idem.StateInProgress && rec.State != idem.StateCompleted {
+		return fmt.Errorf("%w: record %.80q has state %d", idem.ErrCorruptRecord, rec.Key, sc.state)
+	}
+	rec.LeaseUntil = time.UnixMicro(sc.leaseUntil)
+	rec.CreatedAt = time.UnixMicro(sc.createdAt)
+	if sc.completedAt != 0 {
+		rec.CompletedAt = time.UnixMicro(sc.completedAt)
+	}
+	rec.ExpiresAt = time.UnixMicro(sc.expires)
+	if sc.response != nil {
+		r, err := idem.DecodeResponse(sc.response)
+		if err != nil {
+			return fmt.Errorf("record %.80q: %w", rec.Key, err)
+		}
+		rec.Response = &r
+	}
+	return nil
+}
+
+const lockReleaseTimeout = 10 * time.Second

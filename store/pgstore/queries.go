@@ -1,0 +1,66 @@
+package pgstore
+
+// queries are the store's statements for one table. Column order everywhere: fingerprint,
+// state, token, lease_until, attempts, response, created_at, completed_at, expires_at.
+type queries struct {
+	reserve, complete, release, extend, get, del, sweep string
+}
+
+const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at`
+
+func newQueries(t string) queries {
+	return queries{
+		// reserve claims in one statement. $1 key, $2 fingerprint, $3 now, $4 lease_until,
+		// $5 expires_at, $6 the token of a first claim (idem.NextToken(0, now)).
+		//
+		// "up" inserts, or updates a conflicting row that is expired or whose lease ran out
+		// with the same fingerprint: a claim (attempts 1) or a takeover (attempts + 1). When
+		// the conflicting row is live, ON CONFLICT DO UPDATE leaves it as it is but LOCKS its
+		// latest version, so it cannot change until this statement ends.
+		//
+		// "cur" then returns that row. Under READ COMMITTED the statement's snapshot may hold
+		// an older version of it (updated by a transaction that committed after the snapshot
+		// was taken): FOR SHARE makes PostgreSQL follow the update chain to the latest
+		// version, the one we locked, and return that one. If the blocking row is not in the
+		// snapshot at all (inserted, or deleted and reinserted, after it was taken), "cur" is
+		// empty, the statement returns no row, and Reserve runs it again with a new snapshot.
+		reserve: `WITH up AS (
+	INSERT INTO ` + t + ` AS r (key, ` + cols + `)
+	VALUES ($1, $2, 1, $6, $4, 1, NULL, $3, 0, $5)
+	ON CONFLICT (key) DO UPDATE SET
+		fingerprint  = excluded.fingerprint,
+		state        = 1,
+		token        = GREATEST(r.token + 1, excluded.token),
+		lease_until  = excluded.lease_until,
+		attempts     = CASE WHEN r.expires_at <= $3 THEN 1 ELSE r.attempts + 1 END,
+		response     = NULL,
+		created_at   = CASE WHEN r.expires_at <= $3 THEN excluded.created_at ELSE r.created_at END,
+		completed_at = 0,
+		expires_at   = excluded.expires_at
+	WHERE r.expires_at <= $3
+	   OR (r.state = 1 AND r.lease_until <= $3 AND r.fingerprint = excluded.fingerprint)
+	RETURNING true, ` + cols + `
+), cur AS (
+	SELECT false, ` + cols + ` FROM ` + t + `
+	WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)
+	FOR SHARE
+)
+SELECT * FROM up UNION ALL SELECT * FROM cur`,
+
+		// Fenced on the token, and on the claim being live: a released claim
+		// (expires_at = 0) is dead for its holder.
+		complete: `UPDATE ` + t + ` SET state = 2, response = $3, completed_at = $4, expires_at = $5
+	WHERE key = $1 AND token = $2 AND state = 1 AND expires_at <> 0`,
+		release: `UPDATE ` + t + ` SET expires_at = 0, lease_until = 0
+	WHERE key = $1 AND token = $2 AND state = 1 AND expires_at <> 0`,
+		extend: `UPDATE ` + t + ` SET lease_until = $3, expires_at = GREATEST(expires_at, $3)
+	WHERE key = $1 AND token = $2 AND state = 1 AND expires_at <> 0`,
+		get: `SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1`,
+		del: `DELETE FROM ` + t + ` WHERE key = $1`,
+		// The inner SELECT walks the expires_at index from the oldest; FOR UPDATE re-checks
+		// each row's latest version (a row reclaimed meanwhile is no longer expired and is
+		// left alone) and SKIP LOCKED passes over rows a claim holds right now.
+		sweep: `DELETE FROM ` + t + ` WHERE key IN (
+	SELECT key FROM ` + t + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+	}
+}
