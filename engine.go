@@ -299,8 +299,7 @@ func (e *Engine) complete(ctx context.Context, key string, token int64, resp Res
 			return nil
 		}
 		if errors.Is(err, ErrLeaseLost) {
-			e.opt.Logger.Warn("idem: effect ran but its claim was taken over; result not stored", "key", key)
-			return fmt.Errorf("complete %.80q: %w", key, ErrLeaseLost)
+			return e.lostOnComplete(ctx, key, token)
 		}
 	}
 	sctx, cancel := e.detached(ctx)
@@ -312,8 +311,7 @@ func (e *Engine) complete(ctx context.Context, key string, token int64, resp Res
 		case err == nil:
 			return nil
 		case errors.Is(err, ErrLeaseLost):
-			e.opt.Logger.Warn("idem: effect ran but its claim was taken over; result not stored", "key", key)
-			return fmt.Errorf("complete %.80q: %w", key, ErrLeaseLost)
+			return e.lostOnComplete(sctx, key, token)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -326,6 +324,22 @@ func (e *Engine) complete(ctx context.Context, key string, token int64, resp Res
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// lostOnComplete answers a Complete refused as lease lost. Over a network a Complete can land
+// while its answer is lost; the client's retry is then refused although the record is ours and
+// completed. So the record is read back: completed with our token means it was stored.
+func (e *Engine) lostOnComplete(ctx context.Context, key string, token int64) error {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = e.detached(ctx)
+		defer cancel()
+	}
+	if rec, err := e.store.Get(ctx, key); err == nil && rec.State == StateCompleted && rec.Token == token {
+		return nil
+	}
+	e.opt.Logger.Warn("idem: effect ran but its claim was taken over; result not stored", "key", key)
+	return fmt.Errorf("complete %.80q: %w", key, ErrLeaseLost)
 }
 
 func (e *Engine) release(ctx context.Context, key string, token int64) {

@@ -614,3 +614,23 @@ func TestContextCancelledBeforeClaim(t *testing.T) {
 		t.Fatalf("err = %v runs = %d", err, runs.Load())
 	}
 }
+
+// lostAnswerStore completes, then reports the lease lost, as a network store does when a
+// Complete lands but its answer is lost and the retried call is refused.
+type lostAnswerStore struct{ *memstore.Store }
+
+func (s lostAnswerStore) Complete(ctx context.Context, key string, token int64, r idem.Response, now, exp time.Time) error {
+	if err := s.Store.Complete(ctx, key, token, r, now, exp); err != nil {
+		return err
+	}
+	return idem.ErrLeaseLost
+}
+
+func TestCompleteWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	eng, _ := idem.New(lostAnswerStore{memstore.New()}, idem.Options{Logger: quiet})
+	res, err := eng.Do(context.Background(), "k", fp1, effect(new(atomic.Int32), 201, "ok"))
+	if err != nil || !res.Kept {
+		t.Fatalf("Do = %+v, %v; want the completion recognised", res, err)
+	}
+}
