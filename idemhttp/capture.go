@@ -1,0 +1,234 @@
+package idemhttp
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ErrHijackNotSupported is returned by Hijack on the writer the middleware gives a handler:
+// a hijacked connection's bytes cannot be captured and replayed. Routes that hijack (WebSocket
+// upgrades) must not be processed by the middleware.
+var ErrHijackNotSupported = errors.New("idemhttp: Hijack is not supported under the idempotency middleware")
+
+// mark is what the handler said about its outcome (MarkFailed, MarkUncertain).
+type mark uint8
+
+const (
+	markNone mark = iota
+	markFailed
+	markUncertain
+)
+
+var (
+	errMarkedFailed    = errors.New("idemhttp: handler marked the request as failed")
+	errMarkedUncertain = errors.New("idemhttp: handler marked the outcome as uncertain")
+)
+
+// captureWriter is the http.ResponseWriter a handler gets under the middleware. It buffers the
+// response, up to Options.MaxResponseBody, so that:
+//   - the stored copy is exactly what the client got;
+//   - a panic before anything was sent turns into a clean 500, not a partial answer;
+//   - the result is stored before the client sees it, so a retry after the answer replays.
+//
+// It commits (sends status and headers, and what is buffered) early only when the handler
+// flushes or the body outgrows the limit; from then on writes go through at once.
+type captureWriter struct {
+	w   http.ResponseWriter
+	m   *middleware
+	buf *[]byte // pooled; the body kept for replay
+
+	status    int
+	committed bool // status and headers sent to w
+	omitted   bool // body outgrew the limit: not kept
+	ran       bool // the handler was called
+	mark      mark
+	stored    http.Header // headers to store, snapshot at commit
+	body      bodyReader  // the request body handed to the handler
+
+	// The execution under the claim (run).
+	h    *handler
+	r    *http.Request
+	took time.Duration
+}
+
+var captures = sync.Pool{New: func() any { return new(captureWriter) }}
+
+// Header returns the response header map: the handler sets headers on the real one.
+func (c *captureWriter) Header() http.Header { return c.w.Header() }
+
+// WriteHeader records the status. Informational (1xx) statuses other than 101 go to the
+// client at once and are not stored.
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status != 0 {
+		return // superfluous, as net/http ignores it
+	}
+	if code < 100 || code > 999 {
+		panic("invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		c.w.WriteHeader(code)
+		return
+	}
+	c.status = code
+}
+
+// Write buffers p, or sends it if the response is committed.
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if !c.omitted {
+		if int64(len(*c.buf)+len(p)) <= c.m.opt.MaxResponseBody {
+			*c.buf = append(*c.buf, p...)
+			if !c.committed {
+				return len(p), nil
+			}
+			return c.w.Write(p)
+		}
+		// Too large to keep: send what is held, then stream the rest.
+		if !c.committed {
+			c.commit()
+		}
+		c.omitted = true
+		*c.buf = (*c.buf)[:0]
+	}
+	return c.w.Write(p)
+}
+
+// WriteString is Write for a string.
+func (c *captureWriter) WriteString(s string) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if !c.omitted && !c.committed && int64(len(*c.buf)+len(s)) <= c.m.opt.MaxResponseBody {
+		*c.buf = append(*c.buf, s...)
+		return len(s), nil
+	}
+	return c.Write([]byte(s))
+}
+
+// Flush sends what is buffered to the client (committing the status and headers) and flushes
+// the underlying writer. The body is still kept for replay, up to the limit.
+func (c *captureWriter) Flush() {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if !c.committed {
+		c.commit()
+	}
+	if f, ok := c.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack is not supported under capture; it returns ErrHijackNotSupported.
+func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, ErrHijackNotSupported
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController (deadlines, full duplex).
+// ResponseController's Flush and Hijack use the captureWriter's own methods.
+func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }
+
+// commit snapshots the headers to store and sends status, headers and the buffered body.
+func (c *captureWriter) commit() {
+	c.committed = true
+	h := c.w.Header()
+	c.sniff(h)
+	c.stored = c.m.storedHeader(h)
+	if c.m.opt.ExpiresHeader && c.m.keeps(c.status) {
+		h[ExpiresHeader] = []string{c.m.now().Add(c.m.ttl).UTC().Format(http.TimeFormat)}
+	}
+	c.w.WriteHeader(c.status)
+	if len(*c.buf) > 0 {
+		_, _ = c.w.Write(*c.buf)
+	}
+}
+
+// sniff sets Content-Type as net/http would if the handler did not, so that the stored
+// headers, and every replay, carry the type the first client got.
+func (c *captureWriter) sniff(h http.Header) {
+	if _, ok := h["Content-Type"]; ok || len(*c.buf) == 0 || c.status == http.StatusNoContent || c.status == http.StatusNotModified {
+		return
+	}
+	if _, ok := h["Transfer-Encoding"]; ok {
+		return
+	}
+	h["Content-Type"] = []string{http.DetectContentType(*c.buf)}
+}
+
+// MarkFailed tells the middleware, from a handler, that its request had no effect whatever the
+// status it writes (say, an upstream that could not be reached): the claim is released so a
+// retry executes, and nothing is stored. It reports whether w is the middleware's writer (or
+// wraps it, through Unwrap).
+func MarkFailed(w http.ResponseWriter) bool { return setMark(w, markFailed) }
+
+// MarkUncertain tells the middleware, from a handler, that its request may or may not have had
+// its effect (say, an upstream that timed out after the request was sent): nothing is stored and
+// the claim is held as the engine's idem.UncertainPolicy says, so a retry is never a silent second
+// execution. It reports whether w is the middleware's writer (or wraps it, through Unwrap).
+func MarkUncertain(w http.ResponseWriter) bool { return setMark(w, markUncertain) }
+
+func setMark(w http.ResponseWriter, m mark) bool {
+	for range 32 {
+		switch x := w.(type) {
+		case *captureWriter:
+			if m > x.mark {
+				x.mark = m
+			}
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// bodyReader is the request body handed to the handler: the bytes the middleware read.
+type bodyReader struct {
+	b []byte
+	i int
+}
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	if r.i >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.i:])
+	r.i += n
+	return n, nil
+}
+
+func (r *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	if r.i >= len(r.b) {
+		return 0, nil
+	}
+	n, err := w.Write(r.b[r.i:])
+	r.i += n
+	return int64(n), err
+}
+
+func (r *bodyReader) Close() error { return nil }
+
+// Buffers for request and response bodies. Buffers that grew beyond maxPooled are dropped.
+const maxPooled = 64 << 10
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+func getBuf() *[]byte { return bufs.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) > maxPooled {
+		return
+	}
+	*b = (*b)[:0]
+	bufs.Put(b)
+}

@@ -1,0 +1,476 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// New returns the middleware: a func(http.Handler) http.Handler that fits net/http, chi,
+// gorilla/mux and any router taking standard middleware. The handler behind it knows nothing
+// of idempotency. New fails with an error wrapping ErrOptions, naming the field, if an option
+// is invalid.
+//
+// For each request with a processed method (Options.Methods) and a key, the middleware reads
+// the body (up to Options.MaxRequestBody), computes the scope and the fingerprint, and asks the
+// engine to run the handler at most once for (scope, key). The handler's response is captured
+// and kept (per the engine's Policy) and replayed to every later request with the key and the
+// same fingerprint, with Idempotent-Replayed: true. See the package documentation for the
+// answers it gives otherwise.
+func New(opt Options) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(opt)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return &handler{m: m, next: next}
+	}, nil
+}
+
+type middleware struct {
+	opt     Options
+	eng     *idem.Engine
+	policy  idem.Policy
+	ttl     time.Duration
+	now     func() time.Time
+	skip    map[string]bool // response headers never stored
+	retry   []string        // Retry-After for 503
+	methods []string
+}
+
+func newMiddleware(opt Options) (*middleware, error) {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	eo := opt.Engine.Options()
+	m := &middleware{
+		opt: opt, eng: opt.Engine, policy: eo.Policy, ttl: eo.TTL, now: eo.Now,
+		methods: opt.Methods,
+		retry:   retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
+		skip:    make(map[string]bool),
+	}
+	for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", ReplayedHeader, ExpiresHeader} {
+		m.skip[h] = true
+	}
+	for _, h := range opt.DenyHeaders {
+		m.skip[http.CanonicalHeaderKey(h)] = true
+	}
+	return m, nil
+}
+
+// keeps predicts whether a response with this status will be kept, for the ExpiresHeader of
+// a response sent before the engine decides.
+func (m *middleware) keeps(status int) bool {
+	return m.policy(idem.Response{Status: status}, nil) == idem.Keep
+}
+
+// storedHeader returns the headers of h to store: all but hop-by-hop, denied and
+// Connection-named ones. The value slices are shared with h, capped so an append to h cannot
+// write into them.
+func (m *middleware) storedHeader(h http.Header) http.Header {
+	conn := h["Connection"]
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		if m.skip[k] || len(v) == 0 || len(k) > 8 && k[:8] == "Trailer:" {
+			continue
+		}
+		if len(conn) > 0 && namedIn(conn, k) {
+			continue
+		}
+		out[k] = v[:len(v):len(v)]
+	}
+	return out
+}
+
+// namedIn reports whether the Connection header values name k.
+func namedIn(conn []string, k string) bool {
+	for _, v := range conn {
+		for len(v) > 0 {
+			var tok string
+			i := 0
+			for i < len(v) && v[i] != ',' {
+				i++
+			}
+			tok, v = v[:i], v[min(i+1, len(v)):]
+			for len(tok) > 0 && (tok[0] == ' ' || tok[0] == '\t') {
+				tok = tok[1:]
+			}
+			for len(tok) > 0 && (tok[len(tok)-1] == ' ' || tok[len(tok)-1] == '\t') {
+				tok = tok[:len(tok)-1]
+			}
+			if http.CanonicalHeaderKey(tok) == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type handler struct {
+	m    *middleware
+	next http.Handler
+}
+
+var replayedTrue = []string{"true"}
+
+// ServeHTTP implements http.Handler.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	var start time.Time
+	if m.opt.OnEvent != nil {
+		start = time.Now()
+	}
+	if !m.processes(r.Method) {
+		h.next.ServeHTTP(w, r)
+		m.emit(Event{Outcome: OutcomeBypass, Request: r, Start: start})
+		return
+	}
+	var key string
+	if !m.opt.Key.needsBody() {
+		var err error
+		if key, err = m.opt.Key.fromHeader(r.Header); err != nil {
+			probInvalidKey.write(w, nil)
+			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Status: 400, Start: start, Err: err})
+			return
+		}
+		if key == "" {
+			h.noKey(w, r, start)
+			return
+		}
+	}
+	scope := ""
+	if m.opt.Scope != nil {
+		var err error
+		scope, err = m.opt.Scope(r)
+		if err == nil && !ValidScope(scope) {
+			err = ErrInvalidScope
+		}
+		if err != nil {
+			m.opt.Logger.Warn("idemhttp: could not scope the request", "method", r.Method, "path", r.URL.Path, "err", err)
+			probInvalidScope.write(w, nil)
+			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Key: key, Status: 400, Start: start, Err: errors.Join(ErrInvalidScope, err)})
+			return
+		}
+	}
+
+	c := captures.Get().(*captureWriter)
+	c.m = m
+	c.w = w
+	c.buf = getBuf()
+	reqBuf := getBuf()
+	body, status := m.readBody(r, reqBuf)
+	if status != 0 {
+		p := probInvalidBody
+		out := OutcomeInvalidKey
+		if status == http.StatusRequestEntityTooLarge {
+			p, out = probTooLarge, OutcomeTooLarge
+		}
+		p.write(w, nil)
+		m.emit(Event{Outcome: out, Request: r, Key: key, Status: p.status, Start: start})
+		c.release(reqBuf)
+		return
+	}
+	c.body = bodyReader{b: body}
+	if m.opt.Key.needsBody() {
+		var err error
+		if key, err = m.opt.Key.fromBody(r, body); err != nil {
+			probInvalidKey.write(w, nil)
+			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Status: 400, Start: start, Err: err})
+			c.release(reqBuf)
+			return
+		}
+		if key == "" {
+			r2 := r.WithContext(r.Context())
+			r2.Body = &c.body
+			h.noKey(w, r2, start)
+			c.release(reqBuf)
+			return
+		}
+	}
+	fp, err := m.opt.Fingerprint(r, body)
+	if err == nil && !idem.ValidFingerprint(fp) {
+		m.opt.Logger.Error("idemhttp: Options.Fingerprint returned an invalid fingerprint", "fingerprint", fp)
+		probInternal.write(w, nil)
+		m.emit(Event{Outcome: OutcomeError, Request: r, Key: key, Status: 500, Start: start, Err: errors.New("idemhttp: invalid fingerprint")})
+		c.release(reqBuf)
+		return
+	}
+	if err != nil {
+		probInvalidBody.write(w, nil)
+		m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Key: key, Status: 400, Start: start, Err: err})
+		c.release(reqBuf)
+		return
+	}
+
+	c.h, c.r = h, r
+	x := c
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		// The handler (or something under it) panicked, or called runtime.Goexit. The engine
+		// has released the claim. Answer 500 if nothing was sent yet, then let the panic go on
+		// to http.Server, which logs it and closes the connection (a response already started
+		// is cut off: the client sees a broken response, never a partial success).
+		p := recover()
+		if p != nil && p != http.ErrAbortHandler && !c.committed {
+			clear(w.Header())
+			probPanic.write(w, nil)
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush() // http.Server does not flush a handler's buffered output after a panic
+			}
+		}
+		if p != nil {
+			m.opt.Logger.Error("idemhttp: handler panicked; claim released", "method", r.Method, "path", r.URL.Path)
+			status := 0
+			if !c.committed && p != http.ErrAbortHandler {
+				status = 500
+			}
+			m.emit(Event{Outcome: OutcomeReleased, Request: r, Key: key, Status: status, Start: start, Handler: x.took, Err: errors.New("idemhttp: handler panicked")})
+			panic(p)
+		}
+	}()
+	res, err := m.eng.Do(r.Context(), StorageKey(scope, key), fp, c.run)
+	done = true
+	h.finish(w, r, c, key, start, res, err)
+	c.release(reqBuf)
+}
+
+// processes reports whether method is one of Options.Methods.
+func (m *middleware) processes(method string) bool {
+	for _, x := range m.methods {
+		if x == method {
+			return true
+		}
+	}
+	return false
+}
+
+// noKey handles a processed request without a key.
+func (h *handler) noKey(w http.ResponseWriter, r *http.Request, start time.Time) {
+	m := h.m
+	if m.opt.RequireKey {
+		probMissingKey.write(w, nil)
+		m.emit(Event{Outcome: OutcomeMissingKey, Request: r, Status: 400, Start: start})
+		return
+	}
+	h.next.ServeHTTP(w, r)
+	m.emit(Event{Outcome: OutcomeBypass, Request: r, Start: start})
+}
+
+// readBody reads the request body into buf, bounded by MaxRequestBody. It returns a non-zero
+// status (413 or 400) when it cannot.
+func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0
+	}
+	limit := m.opt.MaxRequestBody
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	b := *buf
+	if r.ContentLength > 0 && int64(cap(b)) < r.ContentLength+1 {
+		b = make([]byte, 0, r.ContentLength+1) // +1: room to see EOF without growing
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			*buf = b[:0]
+			return nil, http.StatusRequestEntityTooLarge
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			*buf = b[:0]
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, http.StatusRequestEntityTooLarge
+			}
+			return nil, http.StatusBadRequest
+		}
+	}
+	*buf = b
+	return b, 0
+}
+
+// release returns the capture and the request buffer to their pools.
+func (c *captureWriter) release(reqBuf *[]byte) {
+	putBuf(reqBuf)
+	putBuf(c.buf)
+	*c = captureWriter{}
+	captures.Put(c)
+}
+
+// run is the engine's idem.Func: it runs the handler with the capture writer and returns the
+// response to keep.
+func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
+	c.ran = true
+	r := c.r.WithContext(ctx)
+	r.Body = &c.body
+	var t0 time.Time
+	if c.m.opt.OnEvent != nil {
+		t0 = time.Now()
+	}
+	c.h.next.ServeHTTP(c, r)
+	if !t0.IsZero() {
+		c.took = time.Since(t0)
+	}
+	if c.status == 0 {
+		c.status = http.StatusOK // a handler that never writes answers 200 with no body
+	}
+	if !c.committed {
+		h := c.w.Header()
+		c.sniff(h)
+		c.stored = c.m.storedHeader(h)
+	}
+	resp := idem.Response{Status: c.status, Header: c.stored, BodyOmitted: c.omitted}
+	if !c.omitted && len(*c.buf) > 0 {
+		resp.Body = append([]byte(nil), *c.buf...) // owned by the record (and the engine's cache)
+	}
+	switch c.mark {
+	case markFailed:
+		return resp, errMarkedFailed
+	case markUncertain:
+		return resp, idem.Uncertain(errMarkedUncertain)
+	}
+	return resp, nil
+}
+
+// finish answers after the engine returned.
+func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWriter, key string, start time.Time, res idem.Result, err error) {
+	m := h.m
+	ev := Event{Request: r, Key: key, Start: start, Handler: c.took, Takeover: res.Takeover}
+	switch {
+	case c.ran:
+		if !c.committed {
+			hd := w.Header()
+			if res.Kept && m.opt.ExpiresHeader {
+				hd[ExpiresHeader] = []string{res.ExpiresAt.UTC().Format(http.TimeFormat)}
+			}
+			w.WriteHeader(res.Response.Status)
+			if len(res.Response.Body) > 0 {
+				_, _ = w.Write(res.Response.Body)
+			}
+		}
+		ev.Status = c.status
+		switch {
+		case errors.Is(err, errMarkedUncertain):
+			ev.Outcome = OutcomeUncertain
+		case errors.Is(err, errMarkedFailed) || !res.Kept && err == nil:
+			ev.Outcome = OutcomeReleased
+		case c.omitted:
+			ev.Outcome = OutcomeOversize
+		default:
+			ev.Outcome = OutcomeExecuted
+		}
+		if err != nil && !errors.Is(err, errMarkedFailed) && !errors.Is(err, errMarkedUncertain) {
+			// The handler ran and answered, but its result could not be recorded: the client
+			// has its answer; a retry sees 409 until the lease runs out.
+			ev.Err = err
+			m.opt.Logger.Warn("idemhttp: handler ran but its result was not stored", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+	case err == nil && res.Replayed:
+		m.replay(w, &res)
+		ev.Outcome, ev.Status = OutcomeReplayed, res.Response.Status
+	case errors.Is(err, idem.ErrMismatch):
+		probMismatch.write(w, nil)
+		ev.Outcome, ev.Status = OutcomeMismatch, probMismatch.status
+	case errors.Is(err, idem.ErrInFlight):
+		var ife *idem.InFlightError
+		secs := int64(1)
+		if errors.As(err, &ife) {
+			secs = int64((ife.RetryAfter + time.Second - 1) / time.Second)
+		}
+		probInFlight.write(w, retryAfterValue(secs))
+		ev.Outcome, ev.Status = OutcomeConflict, probInFlight.status
+	case errors.Is(err, idem.ErrStoreUnavailable):
+		ev.Err = err
+		if m.opt.FailOpen {
+			m.opt.Logger.Warn("idemhttp: store unavailable; request passed WITHOUT idempotency protection (fail open)",
+				"method", r.Method, "path", r.URL.Path, "err", err)
+			r2 := r.WithContext(r.Context())
+			c.body.i = 0
+			r2.Body = &c.body
+			h.next.ServeHTTP(w, r2)
+			ev.Outcome = OutcomeFailOpen
+			break
+		}
+		m.opt.Logger.Warn("idemhttp: store unavailable; request refused (fail closed)", "method", r.Method, "path", r.URL.Path, "err", err)
+		probStore.write(w, m.retry)
+		ev.Outcome, ev.Status = OutcomeStoreError, probStore.status
+	default:
+		// The client went away while waiting, or an unexpected error: nothing was done.
+		if r.Context().Err() == nil {
+			m.opt.Logger.Error("idemhttp: unexpected engine error", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		probInternal.write(w, nil)
+		ev.Outcome, ev.Status, ev.Err = OutcomeError, probInternal.status, err
+	}
+	m.emit(ev)
+}
+
+// replay writes a stored response.
+func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
+	resp := &res.Response
+	h := w.Header()
+	status := resp.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if resp.BodyOmitted {
+		for k, v := range resp.Header {
+			if !entityHeader[k] {
+				h[k] = v[:len(v):len(v)]
+			}
+		}
+		h["Content-Type"] = problemCT
+		h[ReplayedHeader] = replayedTrue
+		if m.opt.ExpiresHeader {
+			h[ExpiresHeader] = []string{res.ExpiresAt.UTC().Format(http.TimeFormat)}
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(notRetainedBody(status))
+		return
+	}
+	for k, v := range resp.Header {
+		h[k] = v[:len(v):len(v)]
+	}
+	h[ReplayedHeader] = replayedTrue
+	if m.opt.ExpiresHeader {
+		h[ExpiresHeader] = []string{res.ExpiresAt.UTC().Format(http.TimeFormat)}
+	}
+	w.WriteHeader(status)
+	if len(resp.Body) > 0 {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+// entityHeader are the headers that describe a body: not replayed with a ProblemNotRetained
+// answer, which has its own body.
+var entityHeader = map[string]bool{
+	"Content-Type": true, "Content-Length": true, "Content-Encoding": true, "Content-Range": true,
+	"Content-Language": true, "Content-Disposition": true, "Content-Md5": true, "Digest": true,
+	"Content-Digest": true, "Repr-Digest": true, "Etag": true, "Last-Modified": true,
+}
+
+func (m *middleware) emit(ev Event) {
+	if m.opt.OnEvent == nil {
+		return
+	}
+	if !ev.Start.IsZero() {
+		ev.Duration = time.Since(ev.Start)
+	}
+	m.opt.OnEvent(ev)
+}

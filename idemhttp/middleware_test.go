@@ -1,0 +1,649 @@
+package idemhttp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// charge is a payments-like handler: it counts its effects and answers 201 with JSON.
+type charge struct{ n atomic.Int64 }
+
+func (c *charge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	n := c.n.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/v1/charges/ch_"+strconv.FormatInt(n, 10))
+	w.Header().Add("X-Multi", "a")
+	w.Header().Add("X-Multi", "b")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":"ch_%d","request":%q}`, n, body)
+}
+
+// The seed scenario: the same POST twice → byte-identical answers and one effect; another body
+// with that key → 422 and still one effect.
+func TestSeedScenario(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+	first := b.do("POST", "/v1/charges", "order-1001", `{"amount":1000}`)
+	if first.Status != 201 || first.Header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("first: %d %v", first.Status, first.Header)
+	}
+	second := b.do("POST", "/v1/charges", "order-1001", `{"amount":1000}`)
+	if second.Header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("second not marked replayed: %v", second.Header)
+	}
+	sameReply(t, first, second)
+	if h.n.Load() != 1 {
+		t.Fatalf("%d effects, want 1", h.n.Load())
+	}
+	third := b.do("POST", "/v1/charges", "order-1001", `{"amount":9999}`)
+	if third.Status != 422 || problemType(t, third) != idemhttp.ProblemMismatch {
+		t.Fatalf("other body: %d %s", third.Status, third.Body)
+	}
+	// Same body, another path: also a mismatch (the key is per client, not per route).
+	fourth := b.do("POST", "/v1/refunds", "order-1001", `{"amount":1000}`)
+	if fourth.Status != 422 {
+		t.Fatalf("other path: %d %s", fourth.Status, fourth.Body)
+	}
+	if h.n.Load() != 1 {
+		t.Fatalf("%d effects after mismatch, want 1", h.n.Load())
+	}
+	want := []idemhttp.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed, idemhttp.OutcomeMismatch, idemhttp.OutcomeMismatch}
+	if got := b.outcomes(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+}
+
+// 200 concurrent requests with one key against a slow handler: one execution; every 2xx
+// identical, the rest 409 with Retry-After.
+func TestConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"n":%d}`, n.Load())
+	})
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, slow)
+	const N = 200
+	replies := make([]reply, N)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range N {
+		wg.Go(func() {
+			<-start
+			replies[i] = b.do("POST", "/pay", "same-key", `{"amount":5}`)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n.Load() != 1 {
+		t.Fatalf("%d executions, want 1", n.Load())
+	}
+	var ok []reply
+	conflicts := 0
+	for _, r := range replies {
+		switch {
+		case r.Err != nil:
+			t.Fatal(r.Err)
+		case r.Status == 201:
+			ok = append(ok, r)
+		case r.Status == 409:
+			conflicts++
+			if problemType(t, r) != idemhttp.ProblemInFlight || r.Header.Get("Retry-After") == "" {
+				t.Fatalf("409 without in-flight problem or Retry-After: %v %s", r.Header, r.Body)
+			}
+		default:
+			t.Fatalf("unexpected %d %s", r.Status, r.Body)
+		}
+	}
+	if len(ok) == 0 {
+		t.Fatal("no 2xx")
+	}
+	for _, r := range ok[1:] {
+		sameReply(t, ok[0], r)
+	}
+	t.Logf("%d × 201 (identical), %d × 409", len(ok), conflicts)
+}
+
+// With Options.Wait, in-flight duplicates wait and replay: every answer is the one response.
+func TestConcurrentWait(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		time.Sleep(100 * time.Millisecond)
+		io.WriteString(w, "done")
+	})
+	b := setup(t, nil, idem.Options{Wait: 10 * time.Second}, idemhttp.Options{}, slow)
+	var wg sync.WaitGroup
+	replies := make([]reply, 50)
+	for i := range replies {
+		wg.Go(func() { replies[i] = b.do("POST", "/x", "k", "b") })
+	}
+	wg.Wait()
+	for _, r := range replies {
+		if r.Status != 200 || string(r.Body) != "done" {
+			t.Fatalf("%d %q", r.Status, r.Body)
+		}
+	}
+	if n.Load() != 1 {
+		t.Fatalf("%d executions", n.Load())
+	}
+}
+
+// A handler that panics: the client gets a 500 problem (before anything was sent) or a
+// cut-off response (after), never a success; the claim is released so a retry executes.
+func TestHandlerPanics(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		h       func(w http.ResponseWriter)
+		want500 bool
+	}{
+		{"before writing", func(w http.ResponseWriter) { panic("boom") }, true},
+		{"after buffering a success", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", "2")
+			w.WriteHeader(200)
+			io.WriteString(w, "ok")
+			panic("boom")
+		}, true},
+		{"after flushing", func(w http.ResponseWriter) {
+			w.WriteHeader(200)
+			io.WriteString(w, "partial")
+			w.(http.Flusher).Flush()
+			panic("boom")
+		}, false},
+		{"abort handler", func(w http.ResponseWriter) {
+			io.WriteString(w, "partial")
+			panic(http.ErrAbortHandler)
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var n atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if n.Add(1) == 1 {
+					tc.h(w)
+				}
+				io.WriteString(w, "second")
+			})
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+			r := b.do("POST", "/p", "k1", "x")
+			switch {
+			case tc.want500:
+				if r.Status != 500 || problemType(t, r) != idemhttp.ProblemHandlerPanic {
+					t.Fatalf("got %d %q err=%v", r.Status, r.Body, r.Err)
+				}
+			case r.Err == nil:
+				t.Fatalf("a panic after the response started must cut it off; got %d %q", r.Status, r.Body)
+			}
+			// Released: the retry executes.
+			r = b.do("POST", "/p", "k1", "x")
+			if r.Status != 200 || string(r.Body) != "second" || n.Load() != 2 {
+				t.Fatalf("retry: %d %q, %d executions", r.Status, r.Body, n.Load())
+			}
+		})
+	}
+}
+
+// A 500 releases the key (a retry executes); with idem.StoreServerErrors it is replayed.
+func TestServerErrorPolicy(t *testing.T) {
+	t.Parallel()
+	for _, store5xx := range []bool{false, true} {
+		t.Run(fmt.Sprint("store5xx=", store5xx), func(t *testing.T) {
+			t.Parallel()
+			var n atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				http.Error(w, "db down", 500)
+			})
+			eo := idem.Options{}
+			if store5xx {
+				eo.Policy = idem.StoreServerErrors
+			}
+			b := setup(t, nil, eo, idemhttp.Options{}, h)
+			r1 := b.do("POST", "/p", "k", "x")
+			r2 := b.do("POST", "/p", "k", "x")
+			if r1.Status != 500 || r2.Status != 500 {
+				t.Fatalf("%d %d", r1.Status, r2.Status)
+			}
+			want := int64(2)
+			if store5xx {
+				want = 1
+				sameReply(t, r1, r2)
+				if r2.Header.Get(idemhttp.ReplayedHeader) != "true" {
+					t.Fatal("not replayed")
+				}
+			}
+			if n.Load() != want {
+				t.Fatalf("%d executions, want %d", n.Load(), want)
+			}
+		})
+	}
+}
+
+// A handler streaming 5 MiB: the client gets all of it as it is written; the record is kept
+// without the body, so a retry gets "not retained" and never a second execution.
+func TestStreamingLargeResponse(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	chunk := strings.Repeat("0123456789abcdef", 4096) // 64 KiB
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Location", "/exports/1")
+		w.WriteHeader(201)
+		for range 80 {
+			io.WriteString(w, chunk)
+			http.NewResponseController(w).Flush()
+		}
+	})
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true}, h)
+	r1 := b.do("POST", "/export", "big", "x")
+	if r1.Err != nil || r1.Status != 201 || len(r1.Body) != 80*len(chunk) || string(r1.Body[:16]) != chunk[:16] {
+		t.Fatalf("first: %d, %d bytes, %v", r1.Status, len(r1.Body), r1.Err)
+	}
+	r2 := b.do("POST", "/export", "big", "x")
+	if r2.Status != 201 || problemType(t, r2) != idemhttp.ProblemNotRetained ||
+		r2.Header.Get(idemhttp.ReplayedHeader) != "true" || r2.Header.Get("Location") != "/exports/1" {
+		t.Fatalf("retry: %d %v %s", r2.Status, r2.Header, r2.Body)
+	}
+	if r2.Header.Get(idemhttp.ExpiresHeader) == "" {
+		t.Fatal("no expiry header on the not-retained replay")
+	}
+	if n.Load() != 1 {
+		t.Fatalf("%d executions", n.Load())
+	}
+	if got := b.outcomes(); fmt.Sprint(got) != "[oversize replayed]" {
+		t.Fatalf("events %v", got)
+	}
+}
+
+// A body just under the limit is kept; one byte over is not.
+func TestResponseLimitBoundary(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{1000, 1001} {
+		var n atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			for range size {
+				w.Write([]byte{'x'})
+			}
+		})
+		b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 1000}, h)
+		r1 := b.do("POST", "/", "k", "")
+		r2 := b.do("POST", "/", "k", "")
+		if len(r1.Body) != size || n.Load() != 1 {
+			t.Fatalf("size %d: first got %d bytes, %d executions", size, len(r1.Body), n.Load())
+		}
+		if size <= 1000 {
+			sameReply(t, r1, r2)
+		} else if problemType(t, r2) != idemhttp.ProblemNotRetained {
+			t.Fatal("not-retained expected")
+		}
+	}
+}
+
+// A handler that never writes answers 200 with no body, and so does its replay.
+func TestHandlerNeverWrites(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
+	r1 := b.do("POST", "/", "k", "x")
+	r2 := b.do("POST", "/", "k", "x")
+	if r1.Status != 200 || len(r1.Body) != 0 || r2.Status != 200 || len(r2.Body) != 0 || r2.Header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("%+v %+v", r1, r2)
+	}
+	sameReply(t, r1, r2)
+	if n.Load() != 1 {
+		t.Fatalf("%d executions", n.Load())
+	}
+}
+
+// Late WriteHeader, many small writes, flushes, headers set after WriteHeader.
+func TestCaptureShapes(t *testing.T) {
+	t.Parallel()
+	cases := map[string]http.HandlerFunc{
+		"late header": func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(10 * time.Millisecond)
+			w.Header().Set("X-A", "1")
+			w.WriteHeader(202)
+			w.WriteHeader(500) // superfluous: ignored
+			io.WriteString(w, "late")
+		},
+		"small pieces": func(w http.ResponseWriter, r *http.Request) {
+			for i := range 3000 {
+				fmt.Fprint(w, i%10)
+			}
+		},
+		"flusher": func(w http.ResponseWriter, r *http.Request) {
+			for i := range 5 {
+				fmt.Fprintf(w, "event %d\n", i)
+				w.(http.Flusher).Flush()
+			}
+		},
+		"response controller": func(w http.ResponseWriter, r *http.Request) {
+			rc := http.NewResponseController(w)
+			if err := rc.SetWriteDeadline(time.Now().Add(time.Minute)); err != nil {
+				panic(err)
+			}
+			io.WriteString(w, "a")
+			if err := rc.Flush(); err != nil {
+				panic(err)
+			}
+			io.WriteString(w, "b")
+		},
+		"informational": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(103)
+			w.WriteHeader(201)
+			io.WriteString(w, "created")
+		},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var n atomic.Int64
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				h(w, r)
+			}))
+			r1 := b.do("POST", "/", "k", "x")
+			r2 := b.do("POST", "/", "k", "x")
+			if r1.Err != nil || r2.Err != nil {
+				t.Fatal(r1.Err, r2.Err)
+			}
+			sameReply(t, r1, r2)
+			if n.Load() != 1 {
+				t.Fatalf("%d executions", n.Load())
+			}
+		})
+	}
+}
+
+// Hijack is refused under capture, through the interface and through ResponseController.
+func TestHijackRefused(t *testing.T) {
+	t.Parallel()
+	errs := make(chan error, 2)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _, err := w.(http.Hijacker).Hijack()
+		errs <- err
+		_, _, err = http.NewResponseController(w).Hijack()
+		errs <- err
+		w.WriteHeader(400)
+	}))
+	b.do("POST", "/", "k", "x")
+	for range 2 {
+		if err := <-errs; !errors.Is(err, idemhttp.ErrHijackNotSupported) {
+			t.Fatalf("Hijack: %v", err)
+		}
+	}
+}
+
+// Hop-by-hop and denied headers are not stored; the others are, in order.
+func TestStoredHeaders(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Connection", "X-Private")
+		hd.Set("X-Private", "secret")
+		hd.Set("Keep-Alive", "timeout=5")
+		hd.Set("Set-Cookie", "session=1")
+		hd.Set("X-Internal", "no")
+		hd.Add("Vary", "Accept")
+		hd.Add("Vary", "Origin")
+		hd.Set("Content-Type", "text/plain")
+		io.WriteString(w, "hi")
+	})
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{"Set-Cookie", "x-internal"}}, h)
+	b.do("POST", "/", "k", "x")
+	r := b.do("POST", "/", "k", "x")
+	for _, k := range []string{"X-Private", "Keep-Alive", "Set-Cookie", "X-Internal"} {
+		if r.Header.Get(k) != "" {
+			t.Errorf("%s replayed: %v", k, r.Header)
+		}
+	}
+	if strings.Join(r.Header["Vary"], ",") != "Accept,Origin" || r.Header.Get("Content-Type") != "text/plain" {
+		t.Errorf("stored headers lost: %v", r.Header)
+	}
+}
+
+// Key parsing and routing: invalid → 400, missing → pass through or 400, other methods pass.
+func TestKeyHandling(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	opt := idemhttp.Options{}
+	b := setup(t, nil, idem.Options{}, opt, h)
+	req := setup(t, nil, idem.Options{}, idemhttp.Options{RequireKey: true}, h)
+
+	if r := b.do("POST", "/", "", "x"); r.Status != 201 || r.Header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("optional, no key: %d", r.Status)
+	}
+	if r := req.do("POST", "/", "", "x"); r.Status != 400 || problemType(t, r) != idemhttp.ProblemMissingKey {
+		t.Fatalf("required, no key: %d %s", r.Status, r.Body)
+	}
+	if r := req.do("GET", "/", "", ""); r.Status != 201 {
+		t.Fatalf("GET must pass through: %d", r.Status)
+	}
+	for _, bad := range []string{`"unterminated`, `"a";p=1`, strings.Repeat("k", 256), "ke\ty", "kéy", `""`} {
+		if r := b.do("POST", "/", bad, "x"); r.Status != 400 || problemType(t, r) != idemhttp.ProblemInvalidKey {
+			t.Fatalf("key %q: %d %s", bad, r.Status, r.Body)
+		}
+	}
+	// Sent twice.
+	if r := b.do("POST", "/", "", "x", "Idempotency-Key", "a", "Idempotency-Key", "b"); r.Status != 400 {
+		t.Fatalf("two keys: %d", r.Status)
+	}
+	// A quoted key and its bare form are the same key.
+	before := h.n.Load()
+	r1 := b.do("POST", "/", `"abc-123"`, "x")
+	r2 := b.do("POST", "/", `abc-123`, "x")
+	sameReply(t, r1, r2)
+	if h.n.Load() != before+1 {
+		t.Fatal("quoted and bare keys differ")
+	}
+}
+
+// Tenants with the same key never see each other's records.
+func TestScopesAreApart(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.HeaderScope("X-API-Key")}, h)
+	a1 := b.do("POST", "/", "k", "x", "X-API-Key", "tenant-a")
+	b1 := b.do("POST", "/", "k", "x", "X-API-Key", "tenant-b")
+	if h.n.Load() != 2 || string(a1.Body) == string(b1.Body) {
+		t.Fatalf("tenants shared a record: %s %s", a1.Body, b1.Body)
+	}
+	// Tenant b's other body is not a mismatch against tenant a's record.
+	if r := b.do("POST", "/", "k2", "y", "X-API-Key", "tenant-a"); r.Status != 201 {
+		t.Fatal(r.Status)
+	}
+	if r := b.do("POST", "/", "k2", "z", "X-API-Key", "tenant-b"); r.Status != 201 {
+		t.Fatalf("tenant b blocked by tenant a: %d", r.Status)
+	}
+	a2 := b.do("POST", "/", "k", "x", "X-API-Key", "tenant-a")
+	sameReply(t, a1, a2)
+	// No secret in the store: the storage key holds the hash.
+	if _, err := b.store.Get(context.Background(), idemhttp.StorageKey(idemhttp.HashScope("tenant-a"), "k")); err != nil {
+		t.Fatal(err)
+	}
+	// A scope function that fails → 400.
+	bad := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: func(*http.Request) (string, error) { return "a|b", nil }}, h)
+	if r := bad.do("POST", "/", "k", "x"); r.Status != 400 || problemType(t, r) != idemhttp.ProblemInvalidScope {
+		t.Fatalf("bad scope: %d", r.Status)
+	}
+}
+
+// JSON fingerprints ignore member order, whitespace, number forms and ignored fields.
+func TestJSONFingerprint(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Fingerprint: idemhttp.JSONFingerprint("sent_at", "meta.trace")}, h)
+	r1 := b.do("POST", "/", "k", `{"amount":1000,"currency":"eur","sent_at":"10:00","meta":{"trace":"a","x":1}}`)
+	r2 := b.do("POST", "/", "k", `{ "currency" : "eur", "meta":{"x":1.0,"trace":"b"}, "amount":1e3, "sent_at":"10:01" }`)
+	sameReply(t, r1, r2)
+	if r := b.do("POST", "/", "k", `{"amount":1001,"currency":"eur"}`); r.Status != 422 {
+		t.Fatalf("changed amount: %d", r.Status)
+	}
+	if h.n.Load() != 1 {
+		t.Fatalf("%d executions", h.n.Load())
+	}
+}
+
+// Webhooks: the key from another header, or from the JSON body.
+func TestWebhookKeys(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	gh := setup(t, nil, idem.Options{}, idemhttp.Options{Key: idemhttp.HeaderKey("X-GitHub-Delivery"), RequireKey: true}, h)
+	g1 := gh.do("POST", "/hook", "", `{"action":"opened"}`, "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	g2 := gh.do("POST", "/hook", "", `{"action":"opened"}`, "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	sameReply(t, g1, g2)
+
+	st := setup(t, nil, idem.Options{}, idemhttp.Options{Key: idemhttp.JSONKey("id")}, h)
+	s1 := st.do("POST", "/hook", "", `{"id":"evt_1","type":"charge.succeeded","created":1}`)
+	s2 := st.do("POST", "/hook", "", `{"created":1,"type":"charge.succeeded","id":"evt_1"}`)
+	if s1.Status != 201 || s2.Status != 422 { // raw fingerprint: reordered body is another request
+		t.Fatalf("%d %d", s1.Status, s2.Status)
+	}
+	s3 := st.do("POST", "/hook", "", `{"id":"evt_1","type":"charge.succeeded","created":1}`)
+	sameReply(t, s1, s3)
+	// No id: passes through (the key is optional here) and the handler still reads the body.
+	if r := st.do("POST", "/hook", "", `{"type":"ping"}`); r.Status != 201 || !strings.Contains(string(r.Body), "ping") {
+		t.Fatalf("no id: %d %s", r.Status, r.Body)
+	}
+	if h.n.Load() != 3 {
+		t.Fatalf("%d executions, want 3", h.n.Load())
+	}
+}
+
+// A request body over the limit → 413, no effect; the handler reads the full body otherwise.
+func TestRequestBodyLimit(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxRequestBody: 10}, h)
+	if r := b.do("POST", "/", "k", "12345678901"); r.Status != 413 || problemType(t, r) != idemhttp.ProblemRequestTooLarge {
+		t.Fatalf("%d", r.Status)
+	}
+	if r := b.do("POST", "/", "k", "1234567890"); r.Status != 201 || !strings.Contains(string(r.Body), "1234567890") {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	if h.n.Load() != 1 {
+		t.Fatal(h.n.Load())
+	}
+}
+
+// Store failure: fail closed (503, Retry-After, no effect), or fail open when asked.
+func TestStoreFailure(t *testing.T) {
+	t.Parallel()
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprint("failopen=", open), func(t *testing.T) {
+			t.Parallel()
+			h := &charge{}
+			st := memstore.New()
+			b := setup(t, st, idem.Options{}, idemhttp.Options{FailOpen: open, StoreRetryAfter: 3 * time.Second}, h)
+			st.Close()
+			r := b.do("POST", "/", "k", "body")
+			if !open {
+				if r.Status != 503 || r.Header.Get("Retry-After") != "3" || problemType(t, r) != idemhttp.ProblemStoreUnavailable || h.n.Load() != 0 {
+					t.Fatalf("%d %v %d effects", r.Status, r.Header, h.n.Load())
+				}
+				return
+			}
+			if r.Status != 201 || !strings.Contains(string(r.Body), "body") || h.n.Load() != 1 {
+				t.Fatalf("fail open: %d %s", r.Status, r.Body)
+			}
+			if got := b.outcomes(); fmt.Sprint(got) != "[fail_open]" {
+				t.Fatal(got)
+			}
+		})
+	}
+}
+
+// The expiry header: on a kept first response (an estimate, not after the stored expiry) and
+// on replays (exact); not on a released response.
+func TestExpiresHeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{TTL: time.Hour}, idemhttp.Options{ExpiresHeader: true}, &charge{})
+	r1 := b.do("POST", "/", "k", "x")
+	r2 := b.do("POST", "/", "k", "x")
+	e1, err1 := http.ParseTime(r1.Header.Get(idemhttp.ExpiresHeader))
+	e2, err2 := http.ParseTime(r2.Header.Get(idemhttp.ExpiresHeader))
+	if err1 != nil || err2 != nil || e1.After(e2) || time.Until(e2) > time.Hour || time.Until(e2) < 59*time.Minute {
+		t.Fatalf("%v %v / %v %v", e1, err1, e2, err2)
+	}
+	rel := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
+	if r := rel.do("POST", "/", "k", "x"); r.Header.Get(idemhttp.ExpiresHeader) != "" {
+		t.Fatal("expiry header on a released response")
+	}
+}
+
+// MarkFailed releases whatever the status; MarkUncertain holds the claim.
+func TestMarks(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		switch r.URL.Path {
+		case "/failed":
+			idemhttp.MarkFailed(w)
+		case "/uncertain":
+			idemhttp.MarkUncertain(w)
+		}
+		w.WriteHeader(200)
+	})
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+	b.do("POST", "/failed", "f", "")
+	if r := b.do("POST", "/failed", "f", ""); r.Status != 200 || n.Load() != 2 {
+		t.Fatalf("MarkFailed: %d, %d executions", r.Status, n.Load())
+	}
+	b.do("POST", "/uncertain", "u", "")
+	if r := b.do("POST", "/uncertain", "u", ""); r.Status != 409 || n.Load() != 3 {
+		t.Fatalf("MarkUncertain: %d, %d executions", r.Status, n.Load())
+	}
+	if idemhttp.MarkFailed(httptestRecorder{}) {
+		t.Fatal("MarkFailed outside the middleware reported true")
+	}
+}
+
+type httptestRecorder struct{ http.ResponseWriter }
+
+// Options are validated with the field named.
+func TestOptionsValidation(t *testing.T) {
+	t.Parallel()
+	eng, _ := idem.New(memstore.New(), idem.Options{})
+	for _, tc := range []struct {
+		opt  idemhttp.Options
+		want string
+	}{
+		{idemhttp.Options{}, "Options.Engine"},
+		{idemhttp.Options{Engine: eng, Methods: []string{"PO ST"}}, "Options.Methods"},
+		{idemhttp.Options{Engine: eng, MaxRequestBody: -1}, "Options.MaxRequestBody"},
+		{idemhttp.Options{Engine: eng, MaxResponseBody: -1}, "Options.MaxResponseBody"},
+		{idemhttp.Options{Engine: eng, DenyHeaders: []string{"a b"}}, "Options.DenyHeaders"},
+		{idemhttp.Options{Engine: eng, Key: idemhttp.JSONKey("a..b")}, "Options.Key"},
+		{idemhttp.Options{Engine: eng, StoreRetryAfter: -time.Second}, "Options.StoreRetryAfter"},
+	} {
+		_, err := idemhttp.New(tc.opt)
+		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %s", tc.opt, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package idemhttp
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// ReplayedHeader is set to "true" on every replayed response (IETF draft, Stripe).
+const ReplayedHeader = "Idempotent-Replayed"
+
+// ExpiresHeader, sent when Options.ExpiresHeader is set, says until when the stored result of
+// this key is replayed, as an HTTP-date (RFC 9110 §5.6.7): a retry with the same key up to then
+// gets the same response and never a second execution; after it, the key is new again. No
+// standard header exists for this yet. On the first response it is sent when the response is
+// kept for replay; it is then an estimate a little before the stored expiry, never after.
+const ExpiresHeader = "Idempotency-Expires"
+
+// Default limits.
+const (
+	// DefaultMaxRequestBody is the default Options.MaxRequestBody: 1 MiB.
+	DefaultMaxRequestBody = 1 << 20
+	// DefaultMaxResponseBody is the default Options.MaxResponseBody: 1 MiB.
+	DefaultMaxResponseBody = 1 << 20
+)
+
+// Options configure the middleware. Only Engine is required; the zero value of every other
+// field is a safe default.
+type Options struct {
+	// Engine runs handlers at most once per key and stores their responses. Its options decide
+	// the lease, how long responses are kept (TTL), whether duplicates in flight wait (Wait) or
+	// get 409 at once, which statuses are kept (Policy: idem.DefaultPolicy releases 5xx, 401,
+	// 403, 408, 409, 425 and 429; idem.StoreServerErrors keeps 5xx too), what happens to an
+	// uncertain outcome (Uncertain), and a local cache of hot replays (CacheSize). Required.
+	Engine *idem.Engine
+	// Methods are processed; requests with other methods pass through untouched. Default
+	// POST and PATCH.
+	Methods []string
+	// RequireKey answers 400 (ProblemMissingKey) to a processed request without a key.
+	// Default false: such a request passes through untouched, without protection.
+	RequireKey bool
+	// Key says where the key comes from. Default: the Idempotency-Key header (ParseKey).
+	Key KeySource
+	// Scope gives the tenant a request acts for; it prefixes the storage key (StorageKey), so
+	// tenants never see or block each other. Default: every request in one scope "" — use it
+	// only when one client uses the API, or keys are random enough to be unguessable.
+	Scope ScopeFunc
+	// Fingerprint identifies the request behind a key. Default RawFingerprint (method, path,
+	// query and body bytes); JSONFingerprint canonicalises JSON bodies.
+	Fingerprint FingerprintFunc
+	// MaxRequestBody is the largest request body read, in bytes; a larger one is answered 413
+	// (ProblemRequestTooLarge) without running the handler. Default DefaultMaxRequestBody (1 MiB).
+	MaxRequestBody int64
+	// MaxResponseBody is the largest response body kept for replay, in bytes. A larger one is
+	// streamed to the client as the handler writes it, and the record is completed without
+	// the body: a retry gets ProblemNotRetained, never a second execution and never a
+	// truncated body. Default DefaultMaxResponseBody (1 MiB).
+	MaxResponseBody int64
+	// DenyHeaders are response headers that are not stored, and so not replayed, besides the
+	// hop-by-hop ones (Connection and those it names, Keep-Alive, Proxy-*, TE, Trailer,
+	// Transfer-Encoding, Upgrade). Default: Set-Cookie. A non-nil empty slice denies none.
+	DenyHeaders []string
+	// ExpiresHeader adds the ExpiresHeader (Idempotency-Expires) to responses that are kept
+	// and to replays. Default false.
+	ExpiresHeader bool
+	// FailOpen lets requests through to the handler, without protection, when the store fails
+	// before the handler ran; each such request is logged at Warn and reported as
+	// OutcomeFailOpen. Default false: fail closed with 503 (ProblemStoreUnavailable) and
+	// Retry-After, and the handler does not run.
+	FailOpen bool
+	// StoreRetryAfter is the Retry-After sent with a 503 when the store fails, rounded up to
+	// whole seconds. Default 1s.
+	StoreRetryAfter time.Duration
+	// OnEvent, if set, is called once per request, after the response is written, with what
+	// happened (see Event). It runs on the request's goroutine: keep it fast.
+	OnEvent func(Event)
+	// Logger receives warnings: store failures, fail-open requests, results that could not be
+	// stored, handler panics. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrOptions reports an invalid option; the message names the field.
+var ErrOptions = errors.New("idemhttp: invalid options")
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Engine == nil {
+		return o, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+	}
+	if len(o.Methods) == 0 {
+		o.Methods = []string{http.MethodPost, http.MethodPatch}
+	} else {
+		ms := make([]string, len(o.Methods))
+		for i, m := range o.Methods {
+			ms[i] = strings.ToUpper(m)
+			if !validToken(ms[i]) {
+				return o, fmt.Errorf("%w: Options.Methods: %q is not a method", ErrOptions, m)
+			}
+		}
+		o.Methods = ms
+	}
+	if err := o.Key.validate(); err != nil {
+		return o, errors.Join(ErrOptions, err)
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = RawFingerprint
+	}
+	o.MaxRequestBody = cmp.Or(o.MaxRequestBody, DefaultMaxRequestBody)
+	o.MaxResponseBody = cmp.Or(o.MaxResponseBody, DefaultMaxResponseBody)
+	o.StoreRetryAfter = cmp.Or(o.StoreRetryAfter, time.Second)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch {
+	case o.MaxRequestBody < 0:
+		return o, fmt.Errorf("%w: Options.MaxRequestBody %d is negative", ErrOptions, o.MaxRequestBody)
+	case o.MaxResponseBody < 0:
+		return o, fmt.Errorf("%w: Options.MaxResponseBody %d is negative", ErrOptions, o.MaxResponseBody)
+	case o.StoreRetryAfter < 0:
+		return o, fmt.Errorf("%w: Options.StoreRetryAfter %s is negative", ErrOptions, o.StoreRetryAfter)
+	}
+	if o.DenyHeaders == nil {
+		o.DenyHeaders = []string{"Set-Cookie"}
+	}
+	for _, h := range o.DenyHeaders {
+		if !validToken(h) {
+			return o, fmt.Errorf("%w: Options.DenyHeaders: %q is not a header name", ErrOptions, h)
+		}
+	}
+	return o, nil
+}

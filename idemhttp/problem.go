@@ -1,0 +1,110 @@
+package idemhttp
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// Problem types: the stable `type` URIs of the application/problem+json (RFC 9457) answers the
+// middleware writes. Clients match on them, not on the title text.
+const (
+	// ProblemMissingKey (400): the route requires a key and the request has none.
+	ProblemMissingKey = "https://idemkit.dev/problems/missing-key"
+	// ProblemInvalidKey (400): the key is not 1 to 255 printable ASCII characters, not a valid
+	// structured-field string, or was sent twice.
+	ProblemInvalidKey = "https://idemkit.dev/problems/invalid-key"
+	// ProblemInvalidScope (400): the caller's scope could not be determined.
+	ProblemInvalidScope = "https://idemkit.dev/problems/invalid-scope"
+	// ProblemInvalidBody (400): the body could not be read or fingerprinted.
+	ProblemInvalidBody = "https://idemkit.dev/problems/invalid-body"
+	// ProblemRequestTooLarge (413): the body is larger than Options.MaxRequestBody.
+	ProblemRequestTooLarge = "https://idemkit.dev/problems/request-too-large"
+	// ProblemInFlight (409, with Retry-After): a request with this key is being processed now.
+	// Retry after the delay; the retry gets the stored response.
+	ProblemInFlight = "https://idemkit.dev/problems/in-flight"
+	// ProblemMismatch (422): the key was used before with a different request (method, path,
+	// query or body). Nothing was done. Use a new key for a new request.
+	ProblemMismatch = "https://idemkit.dev/problems/mismatch"
+	// ProblemStoreUnavailable (503, with Retry-After): the idempotency store could not be
+	// reached, so the request was not processed (fail closed). Retry with the same key.
+	ProblemStoreUnavailable = "https://idemkit.dev/problems/store-unavailable"
+	// ProblemNotRetained (the original status, with Idempotent-Replayed: true): the request was
+	// processed before, but its response was larger than the middleware keeps, so it cannot be
+	// replayed. The operation is NOT executed again.
+	ProblemNotRetained = "https://idemkit.dev/problems/response-not-retained"
+	// ProblemHandlerPanic (500): the handler panicked before answering. Nothing is stored; the
+	// key is released, so a retry executes.
+	ProblemHandlerPanic = "https://idemkit.dev/problems/handler-panic"
+	// ProblemInternal (500): an unexpected error in the middleware. Nothing was done.
+	ProblemInternal = "https://idemkit.dev/problems/internal"
+)
+
+// ProblemContentType is the media type of the middleware's error bodies.
+const ProblemContentType = "application/problem+json"
+
+// problem is one precomputed answer.
+type problem struct {
+	status int
+	body   []byte
+	length []string // Content-Length, precomputed
+}
+
+func newProblem(status int, typ, title string) *problem {
+	b := []byte(`{"type":"` + typ + `","title":"` + title + `","status":` + strconv.Itoa(status) + "}\n")
+	return &problem{status: status, body: b, length: []string{strconv.Itoa(len(b))}}
+}
+
+var (
+	probMissingKey   = newProblem(400, ProblemMissingKey, "This request requires an Idempotency-Key header")
+	probInvalidKey   = newProblem(400, ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once")
+	probInvalidScope = newProblem(400, ProblemInvalidScope, "The caller could not be identified")
+	probInvalidBody  = newProblem(400, ProblemInvalidBody, "The request body could not be read")
+	probTooLarge     = newProblem(413, ProblemRequestTooLarge, "The request body is too large")
+	probInFlight     = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later")
+	probMismatch     = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request")
+	probStore        = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later")
+	probPanic        = newProblem(500, ProblemHandlerPanic, "The request failed; it may be retried with the same key")
+	probInternal     = newProblem(500, ProblemInternal, "The request was not processed")
+)
+
+var (
+	problemCT = []string{ProblemContentType}
+	nosniff   = []string{"nosniff"}
+)
+
+// write sends the problem. retryAfter, if not nil, is the Retry-After value.
+func (p *problem) write(w http.ResponseWriter, retryAfter []string) {
+	h := w.Header()
+	h["Content-Type"] = problemCT
+	h["Content-Length"] = p.length
+	h["X-Content-Type-Options"] = nosniff
+	if retryAfter != nil {
+		h["Retry-After"] = retryAfter
+	}
+	w.WriteHeader(p.status)
+	_, _ = w.Write(p.body)
+}
+
+// notRetainedBody is the body of a replay whose response was not kept.
+func notRetainedBody(status int) []byte {
+	return []byte(`{"type":"` + ProblemNotRetained + `","title":"This request was already processed; its response was too large to be retained","status":` +
+		strconv.Itoa(status) + "}\n")
+}
+
+// retryAfterValue returns a Retry-After value in whole seconds (at least 1).
+func retryAfterValue(seconds int64) []string {
+	if seconds < 1 {
+		seconds = 1
+	}
+	if seconds < int64(len(smallRetryAfter)) {
+		return smallRetryAfter[seconds]
+	}
+	return []string{strconv.FormatInt(seconds, 10)}
+}
+
+var smallRetryAfter = func() (v [61][]string) {
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i)}
+	}
+	return v
+}()
