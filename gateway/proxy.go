@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // upstreamTransport returns a Transport tuned for one upstream host: connections are reused
@@ -72,14 +74,20 @@ func classify(err error) upstreamFailure {
 // proxy is the handler behind the idempotency middleware: it forwards to the upstream,
 // detached from the client's connection.
 type proxy struct {
-	rp       *httputil.ReverseProxy
-	timeout  time.Duration
-	log      *slog.Logger
-	metrics  *Metrics
-	onFailed func(r *http.Request, f upstreamFailure) // marks the outcome for the middleware
+	rp      *httputil.ReverseProxy
+	timeout time.Duration
+	log     *slog.Logger
+	metrics *Metrics
 }
 
+// failureKey is the context key of the *upstreamFailure the gateway puts in each request, so
+// the proxy can say how the upstream call failed and the event hook can count it.
 type failureKey struct{}
+
+func upstreamFailureOf(r *http.Request) *upstreamFailure {
+	f, _ := r.Context().Value(failureKey{}).(*upstreamFailure)
+	return f
+}
 
 func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Duration, log *slog.Logger, m *Metrics) *proxy {
 	p := &proxy{timeout: timeout, log: log, metrics: m}
@@ -112,36 +120,36 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
 	defer cancel()
 	start := time.Now()
-	fail := new(upstreamFailure)
-	ctx = context.WithValue(ctx, failureKey{}, fail)
 	p.metrics.InFlight.Inc()
+	defer p.metrics.InFlight.Dec()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
-	p.metrics.InFlight.Dec()
 	result := "ok"
-	if *fail != 0 {
+	if f := upstreamFailureOf(r); f != nil && *f != 0 {
 		result = "error"
-		if p.onFailed != nil {
-			p.onFailed(r, *fail)
-		}
 	}
 	p.metrics.UpstreamSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 }
 
-// upstreamError answers when the upstream call failed: 502, or 504 on a timeout.
+// upstreamError answers when the upstream call failed: 502, or 504 on a timeout. A request
+// that never left is marked failed (the claim is released: a retry executes); one that was sent
+// without an answer is marked uncertain (the claim is held: never a silent second execution).
 func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	f := classify(err)
-	if fp, ok := r.Context().Value(failureKey{}).(*upstreamFailure); ok {
+	if fp := upstreamFailureOf(r); fp != nil {
 		*fp = f
 	}
 	status, title := http.StatusBadGateway, "The upstream could not be reached; nothing was sent."
 	if f == uncertain {
-		title = "The upstream did not answer; the request may have been processed."
+		idemhttp.MarkUncertain(w)
+		title = "The upstream did not answer; the request may have been processed. Retry with the same key later."
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
 		}
+	} else {
+		idemhttp.MarkFailed(w)
 	}
-	p.log.Warn("upstream call failed", "method", r.Method, "path", r.URL.Path, "err", err, "sent", f == uncertain)
+	p.log.Warn("upstream call failed", "method", r.Method, "path", r.URL.Path, "err", err, "maybe_processed", f == uncertain)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	_, _ = io.WriteString(w, `{"type":"https://idemkit.dev/problems/upstream","title":"`+title+`","status":`+strconv.Itoa(status)+`}`)
+	_, _ = io.WriteString(w, `{"type":"https://idemkit.dev/problems/upstream","title":"`+title+`","status":`+strconv.Itoa(status)+"}\n")
 }

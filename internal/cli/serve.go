@@ -1,0 +1,285 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/gateway"
+)
+
+func init() {
+	register("serve", "run the gateway in front of an upstream API", runServe)
+}
+
+// serveFlags binds every Config field to a flag. Each flag's default comes from its IDEM_*
+// environment variable, so the precedence is flag > environment > config file > default:
+// values still at their zero after parsing are filled from the file.
+type serveFlags struct {
+	config string
+	cfg    gateway.Config
+	set    map[string]bool
+}
+
+func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
+	f := &serveFlags{set: map[string]bool{}}
+	c := &f.cfg
+	envs := func(name string) string {
+		return e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+	}
+	str := func(p *string, name, usage string) {
+		fs.StringVar(p, name, envs(name), usage+" (env IDEM_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))+")")
+	}
+	fs.StringVar(&f.config, "config", e.getenv("IDEM_CONFIG"), "YAML config file; flags and IDEM_* variables override it (env IDEM_CONFIG)")
+	str(&c.Listen, "listen", "address to serve on (default 127.0.0.1:8080)")
+	str(&c.Upstream, "upstream", "URL of the API behind the gateway (required)")
+	str(&c.Store, "store", "store URL (default sqlite://./idem.db; also memory://, postgres://, mysql://, redis://, rediss://, redis+cluster://, dynamodb://TABLE)")
+	str(&c.ScopeHeader, "scope-header", "header naming the tenant, hashed into the key scope (a stable identity such as an API key, not a rotating token)")
+	str(&c.MetricsListen, "metrics-listen", "address for /metrics, /healthz and /readyz (default: none)")
+	str(&c.LogFormat, "log-format", "text or json (default text)")
+	str(&c.Uncertain, "uncertain", "when the upstream got the request but did not answer: expire (default), release or hold")
+	fs.Func("ttl", "how long responses are replayed (default 24h) (env IDEM_TTL)", durationFlag(&c.TTL))
+	fs.Func("lease", "how long a claim holds before another gateway may take over (default 30s) (env IDEM_LEASE)", durationFlag(&c.Lease))
+	fs.Func("wait", "wait up to this long for an in-flight original instead of answering 409 (default 0) (env IDEM_WAIT)", durationFlag(&c.Wait))
+	fs.Func("upstream-timeout", "bound on one upstream call (default 60s) (env IDEM_UPSTREAM_TIMEOUT)", durationFlag(&c.UpstreamTimeout))
+	fs.Func("shutdown-timeout", "bound on draining in-flight requests at shutdown (default 30s) (env IDEM_SHUTDOWN_TIMEOUT)", durationFlag(&c.ShutdownTimeout))
+	fs.Func("max-body", "largest request body, and largest response body kept (default 1MiB) (env IDEM_MAX_BODY)", func(s string) error {
+		n, err := gateway.ParseByteSize(s)
+		c.MaxBody = gateway.ByteSize(n)
+		return err
+	})
+	fs.Func("methods", "comma-separated methods to process (default POST,PATCH) (env IDEM_METHODS)", func(s string) error {
+		c.Methods = strings.Split(s, ",")
+		return nil
+	})
+	fs.BoolFunc("require-key", "answer 400 to a processed request without a key (env IDEM_REQUIRE_KEY=1)", func(s string) error {
+		c.RequireKey = s == "true"
+		f.set["require-key"] = true
+		return nil
+	})
+	fs.BoolFunc("store-5xx", "keep and replay upstream 5xx answers, as Stripe does (env IDEM_STORE_5XX=1)", func(s string) error {
+		c.Store5xx = s == "true"
+		f.set["store-5xx"] = true
+		return nil
+	})
+	return f
+}
+
+func durationFlag(p *gateway.Duration) func(string) error {
+	return func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (like 30s or 24h)", s)
+		}
+		*p = gateway.Duration(d)
+		return nil
+	}
+}
+
+// resolve applies environment variables for the flags not given, then the config file under
+// both.
+func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	for name, target := range map[string]func(string) error{
+		"ttl": durationFlag(&f.cfg.TTL), "lease": durationFlag(&f.cfg.Lease), "wait": durationFlag(&f.cfg.Wait),
+		"upstream-timeout": durationFlag(&f.cfg.UpstreamTimeout), "shutdown-timeout": durationFlag(&f.cfg.ShutdownTimeout),
+		"max-body": func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
+		"methods":  func(s string) error { return fs.Lookup("methods").Value.Set(s) },
+	} {
+		v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+		if v != "" && !given[name] {
+			if err := target(v); err != nil {
+				return gateway.Config{}, usageError("IDEM_%s: %v", strings.ToUpper(strings.ReplaceAll(name, "-", "_")), err)
+			}
+		}
+	}
+	for name, p := range map[string]*bool{"require-key": &f.cfg.RequireKey, "store-5xx": &f.cfg.Store5xx} {
+		if v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" && !given[name] {
+			*p, f.set[name] = v == "1" || strings.EqualFold(v, "true"), true
+		}
+	}
+	if f.config == "" {
+		return f.cfg, nil
+	}
+	file, err := gateway.LoadFile(f.config)
+	if err != nil {
+		return gateway.Config{}, err
+	}
+	return merge(f.cfg, file, f.set), nil
+}
+
+// merge fills the fields of over that are unset from base.
+func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
+	s := func(a, b string) string {
+		if a != "" {
+			return a
+		}
+		return b
+	}
+	d := func(a, b gateway.Duration) gateway.Duration {
+		if a != 0 {
+			return a
+		}
+		return b
+	}
+	c := base
+	c.Listen, c.Upstream, c.Store = s(over.Listen, base.Listen), s(over.Upstream, base.Upstream), s(over.Store, base.Store)
+	c.ScopeHeader, c.MetricsListen = s(over.ScopeHeader, base.ScopeHeader), s(over.MetricsListen, base.MetricsListen)
+	c.LogFormat, c.Uncertain = s(over.LogFormat, base.LogFormat), s(over.Uncertain, base.Uncertain)
+	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
+	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
+	if over.MaxBody != 0 {
+		c.MaxBody = over.MaxBody
+	}
+	if len(over.Methods) > 0 {
+		c.Methods = over.Methods
+	}
+	if set["require-key"] {
+		c.RequireKey = over.RequireKey
+	}
+	if set["store-5xx"] {
+		c.Store5xx = over.Store5xx
+	}
+	return c
+}
+
+func newLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "serve", "--upstream URL [flags]")
+	f := bindServe(e, fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected arguments: %v", fs.Args())
+	}
+	cfg, err := f.resolve(e, fs)
+	if err != nil {
+		return err
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return usageError("%v", err)
+	}
+	log := newLogger(e.stderr, cfg.LogFormat)
+	ctx, second, stop := signalContext(ctx)
+	defer stop()
+	return serve(ctx, second, cfg, log, nil)
+}
+
+// serve runs the gateway until ctx ends (first signal), then drains: it stops accepting,
+// lets in-flight requests finish (bounded by ShutdownTimeout) so their claims are completed
+// or released, and returns. A value on second exits at once.
+func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log *slog.Logger, ready func(addr string)) error {
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	g, err := gateway.New(openCtx, cfg, gateway.Options{Logger: log})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	var admin *http.Server
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		admin = &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- admin.Serve(mln) }()
+		log.Info("metrics listening", "addr", mln.Addr().String())
+	}
+	go sweeper(ctx, g, log)
+	log.Info("idem gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", redact(cfg.Store))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", time.Duration(cfg.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(sctx) }()
+	select {
+	case err = <-done:
+	case <-second:
+		log.Warn("second signal: exiting now")
+		srv.Close()
+		return errors.New("interrupted")
+	}
+	if admin != nil {
+		_ = admin.Shutdown(sctx)
+	}
+	if err != nil {
+		log.Warn("drain did not finish in time; in-flight keys stay claimed until their lease runs out", "err", err)
+		return nil
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// sweeper deletes expired records every few minutes, with jitter, while the gateway runs.
+func sweeper(ctx context.Context, g *gateway.Gateway, log *slog.Logger) {
+	const every = 5 * time.Minute
+	for {
+		jitter := time.Duration(time.Now().UnixNano() % int64(every/5))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every + jitter):
+		}
+		total := 0
+		for {
+			n, err := g.Store().Sweep(ctx, time.Now(), 1000)
+			total += n
+			if err != nil {
+				log.Warn("sweep failed", "err", err)
+				break
+			}
+			if n < 1000 {
+				break
+			}
+		}
+		if total > 0 {
+			log.Info("swept expired records", "deleted", total)
+		}
+	}
+}
+
+// redact hides the password of a URL for logs.
+func redact(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if at := strings.Index(raw[i+3:], "@"); at >= 0 {
+			if colon := strings.Index(raw[i+3:i+3+at], ":"); colon >= 0 {
+				return raw[:i+3+colon+1] + "xxxxx" + raw[i+3+at:]
+			}
+		}
+	}
+	return raw
+}
