@@ -1,0 +1,368 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/payments"
+)
+
+// binary is the idem command built once for the end-to-end tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "idem")
+	out, err := exec.Command("go", "build", "-o", binary, "github.com/idemkit/idem/cmd/idem").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building idem: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// gw is a running `idem serve` process.
+type gw struct {
+	url  string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	mu   *sync.Mutex
+	done chan error
+}
+
+// startGateway runs `idem serve` with args on a free loopback port and waits until it is
+// ready. It is stopped (SIGKILL) at the end of the test if still running.
+func startGateway(t *testing.T, args ...string) *gw {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", addr}, args...)...)
+	cmd.Env = append(os.Environ(), "IDEM_CONFIG=")
+	logs, mu := &bytes.Buffer{}, &sync.Mutex{}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+		}
+	}()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{url: "http://" + addr, cmd: cmd, logs: logs, mu: mu, done: make(chan error, 1)}
+	go func() { g.done <- cmd.Wait(); pw.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-g.done
+		if t.Failed() {
+			t.Logf("gateway %s logs:\n%s", addr, g.log())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(g.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return g
+			}
+		}
+		select {
+		case err := <-g.done:
+			t.Fatalf("gateway exited: %v\n%s", err, g.log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("gateway not ready after 20s:\n%s", g.log())
+	return nil
+}
+
+func (g *gw) log() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.logs.String()
+}
+
+// upstream is a payments API on loopback.
+func upstream(t *testing.T) (*payments.API, string) {
+	api := payments.New()
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return api, srv.URL
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func post(t *testing.T, url, key, body string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/charges", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+const charge = `{"amount":1000,"currency":"eur"}`
+
+func sqliteStore(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "idem.db") }
+
+func TestBinarySeedScenario(t *testing.T) {
+	t.Parallel()
+	api, up := upstream(t)
+	g := startGateway(t, "--upstream", up, "--store", sqliteStore(t))
+
+	first := post(t, g.url, "order-1", charge)
+	second := post(t, g.url, "order-1", charge)
+	if first.status != 201 || second.status != 201 || first.body != second.body {
+		t.Fatalf("first %d %q\nsecond %d %q", first.status, first.body, second.status, second.body)
+	}
+	if second.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("replay header: first %q second %q", first.header.Get("Idempotent-Replayed"), second.header.Get("Idempotent-Replayed"))
+	}
+	if first.header.Get("Location") != second.header.Get("Location") {
+		t.Error("stored headers differ on replay")
+	}
+	other := post(t, g.url, "order-1", `{"amount":999,"currency":"eur"}`)
+	if other.status != 422 || !strings.Contains(other.header.Get("Content-Type"), "problem+json") {
+		t.Fatalf("other body: %d %s", other.status, other.body)
+	}
+	if api.Count() != 1 {
+		t.Fatalf("charges = %d, want 1", api.Count())
+	}
+	// Without a key the request passes through; GET is not processed.
+	if a := post(t, g.url, "", charge); a.status != 201 || api.Count() != 2 {
+		t.Fatalf("no key: %d, charges %d", a.status, api.Count())
+	}
+	resp, err := http.Get(g.url + "/v1/charges")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET: %v", err)
+	}
+	resp.Body.Close()
+	// A bad key is refused before anything runs.
+	if a := post(t, g.url, strings.Repeat("k", 256), charge); a.status != 400 || api.Count() != 2 {
+		t.Fatalf("bad key: %d, charges %d", a.status, api.Count())
+	}
+}
+
+// The seed scenario: the connection drops after the server processed the order. The client's
+// retry gets the stored response, and the order is charged once.
+func TestBinaryClientGivesUp(t *testing.T) {
+	t.Parallel()
+	api, up := upstream(t)
+	api.Delay = 400 * time.Millisecond
+	g := startGateway(t, "--upstream", up, "--store", sqliteStore(t), "--wait", "5s")
+	c := &http.Client{Timeout: 100 * time.Millisecond}
+	req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/charges", strings.NewReader(charge))
+	req.Header.Set("Idempotency-Key", "drop-1")
+	if _, err := c.Do(req); err == nil {
+		t.Fatal("the client was expected to time out")
+	}
+	// The retry waits for the original (still running upstream) and replays it.
+	a := post(t, g.url, "drop-1", charge)
+	if a.status != 201 || a.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %v %s", a.status, a.header, a.body)
+	}
+	if api.Count() != 1 {
+		t.Fatalf("charges = %d, want 1", api.Count())
+	}
+}
+
+func TestBinaryUpstreamRefusedReleases(t *testing.T) {
+	t.Parallel()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	g := startGateway(t, "--upstream", "http://"+addr, "--store", sqliteStore(t))
+	if a := post(t, g.url, "refused-1", charge); a.status != 502 {
+		t.Fatalf("upstream down: %d %s", a.status, a.body)
+	}
+	// The upstream comes back: the retry executes, since nothing was sent the first time.
+	api := payments.New()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s was taken meanwhile: %v", addr, err)
+	}
+	srv := &http.Server{Handler: api}
+	go srv.Serve(ln)
+	defer srv.Close()
+	if a := post(t, g.url, "refused-1", charge); a.status != 201 || api.Count() != 1 {
+		t.Fatalf("after the upstream came back: %d, charges %d", a.status, api.Count())
+	}
+}
+
+// An upstream that takes the request and drops the connection without an answer: the
+// outcome is uncertain, so the key is held (409) until its lease runs out, never re-executed
+// at once.
+func TestBinaryUpstreamNoAnswerIsUncertain(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		calls.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	g := startGateway(t, "--upstream", srv.URL, "--store", sqliteStore(t), "--lease", "2s")
+	if a := post(t, g.url, "lost-1", charge); a.status != 502 {
+		t.Fatalf("no answer: %d %s", a.status, a.body)
+	}
+	a := post(t, g.url, "lost-1", charge)
+	if a.status != 409 || a.header.Get("Retry-After") == "" {
+		t.Fatalf("retry within the lease: %d %v %s", a.status, a.header, a.body)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("upstream called %d times, want 1", calls.Load())
+	}
+	time.Sleep(2100 * time.Millisecond)
+	_ = post(t, g.url, "lost-1", charge)
+	if calls.Load() != 2 {
+		t.Fatalf("after the lease the retry should take over: %d calls", calls.Load())
+	}
+}
+
+func TestBinaryGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	api, up := upstream(t)
+	api.Delay = 500 * time.Millisecond
+	store := sqliteStore(t)
+	g := startGateway(t, "--upstream", up, "--store", store)
+	res := make(chan answer, 1)
+	go func() { res <- post(t, g.url, "drain-1", charge) }()
+	time.Sleep(150 * time.Millisecond)
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	a := <-res
+	if a.status != 201 {
+		t.Fatalf("in-flight request during shutdown: %d %s", a.status, a.body)
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+		g.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("gateway did not exit after SIGTERM")
+	}
+	// A new gateway on the same store replays the drained request's response.
+	g2 := startGateway(t, "--upstream", up, "--store", store)
+	if b := post(t, g2.url, "drain-1", charge); b.status != 201 || b.body != a.body || api.Count() != 1 {
+		t.Fatalf("after restart: %d %q (charges %d)", b.status, b.body, api.Count())
+	}
+}
+
+func TestBinaryMetrics(t *testing.T) {
+	t.Parallel()
+	_, up := upstream(t)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	maddr := ln.Addr().String()
+	ln.Close()
+	g := startGateway(t, "--upstream", up, "--store", "memory://", "--metrics-listen", maddr)
+	post(t, g.url, "m-1", charge)
+	post(t, g.url, "m-1", charge)
+	resp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`idem_requests_total{outcome="executed"} 1`, `idem_requests_total{outcome="replayed"} 1`, `idem_store_operation_seconds_count{op="reserve",result="ok"} 2`, "idem_upstream_seconds"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// sharedStoreTest runs three gateways on one store and sends 300 concurrent duplicates spread
+// over them: the upstream must be called once, and every answer must be the same.
+func sharedStoreTest(t *testing.T, store string) {
+	var calls atomic.Int32
+	api := payments.New()
+	api.Delay = 300 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			calls.Add(1)
+		}
+		api.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	var gws []*gw
+	for range 3 {
+		gws = append(gws, startGateway(t, "--upstream", srv.URL, "--store", store, "--wait", "20s"))
+	}
+	key := fmt.Sprintf("shared-%d", time.Now().UnixNano())
+	var wg sync.WaitGroup
+	bodies := make([]string, 300)
+	statuses := make([]int, 300)
+	tr := &http.Transport{MaxIdleConnsPerHost: 100}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	for i := range 300 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, gws[i%3].url+"/v1/charges", strings.NewReader(charge))
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			bodies[i], statuses[i] = string(b), resp.StatusCode
+		})
+	}
+	wg.Wait()
+	if calls.Load() != 1 {
+		t.Fatalf("upstream called %d times for one key over 3 gateways, want 1", calls.Load())
+	}
+	for i := range bodies {
+		if statuses[i] != 201 || bodies[i] != bodies[0] {
+			t.Fatalf("answer %d: %d %q, want 201 %q", i, statuses[i], bodies[i], bodies[0])
+		}
+	}
+}
+
+func TestBinaryThreeGatewaysSQLite(t *testing.T) {
+	t.Parallel()
+	sharedStoreTest(t, sqliteStore(t))
+}
