@@ -110,6 +110,11 @@ type Options struct {
 	Store func(t *testing.T) idem.Store
 	// Timeout bounds each subtest's wait for every effect and an empty queue. Default 2m.
 	Timeout time.Duration
+	// Redelivery is how long the broker takes to redeliver a message whose consumer died
+	// without acking it: JetStream's AckWait, SQS's visibility timeout; 0 for RabbitMQ, which
+	// requeues as soon as the connection closes. The suite waits that long for stragglers
+	// before it concludes that the queue is drained. Default 0.
+	Redelivery time.Duration
 	// SkipRejected skips the Rejected test, for a broker that cannot dead-letter a message at
 	// once (SQS leaves it to the queue's redrive policy). The suite logs the skip.
 	SkipRejected bool
@@ -117,6 +122,13 @@ type Options struct {
 
 // Run runs the suite against broker.
 func Run(t *testing.T, broker Broker, opt Options) {
+	s := &suite{broker: broker, opt: withDefaults(opt)}
+	t.Run("Duplicates", s.duplicates)
+	t.Run("CrashBetweenEffectAndAck", s.crashes)
+	t.Run("Rejected", s.rejected)
+}
+
+func withDefaults(opt Options) Options {
 	opt.Consumers = cmp.Or(opt.Consumers, 4)
 	opt.Events = cmp.Or(opt.Events, 200)
 	opt.Copies = cmp.Or(opt.Copies, 3)
@@ -126,10 +138,7 @@ func Run(t *testing.T, broker Broker, opt Options) {
 	if opt.Store == nil {
 		opt.Store = func(*testing.T) idem.Store { return memstore.New() }
 	}
-	s := &suite{broker: broker, opt: opt}
-	t.Run("Duplicates", s.duplicates)
-	t.Run("CrashBetweenEffectAndAck", s.crashes)
-	t.Run("Rejected", s.rejected)
+	return opt
 }
 
 type suite struct {
@@ -348,35 +357,58 @@ func (b *bundle) effects(ctx context.Context) (rows, distinct int) {
 	return rows, distinct
 }
 
-// check asserts exactly one effect per event, and an empty queue once the consumers stopped.
+// check asserts exactly one effect per event.
 func (b *bundle) check(ctx context.Context, es []event) {
 	b.t.Helper()
 	rows, distinct := b.effects(ctx)
 	if rows != len(es) || distinct != len(es) {
-		var doubles []string
-		r, err := b.db.Query(ctx, "SELECT key, count(*) FROM "+b.table+" GROUP BY key HAVING count(*) > 1 LIMIT 10")
-		if err == nil {
-			for r.Next() {
-				var k string
-				var n int
-				_ = r.Scan(&k, &n)
-				doubles = append(doubles, fmt.Sprintf("%s×%d", k, n))
-			}
-			r.Close()
-		}
+		doubles := b.doubles(ctx)
 		b.t.Errorf("consumertest: %d effects for %d distinct events, want exactly one for each of %d (double effects: %v)",
 			rows, distinct, len(es), doubles)
 	}
-	var pending int
-	b.waitFor(10*time.Second, "an empty queue after the consumers stopped", func() (bool, string) {
+}
+
+// doubles names up to ten events with more than one effect.
+func (b *bundle) doubles(ctx context.Context) []string {
+	var doubles []string
+	r, err := b.db.Query(ctx, "SELECT key, count(*) FROM "+b.table+" GROUP BY key HAVING count(*) > 1 ORDER BY key LIMIT 10")
+	if err != nil {
+		b.t.Fatalf("consumertest: find double effects: %v", err)
+	}
+	defer r.Close()
+	for r.Next() {
+		var k string
+		var n int
+		if err := r.Scan(&k, &n); err != nil {
+			b.t.Fatalf("consumertest: find double effects: %v", err)
+		}
+		doubles = append(doubles, fmt.Sprintf("%s×%d", k, n))
+	}
+	return doubles
+}
+
+// drain stops p, then makes sure the broker holds no message: messages that a crashed
+// consumer never acked come back after Options.Redelivery, so while any is left, consumers
+// (without crashes) run again for a while. It fails the test if the queue does not empty.
+func (s *suite) drain(ctx context.Context, b *bundle, c *consumer.Consumer, p *pool) {
+	b.t.Helper()
+	p.stop()
+	deadline := time.Now().Add(s.opt.Timeout)
+	for {
 		n, err := b.q.Pending(ctx)
 		if err != nil {
-			return false, err.Error()
+			b.t.Fatalf("consumertest: pending: %v", err)
 		}
-		pending = n
-		return n == 0, fmt.Sprintf("%d messages left", n)
-	})
-	_ = pending
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("consumertest: %d messages left in the queue after %s of draining", n, s.opt.Timeout)
+		}
+		p = b.run(ctx, c, s.opt.Consumers, 0)
+		time.Sleep(max(s.opt.Redelivery*3/2, 500*time.Millisecond))
+		p.stop()
+	}
 }
 
 func (b *bundle) logOutcomes(p *pool) {
@@ -386,6 +418,8 @@ func (b *bundle) logOutcomes(p *pool) {
 		parts = append(parts, o.String(), b.outcome[o].Load())
 	}
 	parts = append(parts, "acks", p.acks.Load(), "crashes", p.crashes.Load())
+	// (acks counts the acks attempted; an ack sent on a connection that another delivery's
+	// crash just closed fails, and its message comes back as a Duplicate.)
 	b.t.Log(append([]any{"outcomes:"}, parts...)...)
 }
 
@@ -395,14 +429,15 @@ func (s *suite) duplicates(t *testing.T) {
 	ctx := context.Background()
 	es := events(s.opt.Events)
 	total := len(es) * s.opt.Copies
-	p := b.run(ctx, b.consumer(0.05), s.opt.Consumers, 0)
+	c := b.consumer(0.05)
+	p := b.run(ctx, c, s.opt.Consumers, 0)
 	b.publish(ctx, es, s.opt.Copies)
 	b.waitFor(s.opt.Timeout, "every effect and every ack", func() (bool, string) {
 		_, distinct := b.effects(ctx)
 		acks := p.acks.Load()
 		return distinct == len(es) && acks >= int64(total), fmt.Sprintf("%d/%d events done, %d/%d messages acked", distinct, len(es), acks, total)
 	})
-	p.stop()
+	s.drain(ctx, b, c, p)
 	b.logOutcomes(p)
 	b.check(ctx, es)
 	if n := b.outcome[consumer.Processed].Load(); n != int64(len(es)) {
@@ -415,11 +450,53 @@ func (s *suite) duplicates(t *testing.T) {
 
 func (s *suite) crashes(t *testing.T) {
 	t.Parallel()
+	r := s.crashReport(t)
+	if r.Effects != r.Events || r.Distinct != r.Events {
+		t.Errorf("consumertest: %d effects for %d distinct events, want exactly one for each of %d (double effects: %v)",
+			r.Effects, r.Distinct, r.Events, r.Doubles)
+	}
+	if r.Crashes == 0 {
+		t.Errorf("consumertest: no consumer crashed in %d messages at rate %g; the test did not test crashes", r.Messages, s.opt.CrashRate)
+	}
+	if r.Outcomes[consumer.Duplicate] < r.Crashes {
+		t.Errorf("consumertest: %d crashes after the effect but only %d duplicates: redeliveries went missing",
+			r.Crashes, r.Outcomes[consumer.Duplicate])
+	}
+}
+
+// Report is what CrashReport found.
+type Report struct {
+	// Events is how many business events were published; Messages how many messages (two
+	// per event, with different transport ids).
+	Events, Messages int
+	// Effects is how many effect rows the consumers wrote; Distinct for how many events.
+	// Exactly once means Effects == Distinct == Events.
+	Effects, Distinct int
+	// Doubles names up to ten events whose effect ran more than once, with the count.
+	Doubles []string
+	// Crashes is how many times a consumer crashed between an effect and its ack.
+	Crashes int64
+	// Outcomes counts the Results of Consumer.Handle by Outcome.
+	Outcomes map[consumer.Outcome]int64
+}
+
+// CrashReport runs the crash scenario of the suite (Options.CrashMessages messages,
+// consumers crashing at Options.CrashRate between effect and ack and being replaced) and
+// returns what it found, without judging it; it fails t only when the scenario cannot run or
+// the queue does not drain. The suite's CrashBetweenEffectAndAck test asserts exactly once on
+// it; an adapter's own test can show that the suite bites, with a store that does not
+// deduplicate (Options.Store).
+func CrashReport(t *testing.T, broker Broker, opt Options) Report {
+	return (&suite{broker: broker, opt: withDefaults(opt)}).crashReport(t)
+}
+
+func (s *suite) crashReport(t *testing.T) Report {
 	b := s.setup(t)
 	ctx := context.Background()
 	es := events((s.opt.CrashMessages + 1) / 2)
 	total := len(es) * 2
-	p := b.run(ctx, b.consumer(0), s.opt.Consumers, s.opt.CrashRate)
+	c := b.consumer(0)
+	p := b.run(ctx, c, s.opt.Consumers, s.opt.CrashRate)
 	b.publish(ctx, es, 2)
 	b.waitFor(s.opt.Timeout, "every effect and every ack", func() (bool, string) {
 		_, distinct := b.effects(ctx)
@@ -427,16 +504,15 @@ func (s *suite) crashes(t *testing.T) {
 		return distinct == len(es) && acks >= int64(total), fmt.Sprintf("%d/%d events done, %d/%d messages acked, %d crashes",
 			distinct, len(es), acks, total, p.crashes.Load())
 	})
-	p.stop()
+	s.drain(ctx, b, c, p)
 	b.logOutcomes(p)
-	b.check(ctx, es)
-	if p.crashes.Load() == 0 {
-		t.Errorf("consumertest: no consumer crashed in %d messages at rate %g; the test did not test crashes", total, s.opt.CrashRate)
+	r := Report{Events: len(es), Messages: total, Crashes: p.crashes.Load(), Outcomes: map[consumer.Outcome]int64{}}
+	r.Effects, r.Distinct = b.effects(ctx)
+	r.Doubles = b.doubles(ctx)
+	for o := consumer.Processed; o <= consumer.Rejected; o++ {
+		r.Outcomes[o] = b.outcome[o].Load()
 	}
-	if b.outcome[consumer.Duplicate].Load() < p.crashes.Load() {
-		t.Errorf("consumertest: %d crashes after the effect but only %d duplicates: redeliveries went missing",
-			p.crashes.Load(), b.outcome[consumer.Duplicate].Load())
-	}
+	return r
 }
 
 func (s *suite) rejected(t *testing.T) {
@@ -450,7 +526,8 @@ func (s *suite) rejected(t *testing.T) {
 	for i := range es {
 		es[i].Slow = false
 	}
-	p := b.run(ctx, b.consumer(0), 2, 0)
+	c := b.consumer(0)
+	p := b.run(ctx, c, 2, 0)
 	var bodies [][]byte
 	for _, e := range es {
 		body, _ := json.Marshal(e)
@@ -462,8 +539,8 @@ func (s *suite) rejected(t *testing.T) {
 		acks, rej := p.acks.Load(), b.outcome[consumer.Rejected].Load()
 		return acks >= int64(len(es)) && rej >= 2, fmt.Sprintf("%d/%d acked, %d/2 rejected", acks, len(es), rej)
 	})
-	time.Sleep(200 * time.Millisecond) // a rejected message that came back would show now
-	p.stop()
+	time.Sleep(max(s.opt.Redelivery*3/2, 500*time.Millisecond)) // a rejected message that came back would show now
+	s.drain(ctx, b, c, p)
 	b.check(ctx, es)
 	if n := b.outcome[consumer.Rejected].Load(); n != 2 {
 		t.Errorf("consumertest: %d Rejected outcomes, want 2 (a rejected message must not come back)", n)
