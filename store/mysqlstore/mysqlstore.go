@@ -1,0 +1,474 @@
+package mysqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem"
+)
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
+
+// DefaultTable is the records table used when Options.Table is empty.
+const DefaultTable = "idem_records"
+
+var errBadConn = driver.ErrBadConn
+
+// Options configure a Store. The zero value is a good default for every field.
+type Options struct {
+	// Database is the database (MySQL's schema) of the records table and MigrationsTable;
+	// Migrate creates it if missing. Default "": the connection's default database (the DSN's
+	// /dbname). Same rules as Table.
+	Database string
+	// Table names the records table. Default DefaultTable ("idem_records"). It must be 1 to
+	// 48 ASCII letters, digits and underscores, not starting with a digit. Several apps may
+	// share a database with a table each.
+	Table string
+}
+
+func (o Options) withDefaults() (Options, error) {
+	o.Table = cmp.Or(o.Table, DefaultTable)
+	switch {
+	case !validName(o.Table):
+		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
+	case o.Database != "" && !validName(o.Database):
+		return o, invalid("Options.Database %q is not a valid database name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Database)
+	}
+	return o, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 48 || ('0' <= s[0] && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// quote quotes a name already checked by validName.
+func quote(name string) string { return "`" + name + "`" }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("mysqlstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+}
+
+// ErrClosed is returned by every method of a closed Store. It matches idem.ErrStoreUnavailable
+// with errors.Is, so the engine fails closed.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string        { return "mysqlstore: store is closed" }
+func (closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+
+// Store is an idem.Store in a MySQL or MariaDB (InnoDB) table. It is safe for concurrent use by
+// many goroutines and many processes sharing the database. Create it with New or Open; run
+// Migrate once (at every start is fine) before use.
+type Store struct {
+	db         *sql.DB
+	ownDB      bool
+	opt        Options
+	name       string // the quoted, possibly database-qualified records table
+	migrations string
+	closed     atomic.Bool
+	q          queries
+
+	mu    sync.RWMutex
+	stmts map[string]*sql.Stmt // prepared on first use; database/sql re-prepares per connection
+}
+
+// New returns a Store on db, a *sql.DB of github.com/go-sql-driver/mysql, which stays the
+// caller's: Close does not close it. Any DSN settings work (clientFoundRows, interpolateParams,
+// …): the store's statements do not depend on them. New does not touch the database; call
+// Migrate to create the table. It fails with an error wrapping idem.ErrInvalidInput, naming
+// the field, for bad options.
+func New(db *sql.DB, opt Options) (*Store, error) {
+	if db == nil {
+		return nil, invalid("db is nil")
+	}
+	o, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, opt: o, stmts: make(map[string]*sql.Stmt)}
+	if o.Database != "" {
+		s.name = quote(o.Database) + "." + quote(o.Table)
+		s.migrations = quote(o.Database) + "." + quote(MigrationsTable)
+	} else {
+		s.name = quote(o.Table)
+		s.migrations = quote(MigrationsTable)
+	}
+	s.q = newQueries(s.name)
+	return s, nil
+}
+
+// Open connects to the database at dsn (go-sql-driver's form, such as
+// "user:pass@tcp(127.0.0.1:3306)/db") and returns a Store that owns the connection pool:
+// Close closes it. ctx bounds the first connection.
+func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		// The driver's parse errors may quote the DSN, password included: keep them out.
+		return nil, invalid("cannot parse the DSN")
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, invalid("DSN: %v", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxIdleConns(16)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("mysqlstore: open: %w", err)
+	}
+	s, err := New(db, opt)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.ownDB = true
+	return s, nil
+}
+
+// DB returns the store's database handle.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Table returns the quoted, database-qualified (when Options.Database is set) records table.
+func (s *Store) Table() string { return s.name }
+
+// Close makes every later call fail with ErrClosed and, if the store was made by Open, closes
+// its database handle. It is safe to call twice.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.mu.Lock()
+	for q, st := range s.stmts {
+		_ = st.Close()
+		delete(s.stmts, q)
+	}
+	s.mu.Unlock()
+	if s.ownDB {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// stmt returns the prepared statement for q, preparing it on first use. Executing a prepared
+// statement is one round trip, where an unprepared one with arguments costs a prepare too
+// (unless the DSN sets interpolateParams).
+func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.mu.RLock()
+	st := s.stmts[q]
+	s.mu.RUnlock()
+	if st != nil {
+		return st, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.stmts[q]; st != nil {
+		return st, nil
+	}
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[q] = st
+	return st, nil
+}
+
+func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, error) {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryRowContext(ctx, args...), nil
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("empty key")
+	case len(key) > idem.MaxKeyLen:
+		return invalid("key of %d bytes is longer than %d", len(key), idem.MaxKeyLen)
+	case !utf8.ValidString(key):
+		return invalid("key is not valid UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return invalid("key contains a NUL byte")
+	}
+	return nil
+}
+
+func opErr(op string, err error) error {
+	if err == nil || errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == ErrClosed {
+		return err
+	}
+	return fmt.Errorf("mysqlstore: %s: %w", op, err)
+}
+
+// MySQL error numbers the store handles.
+const (
+	errDupEntry = 1062 // ER_DUP_ENTRY: the key was inserted meanwhile
+	errDeadlock = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the statement back
+)
+
+func isMySQLError(err error, number uint16) bool {
+	var myErr *mysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == number
+}
+
+// reserveRetries bounds Reserve's loop when the row changes between its steps.
+const reserveRetries = 32
+
+// Reserve implements idem.Store.
+//
+// MySQL has no RETURNING on an upsert, so the claim is a short loop of statements, each
+// atomic on its own, in autocommit (no transaction is held across round trips):
+//
+//  1. SELECT the row. If it exists and cannot be claimed at now, it is the answer: one round
+//     trip, which is the replay and in-flight path. (The read is the point at which Reserve
+//     takes effect; a row that cannot be claimed is returned untouched.)
+//  2. No row: INSERT the claim. Success is a new claim (two round trips); a duplicate key
+//     means another caller inserted meanwhile: back to 1.
+//  3. A row that can be claimed (expired, or a stale lease with the same fingerprint): an
+//     UPDATE whose WHERE compares the whole version read in 1 (token, state, lease and expiry,
+//     fingerprint) — a compare-and-swap. One row changed is the claim or takeover (two round
+//     trips); none means the row changed meanwhile: back to 1.
+//
+// Deadlocks InnoDB reports on concurrent inserts of one key roll back only that statement
+// and are retried the same way.
+func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Reservation{}, err
+	}
+	res, err := s.reserve(ctx, key, fingerprint, now, lease, window)
+	return res, opErr("reserve", err)
+}
+
+func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := checkKey(key); err != nil {
+		return idem.Reservation{}, err
+	}
+	switch {
+	case !idem.ValidFingerprint(fingerprint):
+		return idem.Reservation{}, invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, idem.FingerprintLen)
+	case lease <= 0:
+		return idem.Reservation{}, invalid("lease %s is not positive", lease)
+	case window <= 0:
+		return idem.Reservation{}, invalid("window %s is not positive", window)
+	}
+	now = now.Truncate(time.Microsecond)
+	claim := idem.Record{
+		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1,
+		LeaseUntil: now.Add(lease).Truncate(time.Microsecond), CreatedAt: now,
+		ExpiresAt: now.Add(window).Truncate(time.Microsecond),
+	}
+	for range reserveRetries {
+		old, err := s.get(ctx, key)
+		switch {
+		case errors.Is(err, idem.ErrNotFound):
+			claim.Token = idem.NextToken(0, now)
+			_, err := s.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
+				now.UnixMicro(), claim.ExpiresAt.UnixMicro())
+			if isMySQLError(err, errDupEntry) || isMySQLError(err, errDeadlock) {
+				continue
+			}
+			if err != nil {
+				return idem.Reservation{}, err
+			}
+			return idem.Reservation{Claimed: true, Record: claim}, nil
+		case err != nil:
+			return idem.Reservation{}, err
+		}
+		expired := old.Expired(now)
+		if !expired && !(old.LeaseExpired(now) && old.Fingerprint == fingerprint) {
+			return idem.Reservation{Record: old}, nil
+		}
+		rec := claim
+		rec.Token = idem.NextToken(old.Token, now)
+		if !expired { // a takeover keeps the claim's history
+			rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
+		}
+		r, err := s.exec(ctx, s.q.swap,
+			fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
+			key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
+		if isMySQLError(err, errDeadlock) {
+			continue
+		}
+		if err != nil {
+			return idem.Reservation{}, err
+		}
+		if n, err := r.RowsAffected(); err != nil {
+			return idem.Reservation{}, err
+		} else if n == 1 {
+			return idem.Reservation{Claimed: true, Takeover: !expired, Record: rec}, nil
+		}
+	}
+	return idem.Reservation{}, fmt.Errorf("claim of %.80q lost %d races in a row", key, reserveRetries)
+}
+
+// Complete implements idem.Store: one UPDATE fenced on the token.
+func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	r, err := s.exec(ctx, s.q.complete, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro(), key, token)
+	return opErr("complete", changedOne(r, err))
+}
+
+func changedOne(r sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Release implements idem.Store: the record stays, expired (expires_at = lease_until = 0),
+// so the next claim's token is larger and the released token is dead.
+func (s *Store) Release(ctx context.Context, key string, token int64) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	r, err := s.exec(ctx, s.q.release, key, token)
+	return opErr("release", changedOne(r, err))
+}
+
+// Extend implements idem.Store: one UPDATE, and a SELECT only when the UPDATE changed nothing
+// (the same lease set twice: MySQL counts changed rows, not matched ones).
+func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	err := changedOne(s.exec(ctx, s.q.extend, until.UnixMicro(), until.UnixMicro(), key, token))
+	if errors.Is(err, idem.ErrLeaseLost) {
+		var one int
+		var row *sql.Row
+		if row, err = s.queryRow(ctx, s.q.held, key, token); err == nil {
+			err = row.Scan(&one)
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			err = idem.ErrLeaseLost
+		}
+	}
+	return opErr("extend", err)
+}
+
+// Get implements idem.Store. A released record is returned expired (ExpiresAt at the epoch).
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Record{}, err
+	}
+	rec, err := s.get(ctx, key)
+	return rec, opErr("get", err)
+}
+
+func (s *Store) get(ctx context.Context, key string) (idem.Record, error) {
+	rec := idem.Record{Key: key}
+	var state int16
+	var leaseUntil, createdAt, completedAt, expires int64
+	var response []byte
+	row, err := s.queryRow(ctx, s.q.get, key)
+	if err != nil {
+		return idem.Record{}, err
+	}
+	err = row.Scan(&rec.Fingerprint, &state, &rec.Token, &leaseUntil,
+		&rec.Attempts, &response, &createdAt, &completedAt, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	if err != nil {
+		return idem.Record{}, err
+	}
+	rec.State = idem.State(state)
+	if rec.State != idem.StateInProgress && rec.State != idem.StateCompleted {
+		return idem.Record{}, fmt.Errorf("%w: record %.80q has state %d", idem.ErrCorruptRecord, key, state)
+	}
+	rec.LeaseUntil = time.UnixMicro(leaseUntil)
+	rec.CreatedAt = time.UnixMicro(createdAt)
+	if completedAt != 0 {
+		rec.CompletedAt = time.UnixMicro(completedAt)
+	}
+	rec.ExpiresAt = time.UnixMicro(expires)
+	if response != nil {
+		r, err := idem.DecodeResponse(response)
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("record %.80q: %w", key, err)
+		}
+		rec.Response = &r
+	}
+	return rec, nil
+}
+
+// Delete removes key's record whatever its state (idem.Deleter, for operators).
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, s.q.del, key)
+	return opErr("delete", err)
+}
+
+// Sweep implements idem.Store: one DELETE … ORDER BY expires_at LIMIT batch, which walks the
+// expires_at index from the oldest; no long lock, no full scan. A negative batch is an error;
+// 0 deletes nothing.
+func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if batch < 0 {
+		return 0, invalid("sweep batch %d is negative", batch)
+	}
+	if batch == 0 {
+		return 0, nil
+	}
+	r, err := s.exec(ctx, s.q.sweep, now.UnixMicro(), batch)
+	if err != nil {
+		return 0, opErr("sweep", err)
+	}
+	n, err := r.RowsAffected()
+	return int(n), opErr("sweep", err)
+}

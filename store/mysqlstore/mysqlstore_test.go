@@ -1,0 +1,306 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/mysqlstore"
+	"github.com/idemkit/idem/store/sqlmigrate"
+	"github.com/idemkit/idem/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, mysqlstore.Options{}) })
+}
+
+func TestOptionsErrors(t *testing.T) {
+	t.Parallel()
+	d := db(t)
+	cases := []struct {
+		opt   mysqlstore.Options
+		field string
+	}{
+		{mysqlstore.Options{Table: "x`; DROP TABLE y"}, "Options.Table"},
+		{mysqlstore.Options{Table: "1t"}, "Options.Table"},
+		{mysqlstore.Options{Table: strings.Repeat("t", 49)}, "Options.Table"},
+		{mysqlstore.Options{Database: "a.b"}, "Options.Database"},
+	}
+	for _, tc := range cases {
+		_, err := mysqlstore.New(d, tc.opt)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidInput naming %s", tc.opt, err, tc.field)
+		}
+	}
+	if _, err := mysqlstore.New(nil, mysqlstore.Options{}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("New(nil) = %v", err)
+	}
+	if _, err := mysqlstore.Open(context.Background(), "root:secret@tcp(127.0.0.1:3306", mysqlstore.Options{}); !errors.Is(err, idem.ErrInvalidInput) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Open(bad DSN) = %v", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, mysqlstore.Options{})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("x"))
+	now := time.Now()
+	for _, tc := range []struct {
+		key, fp      string
+		lease, windw time.Duration
+	}{
+		{"", fp, time.Second, time.Hour},
+		{strings.Repeat("k", idem.MaxKeyLen+1), fp, time.Second, time.Hour},
+		{"bad\xffutf8", fp, time.Second, time.Hour},
+		{"nul\x00", fp, time.Second, time.Hour},
+		{"k", "not-a-fingerprint", time.Second, time.Hour},
+		{"k", fp, 0, time.Hour},
+		{"k", fp, time.Second, -time.Hour},
+	} {
+		if _, err := st.Reserve(ctx, tc.key, tc.fp, now, tc.lease, tc.windw); !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("Reserve(%.20q, %.10q, %s, %s) = %v, want ErrInvalidInput", tc.key, tc.fp, tc.lease, tc.windw, err)
+		}
+	}
+	// The longest key fits, and keys are case-sensitive (VARBINARY, whatever the collation).
+	long := strings.Repeat("é", idem.MaxKeyLen/2)
+	for _, k := range []string{long, strings.ToUpper(long), "Key", "key", "KEY"} {
+		if res, err := st.Reserve(ctx, k, fp, now, time.Second, time.Hour); err != nil || !res.Claimed {
+			t.Errorf("Reserve of %.20q (%d bytes): %v claimed=%v", k, len(k), err, res.Claimed)
+		}
+	}
+	if _, err := st.Sweep(ctx, now, -1); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("Sweep(-1) = %v", err)
+	}
+	// A corrupt stored response is an error, not a panic or a wrong replay.
+	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, "UPDATE "+st.Table()+" SET state = 2, response = x'09' WHERE `key` = 'corrupt'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get(ctx, "corrupt"); !errors.Is(err, idem.ErrCorruptRecord) {
+		t.Errorf("Get of a corrupt record = %v, want ErrCorruptRecord", err)
+	}
+	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); !errors.Is(err, idem.ErrCorruptRecord) {
+		t.Errorf("Reserve of a corrupt record = %v, want ErrCorruptRecord", err)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	d := db(t)
+	ctx := context.Background()
+	table := randomName("m_")
+	t.Cleanup(func() { dropTable(t, d, testDatabase, table) })
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			st, err := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table})
+			if err == nil {
+				err = st.Migrate(ctx)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Migrate: %v", err)
+		}
+	}
+	st, _ := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table})
+	if v, err := st.Version(ctx); err != nil || v != mysqlstore.SchemaVersion {
+		t.Fatalf("Version = %d, %v; want %d", v, err, mysqlstore.SchemaVersion)
+	}
+	var steps int
+	if err := d.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM `%s`.`%s` WHERE tbl = ?", testDatabase, mysqlstore.MigrationsTable), table).Scan(&steps); err != nil || steps != mysqlstore.SchemaVersion {
+		t.Fatalf("%d migration rows, %v; want %d (each step once)", steps, err, mysqlstore.SchemaVersion)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ExecContext(ctx, fmt.Sprintf("INSERT INTO `%s`.`%s` VALUES (?, 999, 'future', 0)", testDatabase, mysqlstore.MigrationsTable), table); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx); !errors.Is(err, sqlmigrate.ErrNewerSchema) {
+		t.Fatalf("Migrate of a newer schema = %v, want ErrNewerSchema", err)
+	}
+	fresh, _ := mysqlstore.New(d, mysqlstore.Options{Database: "idem_no_such_db", Table: "nothing"})
+	if v, err := fresh.Version(ctx); err != nil || v != 0 {
+		t.Fatalf("Version of a missing table = %d, %v", v, err)
+	}
+}
+
+// The default database: the DSN's.
+func TestDefaultDatabase(t *testing.T) {
+	t.Parallel()
+	d := db(t)
+	table := randomName("d_")
+	st, err := mysqlstore.New(d, mysqlstore.Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() {
+		_ = st.Close()
+		_, _ = d.ExecContext(ctx, "DROP TABLE IF EXISTS `"+table+"`")
+		_, _ = d.ExecContext(ctx, "DELETE FROM "+mysqlstore.MigrationsTable+" WHERE tbl = ?", table)
+	})
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Reserve(ctx, "k", idem.Fingerprint(nil), time.Now(), time.Second, time.Hour); err != nil || !res.Claimed {
+		t.Fatalf("Reserve: %v %+v", err, res)
+	}
+}
+
+func TestSweepBatches(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, mysqlstore.Options{})
+	ctx := context.Background()
+	now := time.Now()
+	fp := idem.Fingerprint(nil)
+	const n = 250
+	for i := range n {
+		res, err := st.Reserve(ctx, fmt.Sprintf("k%d", i), fp, now, time.Second, time.Minute)
+		if err != nil || !res.Claimed {
+			t.Fatal(err)
+		}
+	}
+	// The sweep walks the expires_at index. (EXPLAIN's columns differ between MySQL and
+	// MariaDB: find "key" by name.)
+	rows, err := st.DB().QueryContext(ctx, "EXPLAIN DELETE FROM "+st.Table()+" WHERE expires_at <= ? ORDER BY expires_at LIMIT 100", now.UnixMicro())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := rows.Columns()
+	vals := make([]any, len(names))
+	ptrs := make([]any, len(names))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	var used string
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range names {
+			if n == "key" {
+				if b, ok := vals[i].([]byte); ok {
+					used = string(b)
+				}
+			}
+		}
+	}
+	rows.Close()
+	if !strings.HasSuffix(used, "_expires_at") {
+		t.Errorf("sweep does not use the expires_at index (EXPLAIN key %q)", used)
+	}
+	sw, err := mysqlstore.StartSweeper(st, mysqlstore.SweeperOptions{Interval: 5 * time.Millisecond, Batch: 40, Now: func() time.Time { return now.Add(2 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left int
+		if err := st.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+st.Table()).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records left after 10s of sweeping", left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sw.Stop()
+}
+
+// A Reserve that loses must return a record that could not be claimed at its time, even while
+// the row changes between Reserve's statements. Here the record changes all the time (claimed, released,
+// claimed again, completed and swept) while others reserve it; every record a loser gets must
+// be one that, at its time, could not be claimed.
+func TestReserveReturnsBlockingRecord(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, mysqlstore.Options{})
+	ctx := context.Background()
+	fpA, fpB := idem.Fingerprint([]byte("a")), idem.Fingerprint([]byte("b"))
+	const lease, window = time.Minute, time.Hour
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	// Writers: claim, then release or complete with a short window, as fast as they can.
+	for w := range 2 {
+		churn.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := time.Now()
+				res, err := st.Reserve(ctx, "hot", fpA, now, lease, window)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !res.Claimed {
+					continue
+				}
+				if (i+w)%2 == 0 {
+					_ = st.Release(ctx, "hot", res.Record.Token)
+				} else {
+					_ = st.Complete(ctx, "hot", res.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Millisecond))
+				}
+			}
+		})
+	}
+	churn.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = st.Sweep(ctx, time.Now(), 10)
+		}
+	})
+	var checked atomic.Int64
+	var readers sync.WaitGroup
+	for range 6 {
+		readers.Go(func() {
+			for range 300 {
+				now := time.Now()
+				res, err := st.Reserve(ctx, "hot", fpB, now, lease, window)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Claimed {
+					// We hold it now: let the writers go on.
+					_ = st.Release(ctx, "hot", res.Record.Token)
+					continue
+				}
+				checked.Add(1)
+				if rec := res.Record; rec.Expired(now) {
+					t.Errorf("loser got a record that was expired at its time: %+v (now %v)", rec, now)
+					return
+				}
+			}
+		})
+	}
+	readers.Wait()
+	close(stop)
+	churn.Wait()
+	t.Logf("%d losing reservations checked", checked.Load())
+}
