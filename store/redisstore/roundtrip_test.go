@@ -1,0 +1,335 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// counter is a go-redis hook that counts round trips: one per command, one per pipeline.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestRoundTrips counts the commands each operation sends: one each, and a replay through the
+// engine is exactly one.
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, target := range []struct {
+		name string
+		mk   func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: standalone(t).(*redis.Client).Options().Addr})
+		}},
+		{"cluster", func(t *testing.T) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t)})
+		}},
+	} {
+		t.Run(target.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := target.mk(t)
+			t.Cleanup(func() { rdb.Close() })
+			var cnt counter
+			rdb.AddHook(&cnt)
+			st := newStore(t, rdb)
+			ctx := context.Background()
+			now := time.Now()
+			fp := idem.Fingerprint([]byte("rt"))
+			// Warm up: load every script (EVALSHA falls back to EVAL once) and the slot map.
+			w, err := st.Reserve(ctx, "warm", fp, now, time.Minute, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = st.Extend(ctx, "warm", w.Record.Token, now.Add(2*time.Minute))
+			_ = st.Complete(ctx, "warm", w.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
+			_ = st.Release(ctx, "warm", w.Record.Token)
+
+			rt := func(what string, want int64, fn func() error) {
+				t.Helper()
+				before := cnt.n.Load()
+				if err := fn(); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if got := cnt.n.Load() - before; got != want {
+					t.Errorf("%s took %d round trips, want %d", what, got, want)
+				}
+			}
+			var res idem.Reservation
+			rt("Reserve of a new key", 1, func() (err error) {
+				res, err = st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+				return err
+			})
+			tok := res.Record.Token
+			rt("Reserve of an in-flight key", 1, func() error { _, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour); return err })
+			rt("Extend", 1, func() error { return st.Extend(ctx, "k", tok, now.Add(2*time.Minute)) })
+			rt("Complete", 1, func() error {
+				return st.Complete(ctx, "k", tok, idem.Response{Status: 201, Body: []byte("x")}, now, now.Add(time.Hour))
+			})
+			rt("Reserve of a completed key (replay)", 1, func() error { _, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour); return err })
+			rt("Get", 1, func() error { _, err := st.Get(ctx, "k"); return err })
+			res, _ = st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+			rt("Release", 1, func() error { return st.Release(ctx, "r", res.Record.Token) })
+			rt("Delete", 1, func() error { return st.Delete(ctx, "r") })
+
+			// Through the engine: a new key is reserve + complete, a replay one round trip.
+			eng, err := idem.New(st, idem.Options{Heartbeat: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			do := func() error {
+				_, err := eng.Do(ctx, "e", fp, func(context.Context) (idem.Response, error) {
+					return idem.Response{Status: 200, Body: []byte("once")}, nil
+				})
+				return err
+			}
+			rt("engine, new key", 2, do)
+			for range 5 {
+				rt("engine, replay", 1, do)
+			}
+		})
+	}
+}
+
+// lossyProxy forwards TCP to a Redis server and can drop the connection right after the
+// server answered, before the answer reaches the client: a lost reply.
+type lossyProxy struct {
+	ln       net.Listener
+	target   string
+	dropNext atomic.Bool
+	dropped  atomic.Int32
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newLossyProxy(t *testing.T, target string) *lossyProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lossyProxy{ln: ln, target: target}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *lossyProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Go(func() {
+			_, _ = io.Copy(s, c)
+			s.Close()
+		})
+		p.wg.Go(func() {
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 {
+					if p.dropNext.CompareAndSwap(true, false) {
+						p.dropped.Add(1)
+						s.Close()
+						return
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// TestLostReply: the server ran the script but its reply was lost, so go-redis retried the
+// command on a new connection. The retry answers as the first run did: the claim is the
+// caller's (not a 409 against itself), and the completion succeeded (not ErrLeaseLost).
+func TestLostReply(t *testing.T) {
+	t.Parallel()
+	addr := standalone(t).(*redis.Client).Options().Addr
+	p := newLossyProxy(t, addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String(), PoolSize: 1, MaxRetries: 3})
+	t.Cleanup(func() { rdb.Close() })
+	st := newStore(t, rdb)
+	ctx := context.Background()
+	now := time.Now()
+	fp := idem.Fingerprint([]byte("lost"))
+	if err := rdb.Ping(ctx).Err(); err != nil { // a warm connection, scripts loaded below
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, "warm", fp, now, time.Minute, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	p.dropNext.Store(true)
+	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	if err != nil || !res.Claimed || res.Takeover || res.Record.Attempts != 1 {
+		t.Fatalf("Reserve whose first reply was lost: %+v, %v; want the claim", res, err)
+	}
+	if p.dropped.Load() != 1 {
+		t.Fatalf("the proxy dropped %d replies, want 1", p.dropped.Load())
+	}
+	rec, err := st.Get(ctx, "k")
+	if err != nil || rec.Token != res.Record.Token || rec.State != idem.StateInProgress {
+		t.Fatalf("stored record %+v, %v; want the claim with token %d", rec, err, res.Record.Token)
+	}
+
+	p.dropNext.Store(true)
+	if err := st.Complete(ctx, "k", res.Record.Token, idem.Response{Status: 201}, now, now.Add(time.Hour)); err != nil {
+		t.Fatalf("Complete whose first reply was lost: %v, want nil", err)
+	}
+	// A second, distinct Complete by the same holder is still fenced.
+	if err := st.Complete(ctx, "k", res.Record.Token, idem.Response{Status: 500}, now, now.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second Complete: %v, want ErrLeaseLost", err)
+	}
+
+	r2, _ := st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+	p.dropNext.Store(true)
+	if err := st.Release(ctx, "r", r2.Record.Token); err != nil {
+		t.Fatalf("Release whose first reply was lost: %v, want nil", err)
+	}
+	if err := st.Release(ctx, "r", r2.Record.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second Release: %v, want ErrLeaseLost", err)
+	}
+	if p.dropped.Load() != 3 {
+		t.Fatalf("the proxy dropped %d replies, want 3", p.dropped.Load())
+	}
+}
+
+// TestOptions checks validation and defaults.
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for _, tc := range []struct {
+		name  string
+		opt   redisstore.Options
+		field string
+	}{
+		{"no client", redisstore.Options{}, "Options.Client"},
+		{"brace in prefix", redisstore.Options{Client: rdb, Prefix: "a{b"}, "Options.Prefix"},
+		{"long prefix", redisstore.Options{Client: rdb, Prefix: string(make([]byte, 300))}, "Options.Prefix"},
+		{"negative margin", redisstore.Options{Client: rdb, TTLMargin: -time.Second}, "Options.TTLMargin"},
+	} {
+		_, err := redisstore.New(tc.opt)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want ErrInvalidInput naming %s", tc.name, err, tc.field)
+		}
+	}
+	st, err := redisstore.New(redisstore.Options{Client: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := st.Options(); o.Prefix != "idem:" || o.TTLMargin != 5*time.Minute {
+		t.Errorf("defaults: %+v", o)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	fp := idem.Fingerprint(nil)
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"empty key", func() error { _, err := st.Reserve(ctx, "", fp, now, time.Second, time.Hour); return err }()},
+		{"long key", func() error {
+			_, err := st.Reserve(ctx, string(make([]byte, redisstore.MaxKeyBytes+1)), fp, now, time.Second, time.Hour)
+			return err
+		}()},
+		{"zero lease", func() error { _, err := st.Reserve(ctx, "k", fp, now, 0, time.Hour); return err }()},
+		{"zero window", func() error { _, err := st.Reserve(ctx, "k", fp, now, time.Second, 0); return err }()},
+		{"empty key get", func() error { _, err := st.Get(ctx, ""); return err }()},
+	} {
+		if !errors.Is(tc.err, idem.ErrInvalidInput) {
+			t.Errorf("%s: %v, want ErrInvalidInput", tc.name, tc.err)
+		}
+	}
+	// An unreachable server is a store error, never a panic or a claim.
+	_, err = st.Reserve(ctx, "k", fp, now, time.Second, time.Hour)
+	var se *redisstore.Error
+	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.As(err, &se) || se.Op != "reserve" {
+		t.Errorf("Reserve against no server: %v, want a *redisstore.Error matching ErrStoreUnavailable", err)
+	}
+}
+
+// TestCorruptRecord: a record that is not what the store wrote is an error matching both
+// idem.ErrStoreUnavailable and idem.ErrCorruptRecord, never a panic, a claim or a replay.
+func TestCorruptRecord(t *testing.T) {
+	t.Parallel()
+	rdb := standalone(t)
+	st := newStore(t, rdb)
+	ctx := context.Background()
+	now := time.Now()
+	fp := idem.Fingerprint([]byte("c"))
+	for i, fields := range [][]any{
+		{"st", "9", "fp", fp, "tok", "1", "lease", "1", "exp", "99999999999999999"},
+		{"st", "2", "fp", fp, "tok", "1", "lease", "1", "exp", "99999999999999999", "resp", "\x07junk"},
+		{"st", "2", "fp", fp, "tok", "1", "lease", "1", "exp", "99999999999999999"},
+		{"st", "1", "fp", fp, "tok", "x", "lease", "1", "exp", "99999999999999999"},
+		{"st", "1"},
+	} {
+		key := "corrupt-" + string(rune('a'+i))
+		if err := rdb.HSet(ctx, redisstore.RecordKey(st, key), fields...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := st.Get(ctx, key)
+		if !errors.Is(err, idem.ErrCorruptRecord) || !errors.Is(err, idem.ErrStoreUnavailable) {
+			t.Errorf("Get of corrupt record %d: %v, want ErrCorruptRecord and ErrStoreUnavailable", i, err)
+		}
+		res, err := st.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+		if err == nil || res.Claimed || !errors.Is(err, idem.ErrStoreUnavailable) {
+			t.Errorf("Reserve of corrupt record %d: %+v, %v; want a store error", i, res, err)
+		}
+	}
+	// Another type under the record's key: WRONGTYPE, a store error.
+	if err := rdb.Set(ctx, redisstore.RecordKey(st, "string"), "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, "string", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Errorf("Reserve over a string key: %v, want a store error", err)
+	}
+}
