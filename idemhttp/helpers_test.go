@@ -7,12 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -164,24 +161,3 @@ func problemType(t *testing.T, r reply) string {
 	return s[:strings.IndexByte(s, '"')]
 }
 
-func sortedKeys(h http.Header) []string {
-	var ks []string
-	for k := range h {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-// waitFor polls cond for up to 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
-var _ = os.Getenv
