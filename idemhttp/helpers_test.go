@@ -160,4 +160,3 @@ func problemType(t *testing.T, r reply) string {
 	s = s[i+8:]
 	return s[:strings.IndexByte(s, '"')]
 }
-
