@@ -3,8 +3,17 @@
 //
 // # Schemes
 //
-//	memory://                              memstore (one process, nothing persisted)
-//	sqlite://./idem.db  sqlite:///var/idem.db   sqlitestore, a file (the embedded default)
+//	memory://                                     memstore (one process, nothing persisted)
+//	sqlite://./idem.db   sqlite:///var/idem.db    sqlitestore: a file, the embedded default
+//	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate)
+//	mysql://user:pass@host:3306/db                mysqlstore (params: table, migrate)
+//	redis://host:6379/0   rediss://…              redisstore (param: prefix)
+//	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (param: prefix)
+//	dynamodb://TABLE?region=eu-west-1             dynamostore (params: endpoint, region,
+//	                                              prefix, create=true to create the table)
+//
+// SQL schemas are migrated on open unless migrate=false. The drivers' own parameters
+// (sslmode, pool_max_conns, dial_timeout, parseTime…) pass through to them.
 //
 // Query parameters tune a backend (see each scheme's Open); unknown parameters are an error,
 // so a typo does not silently fall back to a default.

@@ -1,0 +1,205 @@
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/dynamostore"
+	"github.com/idemkit/idem/store/mysqlstore"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func init() {
+	Register("postgres", openPostgres)
+	Register("postgresql", openPostgres)
+	Register("mysql", openMySQL)
+	Register("redis", openRedis)
+	Register("rediss", openRedis)
+	Register("redis+cluster", openRedisCluster)
+	Register("rediss+cluster", openRedisCluster)
+	Register("dynamodb", openDynamoDB)
+}
+
+// take removes idem's own parameters from u's query, leaving the driver's.
+func take(u *url.URL, names ...string) map[string]string {
+	q := u.Query()
+	out := map[string]string{}
+	for _, n := range names {
+		if q.Has(n) {
+			out[n] = q.Get(n)
+			q.Del(n)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return out
+}
+
+// migrateFlag reads migrate=true|false (default true: the schema is brought up to date on open).
+func migrateFlag(p map[string]string) (bool, error) {
+	switch p["migrate"] {
+	case "", "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: migrate=%q is neither true nor false", idem.ErrInvalidInput, p["migrate"])
+}
+
+// openPostgres opens postgres://user:pass@host:port/db?sslmode=…&table=…&schema=…&migrate=…
+// (pgx parameters such as pool_max_conns pass through). The schema is migrated on open
+// unless migrate=false.
+func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
+	c := *u
+	p := take(&c, "table", "schema", "migrate")
+	mig, err := migrateFlag(p)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pgstore.Open(ctx, c.String(), pgstore.Options{Table: p["table"], Schema: p["schema"]})
+	if err != nil {
+		return nil, err
+	}
+	if mig {
+		if err := st.Migrate(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// openMySQL opens mysql://user:pass@host:port/db?table=…&migrate=… (go-sql-driver parameters
+// pass through).
+func openMySQL(ctx context.Context, u *url.URL) (Store, error) {
+	c := *u
+	p := take(&c, "table", "migrate")
+	mig, err := migrateFlag(p)
+	if err != nil {
+		return nil, err
+	}
+	host := c.Host
+	if c.Port() == "" {
+		host += ":3306"
+	}
+	dsn := "tcp(" + host + ")" + c.Path
+	if c.User != nil {
+		dsn = c.User.String() + "@" + dsn
+		if pw, ok := c.User.Password(); ok {
+			dsn = c.User.Username() + ":" + pw + "@tcp(" + host + ")" + c.Path
+		}
+	}
+	if c.RawQuery != "" {
+		dsn += "?" + c.RawQuery
+	}
+	st, err := mysqlstore.Open(ctx, dsn, mysqlstore.Options{Table: p["table"]})
+	if err != nil {
+		return nil, err
+	}
+	if mig {
+		if err := st.Migrate(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// redisStore closes the client it opened along with the store.
+type redisStore struct {
+	*redisstore.Store
+	client redis.UniversalClient
+}
+
+func (s redisStore) Close() error { return errors.Join(s.Store.Close(), s.client.Close()) }
+
+// openRedis opens redis://[user:pass@]host:port[/db]?prefix=… (or rediss:// for TLS; go-redis
+// parameters such as dial_timeout pass through).
+func openRedis(ctx context.Context, u *url.URL) (Store, error) {
+	c := *u
+	p := take(&c, "prefix")
+	opt, err := redis.ParseURL(c.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidInput, err)
+	}
+	return newRedis(ctx, redis.NewClient(opt), p["prefix"])
+}
+
+// openRedisCluster opens redis+cluster://host1:port,host2:port?prefix=… (rediss+cluster for TLS).
+func openRedisCluster(ctx context.Context, u *url.URL) (Store, error) {
+	c := *u
+	p := take(&c, "prefix")
+	c.Scheme = strings.TrimSuffix(c.Scheme, "+cluster")
+	hosts := strings.Split(c.Host, ",")
+	c.Host = hosts[0]
+	opt, err := redis.ParseClusterURL(c.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidInput, err)
+	}
+	opt.Addrs = hosts
+	return newRedis(ctx, redis.NewClusterClient(opt), p["prefix"])
+}
+
+func newRedis(ctx context.Context, client redis.UniversalClient, prefix string) (Store, error) {
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		return nil, err
+	}
+	st, err := redisstore.New(redisstore.Options{Client: client, Prefix: prefix})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return redisStore{Store: st, client: client}, nil
+}
+
+// openDynamoDB opens dynamodb://TABLE?region=…&endpoint=…&prefix=…&create=true. With endpoint
+// (DynamoDB Local, say) static local credentials are used; without, the AWS SDK's default
+// configuration (environment, shared config, instance role). create=true creates the table and
+// enables TTL if it does not exist.
+func openDynamoDB(ctx context.Context, u *url.URL) (Store, error) {
+	table := u.Host
+	if table == "" {
+		return nil, fmt.Errorf("%w: dynamodb URL has no table (dynamodb://TABLE)", idem.ErrInvalidInput)
+	}
+	p := newParams(u)
+	endpoint, region, prefix, create := p.get("endpoint"), p.get("region"), p.get("prefix"), p.get("create")
+	if err := p.done(); err != nil {
+		return nil, err
+	}
+	var client *dynamodb.Client
+	if endpoint != "" {
+		client = dynamostore.LocalClient(endpoint, nil, func(o *dynamodb.Options) {
+			if region != "" {
+				o.Region = region
+			}
+		})
+	} else {
+		var opts []func(*config.LoadOptions) error
+		if region != "" {
+			opts = append(opts, config.WithRegion(region))
+		}
+		cfg, err := config.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			return nil, err
+		}
+		client = dynamodb.NewFromConfig(cfg)
+	}
+	st, err := dynamostore.New(dynamostore.Options{Client: client, Table: table, KeyPrefix: prefix})
+	if err != nil {
+		return nil, err
+	}
+	if create == "true" || create == "1" {
+		if err := st.CreateTable(ctx, dynamostore.TableOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,89 @@
+package storeurl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/storeurl"
+)
+
+// roundTrip opens raw, claims and completes a key, reads it back and closes the store.
+func roundTrip(t *testing.T, raw string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := storeurl.Open(ctx, raw)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", raw, err)
+	}
+	defer st.Close()
+	key := fmt.Sprintf("storeurl-%d", time.Now().UnixNano())
+	now := time.Now()
+	fp := idem.Fingerprint([]byte("x"))
+	res, err := st.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+	if err != nil || !res.Claimed {
+		t.Fatalf("Reserve: %v %+v", err, res)
+	}
+	if err := st.Complete(ctx, key, res.Record.Token, idem.Response{Status: 201, Body: []byte("ok")}, now, now.Add(time.Hour)); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	rec, err := st.Get(ctx, key)
+	if err != nil || rec.State != idem.StateCompleted || string(rec.Response.Body) != "ok" {
+		t.Fatalf("Get: %v %+v", err, rec)
+	}
+}
+
+func TestOpenEachScheme(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { roundTrip(t, "memory://") })
+	t.Run("sqlite", func(t *testing.T) { roundTrip(t, "sqlite://"+filepath.Join(t.TempDir(), "x.db")+"?table=t1") })
+	t.Run("postgres", func(t *testing.T) {
+		u := testenv.PostgresURL(t)
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		roundTrip(t, u+sep+"table=storeurl_records")
+	})
+	t.Run("mysql", func(t *testing.T) {
+		testenv.MySQLDSN(t)
+		roundTrip(t, "mysql://root@127.0.0.1:3306/test?table=storeurl_records")
+	})
+	t.Run("redis", func(t *testing.T) { roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:") })
+	t.Run("redis+cluster", func(t *testing.T) {
+		testenv.Service(t, "Redis Cluster", "IDEM_REDIS_CLUSTER_ADDRS", "127.0.0.1:7001", func(v string) string { return strings.Split(v, ",")[0] })
+		roundTrip(t, "redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003?prefix=storeurl:")
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
+		roundTrip(t, fmt.Sprintf("dynamodb://storeurl_%d?endpoint=%s&create=true", time.Now().UnixNano(), ep))
+	})
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	for raw, want := range map[string]string{
+		"bogus://x":        "unknown scheme",
+		"sqlite://":        "no path",
+		"memory://?typo=1": "unknown parameter",
+		"postgres://u:secret@127.0.0.1:1/db?migrate=maybe": "migrate",
+		"dynamodb://": "no table",
+	} {
+		_, err := storeurl.Open(ctx, raw)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", raw, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: the password leaked into the error: %v", raw, err)
+		}
+	}
+	if _, err := storeurl.Open(ctx, "bogus://x"); !errors.Is(err, storeurl.ErrUnknownScheme) {
+		t.Errorf("unknown scheme: %v", err)
+	}
+}
