@@ -2,3 +2,9 @@ package redisstore
 
 // RecordKey exposes the Redis key of key's record to the tests.
 func RecordKey(s *Store, key string) string { return s.recordKey(shard(key), key) }
+
+// Shard and Tag expose the key layout to the tests.
+func Shard(key string) int { return shard(key) }
+
+// Tag returns a shard's hash tag.
+func Tag(sh int) string { return tag(sh) }

@@ -24,6 +24,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the fault tests cause thousands on purpose.
+	redis.SetLogger(quietLogger{})
 	code := m.Run()
 	clientsMu.Lock()
 	for _, c := range clients {
@@ -110,3 +112,7 @@ func dropPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
 		t.Logf("cleanup of %s*: %v", prefix, err)
 	}
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,438 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// redisServer is a private redis-server process started by a test.
+type redisServer struct {
+	t    *testing.T
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startRedis starts redis-server on a free 127.0.0.1 port with its data in a temporary
+// directory. The process is killed when the test ends.
+func startRedis(t *testing.T, extra ...string) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis-server is not installed (Debian: redis-server): %v", err)
+	}
+	s := &redisServer{t: t, port: freePort(t), dir: t.TempDir(), args: extra}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *redisServer) start() {
+	s.t.Helper()
+	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
+		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", s.addr(), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if i > 100 {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.t.Fatalf("redis-server on %s did not start: %v\n%s", s.addr(), err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill stops the server at once (SIGKILL), as a crash would.
+func (s *redisServer) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// TestRestartUnderLoad kills Redis (SIGKILL) while many goroutines run effects through the
+// engine, and starts it again on the same port and data. The server runs with
+// appendfsync always, so what it acknowledged survives the crash. Checked: while it is down,
+// calls fail with ErrStoreUnavailable (or ErrInFlight for a claim whose holder could not
+// finish) and run no effect; no key's effect runs twice; every call that reported
+// "executed and kept" is stored, completed, with its response; the same client recovers
+// without restarting the process.
+func TestRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: 32,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "restart:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := idem.New(st, idem.Options{Lease: 5 * time.Minute, StoreTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nkeys, workers = 3000, 16
+	fp := idem.Fingerprint([]byte("restart"))
+	var effects [nkeys]atomic.Int32
+	var executed [nkeys]atomic.Int32
+	var outageErrs, inflight, replays atomic.Int64
+	var unexpected []error
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := rand.IntN(nkeys)
+				key := "key-" + strconv.Itoa(i)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res, err := eng.Do(ctx, key, fp, func(context.Context) (idem.Response, error) {
+					effects[i].Add(1)
+					return idem.Response{Status: 201, Body: []byte(key)}, nil
+				})
+				cancel()
+				switch {
+				case err == nil && res.Replayed:
+					replays.Add(1)
+					if string(res.Response.Body) != key {
+						mu.Lock()
+						unexpected = append(unexpected, fmt.Errorf("%s replayed %q", key, res.Response.Body))
+						mu.Unlock()
+					}
+				case err == nil:
+					executed[i].Add(1)
+				case errors.Is(err, idem.ErrInFlight):
+					inflight.Add(1)
+				case errors.Is(err, idem.ErrStoreUnavailable):
+					outageErrs.Add(1)
+					time.Sleep(5 * time.Millisecond)
+				default:
+					mu.Lock()
+					unexpected = append(unexpected, fmt.Errorf("%s: %w", key, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	srv.kill()
+	time.Sleep(2500 * time.Millisecond) // longer than go-redis's own retries ride out
+	srv.start()
+	// Recovery: the same client and engine work again, without restarting anything.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := eng.Do(context.Background(), "after-restart", fp, func(context.Context) (idem.Response, error) {
+			return idem.Response{Status: 200}, nil
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery within 10s of the restart: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // more load after the restart
+	close(stop)
+	wg.Wait()
+
+	for _, err := range unexpected {
+		t.Error(err)
+	}
+	if outageErrs.Load() == 0 {
+		t.Fatal("no call failed while Redis was down: the test did not test the outage")
+	}
+	ctx := context.Background()
+	var ran, kept int
+	for i := range nkeys {
+		key := "key-" + strconv.Itoa(i)
+		n := effects[i].Load()
+		if n > 1 {
+			t.Errorf("%s: effect ran %d times", key, n)
+		}
+		ran += int(n)
+		if executed[i].Load() == 0 {
+			continue
+		}
+		kept++
+		rec, err := st.Get(ctx, key)
+		if err != nil || rec.State != idem.StateCompleted || rec.Response == nil || !bytes.Equal(rec.Response.Body, []byte(key)) {
+			t.Errorf("%s reported executed and kept, but the store has %+v, %v", key, rec, err)
+		}
+	}
+	t.Logf("effects %d, executed and kept %d, replays %d, in flight %d, store-unavailable errors %d",
+		ran, kept, replays.Load(), inflight.Load(), outageErrs.Load())
+}
+
+// clusterNode is a node of a private test cluster.
+type clusterNode struct {
+	srv *redisServer
+	c   *redis.Client
+	id  string
+}
+
+// startCluster starts a private three-master cluster and waits until it is ok.
+func startCluster(t *testing.T) []*clusterNode {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		testenv.Missing(t, "redis-cli is not installed (Debian: redis-tools): %v", err)
+	}
+	ctx := context.Background()
+	var nodes []*clusterNode
+	var addrs []string
+	for range 3 {
+		srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--appendonly", "no")
+		c := redis.NewClient(&redis.Options{Addr: srv.addr()})
+		t.Cleanup(func() { c.Close() })
+		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, &clusterNode{srv: srv, c: c, id: id})
+		addrs = append(addrs, srv.addr())
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for i := 0; ; i++ {
+		ok := true
+		for _, n := range nodes {
+			info, _ := n.c.ClusterInfo(ctx).Result()
+			ok = ok && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
+		}
+		if ok {
+			return nodes
+		}
+		if i > 200 {
+			t.Fatal("the private cluster did not reach cluster_state:ok")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// migrateSlot moves slot from src to dst the way redis-cli --cluster reshard does: mark it
+// importing and migrating, MIGRATE its keys one at a time (so a script can find its record
+// and index on different nodes and get TRYAGAIN or ASK), then assign it to dst everywhere.
+func migrateSlot(ctx context.Context, nodes []*clusterNode, slot int, src, dst *clusterNode) error {
+	if err := dst.c.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.id).Err(); err != nil {
+		return fmt.Errorf("importing: %w", err)
+	}
+	if err := src.c.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id).Err(); err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	host, port, _ := net.SplitHostPort(dst.srv.addr())
+	for {
+		keys, err := src.c.ClusterGetKeysInSlot(ctx, slot, 1).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		if err := src.c.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", keys[0]).Err(); err != nil {
+			return fmt.Errorf("migrate %q: %w", keys[0], err)
+		}
+		time.Sleep(time.Millisecond) // leave the slot split for a moment
+	}
+	for _, n := range append([]*clusterNode{dst, src}, nodes...) {
+		if err := n.c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dst.id).Err(); err != nil {
+			return fmt.Errorf("setslot node: %w", err)
+		}
+	}
+	return nil
+}
+
+// TestSlotMigrationUnderLoad moves the slots that hold a workload's keys from node to node,
+// key by key, while goroutines race to claim those keys, complete them and replay them. Each
+// key has exactly one winner and its completed record is readable wherever it moved; errors,
+// if go-redis runs out of redirects, are store errors (fail closed), never a second claim.
+func TestSlotMigrationUnderLoad(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.srv.addr())
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRedirects: 16, PoolSize: 32})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "mig:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The workload's keys all fall in a few shards, whose slots the migrator moves.
+	shards := map[int]bool{}
+	for len(shards) < 4 {
+		shards[rand.IntN(redisstore.Shards)] = true
+	}
+	var slots []int
+	for sh := range shards {
+		slot, err := rdb.ClusterKeySlot(ctx, "mig:"+redisstore.Tag(sh)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, int(slot))
+	}
+	var keys []string
+	for i := 0; len(keys) < 120; i++ {
+		if k := "k-" + strconv.Itoa(i); shards[redisstore.Shard(k)] {
+			keys = append(keys, k)
+		}
+	}
+
+	owner := func(slot int) (*clusterNode, error) {
+		cs, err := nodes[0].c.ClusterShards(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, sh := range cs {
+			for _, r := range sh.Slots {
+				if int64(slot) >= r.Start && int64(slot) <= r.End {
+					for _, nd := range sh.Nodes {
+						for _, n := range nodes {
+							if n.id == nd.ID && nd.Role == "master" {
+								return n, nil
+							}
+						}
+					}
+				}
+			}
+		}
+		return nil, fmt.Errorf("no owner of slot %d", slot)
+	}
+	done := make(chan struct{})
+	var migrations atomic.Int32
+	var migErr error
+	var mwg sync.WaitGroup
+	mwg.Go(func() {
+		for {
+			for _, slot := range slots {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				src, err := owner(slot)
+				if err != nil {
+					migErr = err
+					return
+				}
+				var dst *clusterNode
+				for i, n := range nodes {
+					if n == src {
+						dst = nodes[(i+1)%len(nodes)]
+					}
+				}
+				if err := migrateSlot(ctx, nodes, slot, src, dst); err != nil {
+					migErr = fmt.Errorf("slot %d: %w", slot, err)
+					return
+				}
+				migrations.Add(1)
+			}
+		}
+	})
+
+	now := time.Now()
+	fp := idem.Fingerprint([]byte("mig"))
+	var storeErrs atomic.Int64
+	for _, k := range keys {
+		var wins atomic.Int32
+		var winner atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				res, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour)
+				switch {
+				case err != nil && errors.Is(err, idem.ErrStoreUnavailable):
+					storeErrs.Add(1)
+					t.Logf("%s: %v", k, err)
+				case err != nil:
+					t.Errorf("%s: %v", k, err)
+				case res.Claimed:
+					wins.Add(1)
+					winner.Store(res.Record.Token)
+					if err := st.Complete(ctx, k, res.Record.Token, idem.Response{Status: 200, Body: []byte(k)}, now, now.Add(time.Hour)); err != nil {
+						t.Errorf("%s: Complete: %v", k, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() > 1 {
+			t.Fatalf("%s: %d winners", k, wins.Load())
+		}
+		if wins.Load() == 0 {
+			continue // every racer failed (counted above)
+		}
+		res, err := st.Reserve(ctx, k, fp, now.Add(time.Second), time.Minute, time.Hour)
+		if err != nil {
+			storeErrs.Add(1)
+			continue
+		}
+		if res.Claimed || res.Record.State != idem.StateCompleted || res.Record.Token != winner.Load() || string(res.Record.Response.Body) != k {
+			t.Errorf("%s: replay %+v", k, res)
+		}
+	}
+	close(done)
+	mwg.Wait()
+	if migErr != nil {
+		t.Fatalf("migrator: %v", migErr)
+	}
+	if migrations.Load() < 2 {
+		t.Fatalf("only %d slot migrations happened during the workload", migrations.Load())
+	}
+	// After the moves, every key is readable and completed.
+	for _, k := range keys {
+		rec, err := st.Get(ctx, k)
+		if err != nil || rec.State != idem.StateCompleted || string(rec.Response.Body) != k {
+			t.Errorf("%s after the migrations: %+v, %v", k, rec, err)
+		}
+	}
+	t.Logf("%d keys, %d slot migrations, %d store errors", len(keys), migrations.Load(), storeErrs.Load())
+}
