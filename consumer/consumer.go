@@ -96,22 +96,32 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Runner runs an effect at most once per key: *idem.Engine, or a wrapper around a store's
+// transactional form (pgstore's DoTx runs claim, effect and completion in one transaction, so
+// that even a process killed in the middle of the effect leaves no trace and no double).
+type Runner interface {
+	Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
+}
+
+var _ Runner = (*idem.Engine)(nil)
+
 // Consumer makes the effect of each business event happen once, however many times the broker
 // delivers it. It is broker-neutral: adapters (consumer/natsjs, consumer/amqp, consumer/sqs)
 // turn deliveries into Messages, call Handle and ack or not as the Result says. It is safe for
 // concurrent use.
 type Consumer struct {
-	engine *idem.Engine
+	engine Runner
 	h      Handler
 	opt    Options
 	log    *slog.Logger
 }
 
-// New returns a Consumer that runs h once per key through engine. It fails with an error
+// New returns a Consumer that runs h once per key through engine (usually an *idem.Engine;
+// see Runner). It fails with an error
 // matching idem.ErrInvalidInput, naming the field, when an argument or option is invalid.
-func New(engine *idem.Engine, h Handler, opt Options) (*Consumer, error) {
+func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
 	switch {
-	case engine == nil:
+	case engine == nil || engine == (*idem.Engine)(nil):
 		return nil, fmt.Errorf("%w: consumer.New: engine is nil", idem.ErrInvalidInput)
 	case h == nil:
 		return nil, fmt.Errorf("%w: consumer.New: handler is nil", idem.ErrInvalidInput)
@@ -132,8 +142,8 @@ func New(engine *idem.Engine, h Handler, opt Options) (*Consumer, error) {
 // Options returns the consumer's options with defaults filled in.
 func (c *Consumer) Options() Options { return c.opt }
 
-// Engine returns the consumer's engine.
-func (c *Consumer) Engine() *idem.Engine { return c.engine }
+// Runner returns the runner (usually the *idem.Engine) the consumer was made with.
+func (c *Consumer) Runner() Runner { return c.engine }
 
 // Handle derives the message's key and runs the handler once for it through the engine. It
 // costs one store round trip for a duplicate (the claim attempt finds the completed record) and

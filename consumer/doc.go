@@ -52,7 +52,8 @@
 // crashes while the effect runs leaves its claim in flight until the engine's lease runs out;
 // redeliveries meanwhile are InFlight, and the first after it takes over and runs the effect
 // (at-least-once for a holder that died mid-effect, as idem documents). To close that last gap
-// for effects in PostgreSQL, run claim, effect and completion in one transaction (pgstore).
+// for effects in PostgreSQL, give New a [Runner] that runs claim, effect and completion in one
+// transaction (pgstore's DoTx): a process killed mid-effect then leaves no trace at all.
 //
 // # Cost
 //
