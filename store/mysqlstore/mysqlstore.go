@@ -183,17 +183,21 @@ func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	if st != nil {
 		return st, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st := s.stmts[q]; st != nil {
-		return st, nil
-	}
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
+	// Prepare without the lock, so a slow prepare (a full pool) holds up no other caller
+	// beyond its own context; the first to finish is kept.
 	st, err := s.db.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		_ = st.Close()
+		return nil, ErrClosed
+	}
+	if prev := s.stmts[q]; prev != nil {
+		_ = st.Close()
+		return prev, nil
 	}
 	s.stmts[q] = st
 	return st, nil

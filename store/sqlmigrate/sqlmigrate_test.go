@@ -1,0 +1,197 @@
+package sqlmigrate_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/sqlmigrate"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	good := fstest.MapFS{
+		"m/0001_a.sql": {Data: []byte("CREATE a;")},
+		"m/0002_b.sql": {Data: []byte("CREATE b;")},
+		"m/README":     {Data: []byte("ignored")},
+	}
+	ms, err := sqlmigrate.Load(good, "m")
+	if err != nil || len(ms) != 2 || ms[0].Version != 1 || ms[1].Name != "0002_b" || ms[1].SQL != "CREATE b;" {
+		t.Fatalf("Load = %+v, %v", ms, err)
+	}
+	for name, fsys := range map[string]fstest.MapFS{
+		"gap":       {"m/0001_a.sql": {}, "m/0003_c.sql": {}},
+		"no number": {"m/a.sql": {}},
+		"short":     {"m/1_a.sql": {}},
+		"empty":     {},
+	} {
+		if _, err := sqlmigrate.Load(fsys, "m"); err == nil {
+			t.Errorf("%s: Load succeeded", name)
+		}
+	}
+}
+
+func TestStatementsAndExpand(t *testing.T) {
+	t.Parallel()
+	sql := sqlmigrate.Expand("-- comment\nCREATE TABLE {{table}} (\n  a int -- inline\n);\n\nCREATE INDEX {{index}} ON {{table}} (a);\n", map[string]string{"table": "`t`", "index": "`t_a`"})
+	got := sqlmigrate.Statements(sql)
+	want := []string{"CREATE TABLE `t` (\n  a int -- inline\n)", "CREATE INDEX `t_a` ON `t` (a)"}
+	if len(got) != len(want) {
+		t.Fatalf("Statements = %q", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("statement %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// memTarget is a Target in memory, with a real lock, that counts what it applies.
+type memTarget struct {
+	lock    *sync.Mutex
+	version *int
+	applied *[]int
+	failAt  int
+}
+
+func (m memTarget) Lock(context.Context) (func(context.Context) error, error) {
+	m.lock.Lock()
+	return func(context.Context) error { m.lock.Unlock(); return nil }, nil
+}
+func (m memTarget) Version(context.Context) (int, error) { return *m.version, nil }
+func (m memTarget) Apply(_ context.Context, mg sqlmigrate.Migration) error {
+	if mg.Version == m.failAt {
+		return errors.New("boom")
+	}
+	time.Sleep(time.Millisecond) // widen the window for a racing migrator
+	*m.applied = append(*m.applied, mg.Version)
+	*m.version = mg.Version
+	return nil
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	ms := []sqlmigrate.Migration{{Version: 1, Name: "0001_a"}, {Version: 2, Name: "0002_b"}, {Version: 3, Name: "0003_c"}}
+	var lock sync.Mutex
+	version := 0
+	var applied []int
+	target := memTarget{lock: &lock, version: &version, applied: &applied}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := sqlmigrate.Run(context.Background(), target, ms); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(applied) != 3 || applied[0] != 1 || applied[2] != 3 {
+		t.Fatalf("applied %v, want each step once, in order", applied)
+	}
+	if n, err := sqlmigrate.Run(context.Background(), target, ms); n != 0 || err != nil {
+		t.Fatalf("second Run = %d, %v; want a no-op", n, err)
+	}
+	if _, err := sqlmigrate.Run(context.Background(), target, ms[:2]); !errors.Is(err, sqlmigrate.ErrNewerSchema) {
+		t.Fatalf("Run with fewer migrations than applied = %v, want ErrNewerSchema", err)
+	}
+	version, applied = 0, nil
+	failing := memTarget{lock: &lock, version: &version, applied: &applied, failAt: 2}
+	n, err := sqlmigrate.Run(context.Background(), failing, ms)
+	if n != 1 || err == nil || !strings.Contains(err.Error(), "0002_b") {
+		t.Fatalf("Run with a failing step = %d, %v; want 1 applied and an error naming the step", n, err)
+	}
+	if !lock.TryLock() {
+		t.Fatal("the lock was not released after a failed run")
+	}
+	lock.Unlock()
+}
+
+type countingStore struct {
+	calls   atomic.Int64
+	deleted atomic.Int64
+	left    atomic.Int64
+}
+
+func (c *countingStore) Sweep(ctx context.Context, _ time.Time, batch int) (int, error) {
+	c.calls.Add(1)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := min(int64(batch), c.left.Load())
+	c.left.Add(-n)
+	c.deleted.Add(n)
+	return int(n), nil
+}
+
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	st := &countingStore{}
+	st.left.Store(1050)
+	sweeps := make(chan int, 100)
+	sw, err := sqlmigrate.StartSweeper(st, sqlmigrate.SweeperOptions{
+		Interval: 10 * time.Millisecond, Batch: 100, MaxBatches: 5,
+		OnSweep: func(n int, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			select {
+			case sweeps <- n:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A backlog is worked off MaxBatches at a time: 500, 500, then the short batch of 50.
+	for i, want := range []int{500, 500, 50, 0} {
+		select {
+		case n := <-sweeps:
+			if n != want {
+				t.Errorf("sweep %d deleted %d, want %d", i, n, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("sweeper did not sweep")
+		}
+	}
+	sw.Stop()
+	calls := st.calls.Load()
+	time.Sleep(30 * time.Millisecond)
+	if st.calls.Load() != calls {
+		t.Error("sweeper swept after Stop")
+	}
+	sw.Stop()
+}
+
+func TestSweeperOptions(t *testing.T) {
+	t.Parallel()
+	st := &countingStore{}
+	for _, tc := range []struct {
+		opt   sqlmigrate.SweeperOptions
+		field string
+	}{
+		{sqlmigrate.SweeperOptions{Interval: time.Microsecond}, "Interval"},
+		{sqlmigrate.SweeperOptions{Interval: time.Second, Jitter: time.Second}, "Jitter"},
+		{sqlmigrate.SweeperOptions{Jitter: -time.Second}, "Jitter"},
+		{sqlmigrate.SweeperOptions{Batch: -1}, "Batch"},
+		{sqlmigrate.SweeperOptions{MaxBatches: -1}, "MaxBatches"},
+		{sqlmigrate.SweeperOptions{Timeout: -1}, "Timeout"},
+	} {
+		if _, err := sqlmigrate.StartSweeper(st, tc.opt); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "SweeperOptions."+tc.field) {
+			t.Errorf("StartSweeper(%+v) = %v, want ErrInvalidInput naming %s", tc.opt, err, tc.field)
+		}
+	}
+	if _, err := sqlmigrate.StartSweeper(nil, sqlmigrate.SweeperOptions{}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("StartSweeper(nil) = %v", err)
+	}
+}
