@@ -35,7 +35,7 @@ func randHex(n int) string {
 // broker makes a fresh queue on the default exchange for each test.
 type broker struct{}
 
-func (broker) NewQueue(t *testing.T) consumertest.Queue { return newQueue(t) }
+func (broker) NewQueue(t testing.TB) consumertest.Queue { return newQueue(t) }
 
 type queue struct {
 	url  string
@@ -134,7 +134,7 @@ func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bo
 		return nil, err
 	}
 	opt := amqp.WithBeforeAck(amqp.Options{Concurrency: 4, Logger: quiet()}, func(consumer.Result) bool {
-		if crash() {
+		if crash != nil && crash() {
 			cut()
 			return true
 		}
@@ -307,4 +307,9 @@ func TestMessage(t *testing.T) {
 	if m := amqp.Message(amqp091.Delivery{MessageId: "mid"}); m.ID != "mid" || m.Header != nil {
 		t.Fatalf("%+v", m)
 	}
+}
+
+// Throughput with and without idem, side by side (see docs/bench/consumers.md).
+func BenchmarkThroughput(b *testing.B) {
+	consumertest.Throughput(b, broker{}, consumertest.BenchOptions{})
 }

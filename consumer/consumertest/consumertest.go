@@ -63,7 +63,7 @@ import (
 type Broker interface {
 	// NewQueue returns a fresh, empty queue that shares nothing with other tests, and
 	// registers its removal with t.Cleanup. It fails or skips t when the broker is missing.
-	NewQueue(t *testing.T) Queue
+	NewQueue(t testing.TB) Queue
 }
 
 // Queue is one isolated queue (a JetStream stream and durable consumer, a RabbitMQ queue).
@@ -72,9 +72,9 @@ type Queue interface {
 	// broker has accepted it.
 	Publish(ctx context.Context, body []byte) error
 	// Start starts one consumer that hands every delivery to c.Handle and acks, redelivers or
-	// dead-letters it as the Result says. Before acking a delivery it calls crash; if crash
-	// returns true the consumer does not ack, drops its connection abruptly, stops, and closes
-	// the Worker's Done channel.
+	// dead-letters it as the Result says. Before acking a delivery it calls crash (when not
+	// nil); if crash returns true the consumer does not ack, drops its connection abruptly,
+	// stops, and closes the Worker's Done channel.
 	Start(ctx context.Context, c *consumer.Consumer, crash func() bool) (Worker, error)
 	// Pending returns how many messages the broker still holds for the queue, ready or
 	// delivered and not acked. The suite calls it after stopping every consumer. A message that

@@ -52,7 +52,7 @@ func connect(t testing.TB, url string) *nats.Conn {
 	return nc
 }
 
-func (b broker) NewQueue(t *testing.T) consumertest.Queue { return newQueue(t, b.ackWait) }
+func (b broker) NewQueue(t testing.TB) consumertest.Queue { return newQueue(t, b.ackWait) }
 
 func newQueue(t testing.TB, ackWait time.Duration) *queue {
 	t.Helper()
@@ -111,7 +111,7 @@ func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bo
 		return nil, err
 	}
 	opt := natsjs.WithBeforeAck(natsjs.Options{Concurrency: 4, Logger: quiet()}, func(consumer.Result) bool {
-		if crash() {
+		if crash != nil && crash() {
 			nc.Close()
 			return true
 		}
@@ -352,4 +352,9 @@ func TestSuiteCatchesDoubleEffects(t *testing.T) {
 		t.Fatalf("without deduplication the scenario found %d effects for %d events: it does not bite", r.Effects, r.Events)
 	}
 	t.Logf("without deduplication: %d effects for %d events, e.g. %v", r.Effects, r.Events, r.Doubles[:min(3, len(r.Doubles))])
+}
+
+// Throughput with and without idem, side by side (see docs/bench/consumers.md).
+func BenchmarkThroughput(b *testing.B) {
+	consumertest.Throughput(b, broker{ackWait: 30 * time.Second}, consumertest.BenchOptions{})
 }

@@ -1,0 +1,194 @@
+package consumertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/pgstore"
+)
+
+// BenchOptions tune Throughput.
+type BenchOptions struct {
+	// Consumers is how many consumers (Queue.Start) run at once. Default 2.
+	Consumers int
+}
+
+// Throughput benchmarks consuming b.N messages (b.N distinct events, published before the
+// timer starts) through the adapter, in sub-benchmarks run side by side:
+//
+//   - without-idem: the same consumer and adapter, but the effect runs directly (a Runner
+//     that calls it), with no store: the baseline;
+//   - memstore: through an idem engine on memstore (the engine's own cost);
+//   - pgstore: through an idem engine on pgstore (PostgreSQL round trips);
+//   - pgstore-duplicates: every message a duplicate of an event already handled.
+//
+// The effect itself is a counter, so the figures are the adapter's and idem's overhead. Each
+// reports msgs/s and store-rt/msg, the store round trips per message (Reserve, Complete,
+// Release, Extend and Get calls).
+func Throughput(b *testing.B, broker Broker, opt BenchOptions) {
+	if opt.Consumers == 0 {
+		opt.Consumers = 2
+	}
+	pgURL := testenv.PostgresURL(b)
+	var pool *pgxpool.Pool
+	if pgURL != "" {
+		cfg, err := pgxpool.ParseConfig(pgURL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.MaxConns = 16 // at least the deliveries in flight, so none waits for a connection
+		if pool, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pool.Close)
+	}
+	pg := func(b *testing.B) idem.Store {
+		table := "consumerbench_" + randHex(5)
+		st, err := pgstore.New(pool, pgstore.Options{Table: table})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := st.Migrate(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		return st
+	}
+	b.Run("without-idem", func(b *testing.B) { throughput(b, broker, opt, nil, false) })
+	b.Run("memstore", func(b *testing.B) { throughput(b, broker, opt, memstore.New(), false) })
+	if pool != nil {
+		b.Run("pgstore", func(b *testing.B) { throughput(b, broker, opt, pg(b), false) })
+		b.Run("pgstore-duplicates", func(b *testing.B) { throughput(b, broker, opt, pg(b), true) })
+	}
+}
+
+// direct is a Runner without idem: it runs every effect.
+type direct struct{}
+
+func (direct) Do(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, error) {
+	resp, err := fn(ctx)
+	return idem.Result{Response: resp}, err
+}
+
+// roundTrips counts store calls.
+type roundTrips struct {
+	idem.Store
+	n atomic.Int64
+}
+
+func (s *roundTrips) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	s.n.Add(1)
+	return s.Store.Reserve(ctx, key, fp, now, lease, window)
+}
+
+func (s *roundTrips) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, exp time.Time) error {
+	s.n.Add(1)
+	return s.Store.Complete(ctx, key, token, resp, now, exp)
+}
+
+func (s *roundTrips) Release(ctx context.Context, key string, token int64) error {
+	s.n.Add(1)
+	return s.Store.Release(ctx, key, token)
+}
+
+func (s *roundTrips) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	s.n.Add(1)
+	return s.Store.Extend(ctx, key, token, until)
+}
+
+func (s *roundTrips) Get(ctx context.Context, key string) (idem.Record, error) {
+	s.n.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, dups bool) {
+	ctx := context.Background()
+	q := broker.NewQueue(b)
+	var runner consumer.Runner = direct{}
+	var rt *roundTrips
+	if st != nil {
+		rt = &roundTrips{Store: st}
+		e, err := idem.New(rt, idem.Options{Logger: quiet()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runner = e
+	}
+	var effects, acked atomic.Int64
+	c, err := consumer.New(runner, func(context.Context, *consumer.Message) ([]byte, error) {
+		effects.Add(1)
+		return nil, nil
+	}, consumer.Options{Logger: quiet(), Key: func(m *consumer.Message) (string, error) {
+		var e event
+		if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
+			return "", fmt.Errorf("no event id in %q", m.Body)
+		}
+		return e.ID, nil
+	}, Observe: func(_ *consumer.Message, r consumer.Result) {
+		if r.Outcome.Ack() {
+			acked.Add(1)
+		}
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := randHex(4)
+	publish := func() {
+		for i := range b.N {
+			body, _ := json.Marshal(event{ID: fmt.Sprintf("%s-%d", prefix, i)})
+			if err := q.Publish(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	consume := func(want int64) {
+		ws := make([]Worker, opt.Consumers)
+		for i := range ws {
+			w, err := q.Start(ctx, c, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ws[i] = w
+		}
+		deadline := time.Now().Add(5 * time.Minute)
+		for acked.Load() < want {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d messages acked after 5m", acked.Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		b.StopTimer()
+		for _, w := range ws {
+			w.Stop()
+		}
+	}
+	if dups {
+		publish()
+		consume(int64(b.N))
+		acked.Store(0)
+		if rt != nil {
+			rt.n.Store(0)
+		}
+	}
+	publish()
+	b.ResetTimer()
+	b.StartTimer()
+	consume(int64(b.N))
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	if rt != nil {
+		b.ReportMetric(float64(rt.n.Load())/float64(b.N), "store-rt/msg")
+	}
+	if want := int64(b.N); effects.Load() != want {
+		b.Fatalf("%d effects for %d events", effects.Load(), want)
+	}
+}
