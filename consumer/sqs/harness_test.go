@@ -39,7 +39,7 @@ type bundle struct {
 	prefix string // unique name prefix for this test's queues and topics
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test (SQS and PostgreSQL); skipped with -short")
@@ -53,7 +53,7 @@ func setup(t *testing.T) *bundle {
 }
 
 // setupPG is setup without SQS: only the effects table.
-func setupPG(t *testing.T) *bundle {
+func setupPG(t testing.TB) *bundle {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test (PostgreSQL); skipped with -short")
@@ -81,7 +81,7 @@ func randHex(n int) string {
 }
 
 // queue creates a queue named for this test and returns its URL and ARN.
-func (b *bundle) queue(t *testing.T, name string, attrs map[string]string) (url, arn string) {
+func (b *bundle) queue(t testing.TB, name string, attrs map[string]string) (url, arn string) {
 	t.Helper()
 	ctx := context.Background()
 	out, err := b.sqs.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(b.prefix + "-" + name), Attributes: attrs})
@@ -102,7 +102,7 @@ func (b *bundle) queue(t *testing.T, name string, attrs map[string]string) (url,
 
 // topic creates an SNS topic and subscribes the queues to it; raw[i] sets raw message delivery
 // for queueARNs[i].
-func (b *bundle) topic(t *testing.T, name string, queueARNs []string, raw []bool) string {
+func (b *bundle) topic(t testing.TB, name string, queueARNs []string, raw []bool) string {
 	t.Helper()
 	ctx := context.Background()
 	out, err := b.sns.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(b.prefix + "-" + name)})
@@ -125,7 +125,7 @@ func (b *bundle) topic(t *testing.T, name string, queueARNs []string, raw []bool
 
 // publish publishes body to the topic, as a producer that retries would: each call is a new SNS
 // message with its own id.
-func (b *bundle) publish(t *testing.T, topicARN, body string) {
+func (b *bundle) publish(t testing.TB, topicARN, body string) {
 	t.Helper()
 	_, err := b.sns.Publish(context.Background(), &sns.PublishInput{TopicArn: aws.String(topicARN), Message: aws.String(body),
 		MessageAttributes: map[string]snstypes.MessageAttributeValue{"source": {DataType: aws.String("String"), StringValue: aws.String("test")}}})
@@ -135,7 +135,7 @@ func (b *bundle) publish(t *testing.T, topicARN, body string) {
 }
 
 // send sends bodies to the queue in batches of 10; each send gets a fresh SQS message id.
-func (b *bundle) send(t *testing.T, url string, bodies []string) {
+func (b *bundle) send(t testing.TB, url string, bodies []string) {
 	t.Helper()
 	for len(bodies) > 0 {
 		n := min(len(bodies), 10)
@@ -155,7 +155,7 @@ func (b *bundle) send(t *testing.T, url string, bodies []string) {
 }
 
 // pending returns the messages of the queue that are visible, hidden or delayed.
-func (b *bundle) pending(t *testing.T, url string) int {
+func (b *bundle) pending(t testing.TB, url string) int {
 	t.Helper()
 	at, err := b.sqs.GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
@@ -178,7 +178,7 @@ func (b *bundle) effect(ctx context.Context, key, queue string) error {
 }
 
 // counts returns how many times the effect ran per key.
-func (b *bundle) counts(t *testing.T) map[string]int {
+func (b *bundle) counts(t testing.TB) map[string]int {
 	t.Helper()
 	rows, err := b.pg.Query(context.Background(), `SELECT key, count(*) FROM `+b.table+` GROUP BY key`)
 	if err != nil {
@@ -201,7 +201,7 @@ func (b *bundle) counts(t *testing.T) map[string]int {
 }
 
 // eventually polls cond every 50ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -157,8 +157,9 @@ func (w *Worker) Stats() Stats {
 // Run consumes the queue until ctx is done, then stops gracefully: it receives no more, lets
 // the handlers under way finish (their contexts are not cancelled with ctx; see
 // WorkerOptions.ShutdownTimeout), deletes the messages they finished, and returns nil. A
-// receive aborted by the stop may leave messages hidden until their visibility timeout ends;
-// they are then redelivered. Receive errors are logged and retried with backoff; Run returns an
+// receive under way at the stop is let finish (within WaitTime) and its messages are handled
+// too, rather than being abandoned to come back only after their visibility timeout. So Run
+// returns within WaitTime plus the time the handlers take. Receive errors are logged and retried with backoff; Run returns an
 // error early only when the queue does not exist.
 func (w *Worker) Run(ctx context.Context) error {
 	// Handlers run on hctx: detached from ctx, cancelled only when the shutdown timeout runs
@@ -189,7 +190,7 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 	wait := int32(max(w.opt.WaitTime, 0) / time.Second)
 	vis := int32(w.opt.VisibilityTimeout / time.Second)
 	backoff := 100 * time.Millisecond
-	for {
+	for ctx.Err() == nil {
 		// Ask only for as many messages as there are free slots, so none waits hidden while
 		// its visibility timeout runs.
 		select {
@@ -207,7 +208,11 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 			}
 			break
 		}
-		out, err := w.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+		// The receive is not cancelled by a stop: a long poll abandoned mid-way can still take
+		// messages off the queue, which then stay hidden for a whole visibility timeout. It
+		// ends within the wait time, and what it returns is handled before Run returns.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(w.opt.WaitTime, 0)+sqsCallTimeout)
+		out, err := w.api.ReceiveMessage(rctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:              aws.String(w.opt.QueueURL),
 			MaxNumberOfMessages:   int32(n),
 			WaitTimeSeconds:       wait,
@@ -218,6 +223,7 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 				types.MessageSystemAttributeNameSentTimestamp,
 			},
 		})
+		cancel()
 		received := time.Now()
 		var msgs []types.Message
 		if out != nil {
@@ -227,11 +233,11 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 			<-slots
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
 			if _, ok := errors.AsType[*types.QueueDoesNotExist](err); ok {
 				return fmt.Errorf("consumer/sqs: receive from %s: %w", w.opt.QueueURL, err)
+			}
+			if ctx.Err() != nil {
+				return nil
 			}
 			w.stats.errors.Add(1)
 			w.log.Warn("consumer/sqs: receive failed; retrying", "queue", w.opt.QueueURL, "err", err, "backoff", backoff)
@@ -251,6 +257,7 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 			})
 		}
 	}
+	return nil
 }
 
 // handle runs the handler on one message and deletes it, defers it or leaves it.

@@ -477,3 +477,22 @@ func containsStr(s, sub string) bool {
 	}
 	return false
 }
+
+// A stop during a long poll lets the poll finish instead of abandoning it: an abandoned poll can
+// still take a message off the queue, which would then stay hidden for a whole visibility timeout.
+func TestStopDuringLongPollLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	url, _ := b.queue(t, "poll", nil)
+	var got atomic.Int32
+	h := func(ctx context.Context, m *sqs.Message) error { got.Add(1); return nil }
+	opt := sqs.WorkerOptions{QueueURL: url, WaitTime: 3 * time.Second, VisibilityTimeout: 30 * time.Second}
+	stop := run(t, newWorker(t, b.sqs, h, opt))
+	time.Sleep(300 * time.Millisecond) // the worker is now in a long poll on the empty queue
+	stop()
+	b.send(t, url, []string{orderBody("o-1", 1)})
+	run(t, newWorker(t, b.sqs, h, opt))
+	eventually(t, 10*time.Second, "the message handled well before its 30s visibility timeout", func() bool {
+		return got.Load() == 1 && b.pending(t, url) == 0
+	})
+}
