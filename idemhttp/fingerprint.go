@@ -4,9 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"hash"
 	"net/http"
-	"sync"
 )
 
 // A FingerprintFunc identifies a request's payload: the same key sent with another fingerprint
@@ -42,61 +40,33 @@ func JSONFingerprint(ignore ...string) FingerprintFunc {
 	}
 }
 
-type hasher struct {
-	h   hash.Hash
-	sum [sha256.Size]byte
-	hex [2 * sha256.Size]byte
-}
-
-var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New()} }}
-
-// fingerprint is idem.Fingerprint(method, path, query, body) without its allocations.
+// fingerprint is idem.Fingerprint(method, path, query, body) without its allocations but the
+// result: the length-prefixed parts are laid out in a pooled buffer and hashed in one call.
 func fingerprint(r *http.Request, body []byte) string {
-	hs := hashers.Get().(*hasher)
-	h := hs.h
-	h.Reset()
-	writePart(h, r.Method)
-	writePart(h, r.URL.Path)
-	writePart(h, r.URL.RawQuery)
-	writeBytes(h, body)
-	s := hs.done()
-	hashers.Put(hs)
-	return s
+	return fingerprintParts(r, nil, body)
 }
 
+// fingerprintParts hashes method, path, query, then mode (if not nil) and body.
 func fingerprintParts(r *http.Request, mode, body []byte) string {
-	hs := hashers.Get().(*hasher)
-	h := hs.h
-	h.Reset()
-	writePart(h, r.Method)
-	writePart(h, r.URL.Path)
-	writePart(h, r.URL.RawQuery)
-	writeBytes(h, mode)
-	writeBytes(h, body)
-	s := hs.done()
-	hashers.Put(hs)
-	return s
-}
-
-func (hs *hasher) done() string {
-	hex.Encode(hs.hex[:], hs.h.Sum(hs.sum[:0]))
-	return string(hs.hex[:])
-}
-
-func writePart(h hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	if hs, ok := h.(interface{ WriteString(string) (int, error) }); ok {
-		hs.WriteString(s)
-	} else {
-		h.Write([]byte(s))
+	buf := getBuf()
+	b := appendPart((*buf)[:0], r.Method)
+	b = appendPart(b, r.URL.Path)
+	b = appendPart(b, r.URL.RawQuery)
+	if mode != nil {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(mode)))
+		b = append(b, mode...)
 	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(body)))
+	b = append(b, body...)
+	sum := sha256.Sum256(b)
+	*buf = b
+	putBuf(buf)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
-func writeBytes(h hash.Hash, b []byte) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-	h.Write(n[:])
-	h.Write(b)
+func appendPart(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }

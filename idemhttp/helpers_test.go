@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,12 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(benchChildEnv) != "" {
+		os.Exit(benchChild())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

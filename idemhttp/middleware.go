@@ -289,8 +289,8 @@ func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
 			*buf = b[:0]
 			return nil, http.StatusRequestEntityTooLarge
 		}
-		if err == io.EOF {
-			break
+		if err == io.EOF || err == nil && r.ContentLength > 0 && int64(len(b)) == r.ContentLength {
+			break // all of a declared length is read: the server's body has nothing more
 		}
 		if err != nil {
 			*buf = b[:0]
