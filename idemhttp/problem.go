@@ -55,7 +55,7 @@ func newProblem(status int, typ, title string) *problem {
 }
 
 var (
-	probMissingKey   = newProblem(400, ProblemMissingKey, "This request requires an Idempotency-Key header")
+	probMissingKey   = newProblem(400, ProblemMissingKey, "This request requires an idempotency key")
 	probInvalidKey   = newProblem(400, ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once")
 	probInvalidScope = newProblem(400, ProblemInvalidScope, "The caller could not be identified")
 	probInvalidBody  = newProblem(400, ProblemInvalidBody, "The request body could not be read")

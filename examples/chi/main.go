@@ -1,0 +1,95 @@
+// Command chi puts idemhttp on a chi router: the middleware is a plain
+// func(http.Handler) http.Handler, so it goes in r.Use or r.With like any other. Here it
+// protects a route group of payment endpoints, and a webhook route keyed on the sender's
+// delivery id. Run it to see the answers; pass -listen to serve instead.
+//
+//	go run ./examples/chi
+//	go run ./examples/chi -listen 127.0.0.1:8080
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+func main() {
+	listen := flag.String("listen", "", "serve on this address instead of running the demo")
+	flag.Parse()
+
+	store := memstore.New()
+	eng, err := idem.New(store, idem.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	payments, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.HeaderScope("Authorization")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	webhooks, err := idemhttp.New(idemhttp.Options{
+		Engine:     eng,
+		Key:        idemhttp.HeaderKey("X-GitHub-Delivery"),
+		RequireKey: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var charges, deliveries atomic.Int64
+	r := chi.NewRouter()
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(payments)
+		r.Post("/charges", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"charge":"ch_%d"}`, charges.Add(1))
+		})
+		r.Get("/charges", func(w http.ResponseWriter, r *http.Request) { // GET: passes through
+			fmt.Fprintf(w, `{"count":%d}`, charges.Load())
+		})
+	})
+	r.With(webhooks).Post("/webhooks/github", func(w http.ResponseWriter, r *http.Request) {
+		deliveries.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})
+
+	if *listen != "" {
+		log.Printf("serving on %s", *listen)
+		log.Fatal(http.ListenAndServe(*listen, r))
+	}
+
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	send := func(method, path string, hdr ...string) {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{"amount":1000}`))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%-4s %-17s %s replayed=%q %s\n", method, path, resp.Status, resp.Header.Get("Idempotent-Replayed"), b)
+	}
+	send("POST", "/v1/charges", "Authorization", "Bearer sk_alice", "Idempotency-Key", "a1")
+	send("POST", "/v1/charges", "Authorization", "Bearer sk_alice", "Idempotency-Key", "a1")
+	send("POST", "/v1/charges", "Authorization", "Bearer sk_bob", "Idempotency-Key", "a1") // another tenant
+	send("GET", "/v1/charges")
+	send("POST", "/webhooks/github", "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	send("POST", "/webhooks/github", "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	send("POST", "/webhooks/github")
+	fmt.Println("charges:", charges.Load(), "deliveries handled:", deliveries.Load())
+}
