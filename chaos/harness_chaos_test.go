@@ -1,0 +1,478 @@
+//go:build chaos
+
+package chaos_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/chaos"
+	"github.com/idemkit/idem/chaos/faultproxy"
+)
+
+// ---- the upstream: records every execution in PostgreSQL ----
+
+// upstream is a payments-like API that is NOT idempotent: every request that reaches it
+// inserts a row, then answers with that row's id. A double execution is a second row.
+type upstream struct {
+	pool    *pgxpool.Pool
+	table   string
+	seq     atomic.Int64
+	run     string
+	srv     *http.Server
+	addr    string
+	refused atomic.Int64 // 503s answered before acting
+	failed  atomic.Int64 // inserts that failed (500, nothing done)
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (u *upstream) roll() float64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.rng.Float64()
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// /<gateway>/ops/<op>
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if r.Method != http.MethodPost || len(parts) != 3 || parts[1] != "ops" {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	gw, op := parts[0], parts[2]
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the gateway went away while sending: nothing done
+	}
+	if u.roll() < 0.02 {
+		u.refused.Add(1)
+		http.Error(w, "busy, nothing done", http.StatusServiceUnavailable)
+		return
+	}
+	time.Sleep(time.Duration(u.roll() * float64(15*time.Millisecond)))
+	var in struct {
+		Amount int64 `json:"amount"`
+	}
+	_ = json.Unmarshal(body, &in)
+	id := fmt.Sprintf("%s-e%d", u.run, u.seq.Add(1))
+	answer := fmt.Sprintf(`{"op":%q,"effect":%q,"gateway":%q,"amount":%d}`+"\n", op, id, gw, in.Amount)
+	// The effect is committed before the answer is written: from here on, a lost answer means
+	// the upstream acted.
+	_, err = u.pool.Exec(context.Background(), `INSERT INTO `+u.table+` (op, effect, gateway, at, body) VALUES ($1, $2, $3, $4, $5)`,
+		op, id, gw, time.Now(), []byte(answer))
+	if err != nil {
+		u.failed.Add(1)
+		http.Error(w, "effect not recorded", http.StatusInternalServerError)
+		return
+	}
+	time.Sleep(time.Duration(u.roll() * float64(5*time.Millisecond)))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/ops/"+op+"/"+id)
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, answer)
+}
+
+func startUpstream(t *testing.T, pgURL, run string, seed uint64) *upstream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	u := &upstream{pool: pool, table: "chaos_effects_" + run, run: run, rng: rand.New(rand.NewPCG(seed, 1))}
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+u.table+` (id bigserial PRIMARY KEY, op text NOT NULL, effect text NOT NULL UNIQUE, gateway text NOT NULL, at timestamptz NOT NULL, body bytea NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("IDEM_CHAOS_KEEP") == "" {
+		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+u.table) })
+	} else {
+		t.Logf("effect table kept: %s", u.table)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = ln.Addr().String()
+	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = u.srv.Serve(ln) }()
+	t.Cleanup(func() { _ = u.srv.Close() })
+	return u
+}
+
+func (u *upstream) effects(t *testing.T) []chaos.Effect {
+	t.Helper()
+	rows, err := u.pool.Query(context.Background(), `SELECT op, effect, gateway, at, body FROM `+u.table+` ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []chaos.Effect
+	for rows.Next() {
+		var e chaos.Effect
+		if err := rows.Scan(&e.Op, &e.ID, &e.Gateway, &e.At, &e.Body); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ---- the gateways ----
+
+// slot is one gateway position: a fixed listen port, a fault proxy in front of it for the
+// clients, and a fault proxy behind it to the upstream. Its process is killed and restarted;
+// each incarnation has its own name, which it puts in the upstream path so every effect says
+// which process forwarded it.
+type slot struct {
+	h      *harness
+	i      int
+	port   int
+	front  *faultproxy.Proxy // clients → gateway
+	back   *faultproxy.Proxy // gateway → upstream
+	inc    int
+	name   string
+	p      proc
+	up     atomic.Bool
+	starts int
+}
+
+var headPath = regexp.MustCompile(`^POST /([^/ ]+)/ops/([^/ ]+) HTTP/`)
+
+func (s *slot) start(ctx context.Context) error {
+	for {
+		s.inc++
+		s.name = fmt.Sprintf("g%di%d", s.i, s.inc)
+		logf, err := os.Create(filepath.Join(s.h.dir, s.name+".log"))
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(s.h.binary, "serve",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", s.port),
+			"--upstream", "http://"+s.back.Addr()+"/"+s.name,
+			"--store", s.h.store.URL(),
+			"--lease", s.h.lease.String(), "--wait", "1s",
+			"--upstream-timeout", "10s", "--log-format", "json")
+		cmd.Env = append(os.Environ(), "IDEM_CONFIG=")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := s.p.start(cmd); err != nil {
+			logf.Close()
+			return err
+		}
+		s.starts++
+		err = s.ready(ctx)
+		logf.Close() // the child holds its own descriptor
+		if err == nil {
+			s.up.Store(true)
+			return nil
+		}
+		_ = s.p.signal(syscall.SIGKILL, 5*time.Second)
+		if ctx.Err() != nil {
+			return fmt.Errorf("gateway %s: %w (last: %v)", s.name, ctx.Err(), err)
+		}
+		time.Sleep(200 * time.Millisecond) // the store may be down: try again
+	}
+}
+
+// ready waits until the process answers /readyz (its store answers), or exits.
+func (s *slot) ready(ctx context.Context) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	s.p.mu.Lock()
+	done := s.p.done
+	s.p.mu.Unlock()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", s.port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("exited")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready")
+}
+
+// kill sends SIGKILL, and records when.
+func (s *slot) kill() {
+	s.up.Store(false)
+	s.h.mu.Lock()
+	s.h.kills = append(s.h.kills, chaos.Kill{Gateway: s.name, At: time.Now()})
+	s.h.mu.Unlock()
+	_ = s.p.signal(syscall.SIGKILL, 10*time.Second)
+}
+
+// ---- the harness ----
+
+type config struct {
+	ops, gateways, concurrency int
+	storeKind                  string
+	seed                       uint64
+	lease                      time.Duration
+}
+
+type harness struct {
+	t      *testing.T
+	cfg    config
+	binary string
+	dir    string
+	store  storeServer
+	up     *upstream
+	slots  []*slot
+	lease  time.Duration
+	rng    *rand.Rand
+	rngMu  sync.Mutex
+
+	mu          sync.Mutex
+	kills       []chaos.Kill
+	lost        []chaos.LostAnswer
+	answers     []chaos.Answer
+	storeCrash  int
+	storeDown   time.Duration
+	clientStats struct{ attempts, retries, giveUps, conflicts, unavailable atomic.Int64 }
+}
+
+func (h *harness) roll() float64 {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.Float64()
+}
+
+func (h *harness) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(h.roll()*float64(hi-lo))
+}
+
+// Fault probabilities, per exchange.
+var (
+	frontFaults = faultproxy.Faults{DropRequest: 0.01, DropResponse: 0.02, Delay: 0.05, MaxDelay: 100 * time.Millisecond}
+	backFaults  = faultproxy.Faults{DropRequest: 0.005, DropResponse: 0.01, Delay: 0.05, MaxDelay: 100 * time.Millisecond}
+)
+
+func (h *harness) onBackFault(ev faultproxy.Event) {
+	if ev.Kind != faultproxy.KindDropResponse {
+		return
+	}
+	m := headPath.FindSubmatch(ev.Head)
+	if m == nil {
+		return
+	}
+	h.mu.Lock()
+	h.lost = append(h.lost, chaos.LostAnswer{Op: string(m[2]), Gateway: string(m[1]), At: ev.At})
+	h.mu.Unlock()
+}
+
+func (h *harness) startSlots(ctx context.Context) {
+	t := h.t
+	for i := range h.cfg.gateways {
+		s := &slot{h: h, i: i, port: freePort(t)}
+		var err error
+		s.back, err = faultproxy.New(faultproxy.Options{Target: h.up.addr, Seed: h.cfg.seed + uint64(100+i), OnFault: h.onBackFault})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.back.Close() })
+		s.front, err = faultproxy.New(faultproxy.Options{Target: fmt.Sprintf("127.0.0.1:%d", s.port), Seed: h.cfg.seed + uint64(200+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.front.Close() })
+		if err := s.start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.p.signal(syscall.SIGKILL, 10*time.Second) })
+		h.slots = append(h.slots, s)
+	}
+}
+
+func (h *harness) setFaults(on bool) {
+	for _, s := range h.slots {
+		f, b := faultproxy.Faults{}, faultproxy.Faults{}
+		if on {
+			f, b = frontFaults, backFaults
+		}
+		_ = s.front.SetFaults(f)
+		_ = s.back.SetFaults(b)
+	}
+}
+
+// killer kills a random gateway now and then (never the last one up) and restarts it.
+func (h *harness) killer(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	var restarts sync.WaitGroup
+	defer restarts.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.between(400*time.Millisecond, 1500*time.Millisecond)):
+		}
+		var upSlots []*slot
+		for _, s := range h.slots {
+			if s.up.Load() {
+				upSlots = append(upSlots, s)
+			}
+		}
+		if len(upSlots) < 2 {
+			continue
+		}
+		s := upSlots[int(h.roll()*float64(len(upSlots)))%len(upSlots)]
+		s.kill()
+		pause := h.between(50*time.Millisecond, 500*time.Millisecond)
+		restarts.Go(func() {
+			time.Sleep(pause)
+			if err := s.start(context.WithoutCancel(ctx)); err != nil {
+				h.t.Errorf("restart %s: %v", s.name, err)
+			}
+		})
+	}
+}
+
+// storeCrasher crashes the store server now and then and starts it again.
+func (h *harness) storeCrasher(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	if _, ok := h.store.(sqliteFile); ok {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.between(4*time.Second, 9*time.Second)):
+		}
+		t0 := time.Now()
+		if err := h.store.Crash(); err != nil {
+			h.t.Errorf("crash the store: %v", err)
+		}
+		time.Sleep(h.between(200*time.Millisecond, 1200*time.Millisecond))
+		if err := h.store.Start(); err != nil {
+			h.t.Errorf("restart the store: %v", err)
+			return
+		}
+		h.mu.Lock()
+		h.storeCrash++
+		h.storeDown += time.Since(t0)
+		h.mu.Unlock()
+	}
+}
+
+// rotating sends each attempt to a random gateway's front proxy, so retries move between
+// gateways as a load balancer would.
+type rotating struct {
+	h    *harness
+	base http.RoundTripper
+	via  func(s *slot) string
+}
+
+func (r rotating) RoundTrip(req *http.Request) (*http.Response, error) {
+	s := r.h.slots[int(r.h.roll()*float64(len(r.h.slots)))%len(r.h.slots)]
+	out := req.Clone(req.Context())
+	out.URL.Host = r.via(s)
+	out.Host = ""
+	return r.base.RoundTrip(out)
+}
+
+func payload(op string, amount int64) []byte {
+	return fmt.Appendf(nil, `{"op":%q,"amount":%d}`, op, amount)
+}
+
+func opName(i int) string { return fmt.Sprintf("op-%07d", i) }
+
+func (h *harness) record(a chaos.Answer) {
+	h.mu.Lock()
+	h.answers = append(h.answers, a)
+	h.mu.Unlock()
+}
+
+// deliver sends one delivery of op through client and returns what it finally got.
+func (h *harness) deliver(ctx context.Context, client *http.Client, op, key string, body []byte, mark func(*chaos.Answer)) chaos.Answer {
+	a := chaos.Answer{Op: op}
+	if mark != nil {
+		mark(&a)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://gateway/ops/"+op, strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		a.Err = err.Error()
+	} else {
+		b, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		a.Status, a.Body, a.Replayed = resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true"
+		if rerr != nil {
+			a.Status, a.Err = 0, rerr.Error()
+		}
+	}
+	return a
+}
+
+// logOutcomes counts the gateways' request outcomes and takeovers from their JSON logs.
+func (h *harness) logOutcomes() (map[string]int, int) {
+	out := map[string]int{}
+	takeovers := 0
+	files, _ := filepath.Glob(filepath.Join(h.dir, "g*.log"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg      string `json:"msg"`
+				Outcome  string `json:"outcome"`
+				Takeover bool   `json:"takeover"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "request" {
+				continue
+			}
+			out[line.Outcome]++
+			if line.Takeover {
+				takeovers++
+			}
+		}
+		fh.Close()
+	}
+	return out, takeovers
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}

@@ -1,0 +1,242 @@
+//go:build chaos
+
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/store/pgstore"
+)
+
+// storeServer is the store the gateways share. Crash stops it the hard way; Start brings it
+// back on the same address with its data.
+type storeServer interface {
+	URL() string
+	Crash() error
+	Start() error
+	Close()
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func waitPort(port int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("127.0.0.1:%d not open after %s", port, d)
+}
+
+// proc is a server process we started and may kill.
+type proc struct {
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start(cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+// signal sends sig and waits (bounded) for the process to exit.
+func (p *proc) signal(sig os.Signal, wait time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("pid %d did not exit on %v within %s", cmd.Process.Pid, sig, wait)
+	}
+}
+
+// ---- a private PostgreSQL ----
+
+type privatePG struct {
+	bin, data string
+	port      int
+	cred      *syscall.Credential
+	log       *os.File
+	p         proc
+}
+
+// startPrivatePG initdb's a cluster in a temp dir and starts it on a free loopback port. As
+// root, PostgreSQL runs as the postgres user.
+func startPrivatePG(t *testing.T) *privatePG {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(bins) == 0 {
+		t.Skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (apt-get install postgresql)")
+	}
+	sort.Strings(bins)
+	s := &privatePG{bin: filepath.Dir(bins[len(bins)-1]), port: freePort(t)}
+	dir, err := os.MkdirTemp("", "idem-chaos-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s.data = filepath.Join(dir, "data")
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Skipf("running as root and there is no postgres user to run PostgreSQL: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.log, err = os.Create(filepath.Join(dir, "postgres.log")); err != nil {
+		t.Fatal(err)
+	}
+	if s.cred != nil {
+		_ = os.Chown(s.log.Name(), int(s.cred.Uid), int(s.cred.Gid))
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := pgstore.Open(ctx, s.URL(), pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *privatePG) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+}
+
+func (s *privatePG) Start() error {
+	// fsync is off: the harness crashes the server process, not the machine, so what was
+	// written survives in the page cache; WAL recovery runs at every restart all the same.
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+filepath.Dir(s.data),
+		"-c", "fsync=off", "-c", "max_connections=200")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	if err := s.p.start(cmd); err != nil {
+		return err
+	}
+	return waitPort(s.port, 30*time.Second)
+}
+
+// Crash is an immediate shutdown (SIGQUIT): every backend exits at once without a checkpoint,
+// as after a crash, and the next start replays the WAL.
+func (s *privatePG) Crash() error { return s.p.signal(syscall.SIGQUIT, 20*time.Second) }
+
+func (s *privatePG) Close() {
+	_ = s.p.signal(syscall.SIGQUIT, 20*time.Second)
+	s.log.Close()
+}
+
+// ---- a private Redis ----
+
+type privateRedis struct {
+	dir  string
+	port int
+	log  *os.File
+	p    proc
+}
+
+func startPrivateRedis(t *testing.T) *privateRedis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server on PATH (apt-get install redis-server)")
+	}
+	s := &privateRedis{dir: t.TempDir(), port: freePort(t)}
+	var err error
+	if s.log, err = os.Create(filepath.Join(s.dir, "redis.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *privateRedis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
+
+func (s *privateRedis) Start() error {
+	// Every write is fsynced to the append-only file before Redis answers: a Redis that may
+	// lose acknowledged writes on restart cannot hold idempotency records.
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	if err := s.p.start(cmd); err != nil {
+		return err
+	}
+	return waitPort(s.port, 30*time.Second)
+}
+
+func (s *privateRedis) Crash() error { return s.p.signal(syscall.SIGKILL, 10*time.Second) }
+
+func (s *privateRedis) Close() {
+	_ = s.p.signal(syscall.SIGKILL, 10*time.Second)
+	s.log.Close()
+}
+
+// ---- a SQLite file: nothing to crash ----
+
+type sqliteFile struct{ path string }
+
+func (s sqliteFile) URL() string  { return "sqlite://" + s.path }
+func (s sqliteFile) Crash() error { return nil }
+func (s sqliteFile) Start() error { return nil }
+func (s sqliteFile) Close()       {}
