@@ -1,0 +1,42 @@
+// Package consumertest is the conformance suite for consumer adapters: every broker adapter
+// (consumer/natsjs, consumer/amqp, consumer/sqs) passes it unchanged.
+//
+// # What an adapter supplies
+//
+// A [Broker] makes a fresh, empty [Queue] for each subtest (its own stream, queue or topic,
+// removed at cleanup), so subtests run in parallel. A Queue publishes a body as a new message
+// with a fresh transport id, starts consumers that hand every delivery to a *consumer.Consumer
+// and ack by the adapter's rules, and reports how many messages the broker still holds.
+//
+// To simulate a crash, a consumer started by Queue.Start calls the crash hook after
+// Consumer.Handle returned an outcome to ack and before it acks. When the hook returns true,
+// the consumer must behave like a process killed at that instant: not ack, drop its connection
+// (or subscription) abruptly so that the broker redelivers every message it held, and stop;
+// the suite then starts a new one.
+//
+//	func TestConformance(t *testing.T) {
+//		consumertest.Run(t, myBroker{url: testenv.NATSURL(t)}, consumertest.Options{})
+//	}
+//
+// # What it checks
+//
+//   - Duplicates: M business events, each published N times with fresh transport ids, consumed
+//     by concurrent consumers on one queue, some effects slow (so that copies meet in flight),
+//     some failing transiently: every effect exactly once.
+//   - CrashBetweenEffectAndAck: at least 1,000 messages; consumers crash at random after the
+//     effect and before the ack, and are replaced: every effect exactly once.
+//   - Rejected: a message without a business key is not acked and its effect never runs,
+//     while the others are processed.
+//
+// Effects are counted in a real PostgreSQL table (one per subtest, without a unique
+// constraint, so a double effect shows as two rows); "exactly once" means every event has
+// exactly one row. After the consumers stop, the queue must hold no message: none lost, none
+// left unacked. The idem store is memstore by default (one process); [Options.Store] supplies
+// another. [CrashReport] runs the crash scenario and returns its counts, so an adapter's test
+// can show that the suite catches a consumer that does not deduplicate.
+//
+// # Benchmarks
+//
+// [Throughput] measures an adapter's throughput without idem, on memstore and on pgstore (new
+// and duplicate messages) side by side in one run, with the store round trips per message.
+package consumertest
