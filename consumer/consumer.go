@@ -100,6 +100,8 @@ type Options struct {
 // transactional form (pgstore's DoTx runs claim, effect and completion in one transaction, so
 // that even a process killed in the middle of the effect leaves no trace and no double).
 type Runner interface {
+	// Do runs fn at most once for key, or returns the stored result, with the meaning and
+	// the errors of idem.Engine.Do.
 	Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
 }
 
