@@ -29,7 +29,9 @@
 // conflict locked, never an older one from the statement's snapshot; in the rare race where
 // the blocking row is not in the snapshot at all, the statement runs again (a second round
 // trip). Complete, Release, Extend, Get, Delete and each Sweep batch are one statement each.
-// A replay costs one round trip, and a row lock that ends with the statement.
+// A replay costs one round trip; it also locks the row for the length of the statement (which
+// then commits like a write), so replays of one hot key take turns: the engine's
+// Options.CacheSize serves hot replays without the store.
 //
 // # Same-transaction mode
 //

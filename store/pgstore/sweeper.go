@@ -11,5 +11,8 @@ type SweeperOptions = sqlmigrate.SweeperOptions
 // StartSweeper starts deleting s's expired records every opt.Interval (default 1m, with
 // jitter), opt.Batch rows (default 1000) per statement, until Stop.
 func StartSweeper(s *Store, opt SweeperOptions) (*Sweeper, error) {
+	if s == nil {
+		return nil, invalid("store is nil")
+	}
 	return sqlmigrate.StartSweeper(s, opt)
 }
