@@ -120,6 +120,10 @@ type Result struct {
 	Response Response
 	// Replayed is true when the response is the stored one and the effect did not run now.
 	Replayed bool
+	// Executed is true when the effect ran in this call and returned (with or without an
+	// error). With a nil error from fn and an error from Do, the effect happened but its
+	// result could not be recorded: do not report it as "nothing happened".
+	Executed bool
 	// Kept is true when the response is stored for replay (always on a replay).
 	Kept bool
 	// Takeover is true when this execution took over a claim whose holder's lease had expired.
@@ -253,7 +257,7 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 	stopBeat()
 	defer e.wake.done(key)
 
-	result = Result{Response: resp, Takeover: res.Takeover}
+	result = Result{Response: resp, Executed: true, Takeover: res.Takeover}
 	switch e.opt.Policy(resp, ferr) {
 	case Keep:
 		if ferr != nil {

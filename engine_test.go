@@ -107,7 +107,7 @@ func TestDoExecutesOnceThenReplays(t *testing.T) {
 	var runs atomic.Int32
 	ctx := context.Background()
 	first, err := b.eng.Do(ctx, "k", fp1, effect(&runs, 201, "charged"))
-	if err != nil || first.Replayed || !first.Kept || first.Response.Status != 201 {
+	if err != nil || first.Replayed || !first.Kept || !first.Executed || first.Response.Status != 201 {
 		t.Fatalf("first: %+v, %v", first, err)
 	}
 	if want := b.clock.Now().Add(24 * time.Hour); !first.ExpiresAt.Equal(want) {
@@ -442,7 +442,7 @@ func TestCompleteFailureIsReported(t *testing.T) {
 		b.store.fail.Store(true)
 		return idem.Response{Status: 201, Body: []byte("done")}, nil
 	})
-	if !errors.Is(err, idem.ErrStoreUnavailable) || string(res.Response.Body) != "done" || res.Kept {
+	if !errors.Is(err, idem.ErrStoreUnavailable) || string(res.Response.Body) != "done" || res.Kept || !res.Executed {
 		t.Fatalf("Do = %+v, %v; want the response with a store error", res, err)
 	}
 	if b.store.completes.Load() < 2 {
