@@ -1,69 +1,71 @@
-// Package sqs consumes Amazon SQS queues, and SNS topics fanned out to them, so that the effect
-// of each business event happens once although SQS delivers every message at least once. It
-// offers a long-polling [Worker] and a Lambda adapter, [LambdaHandler], over one [Handler] type.
+// Package sqs adapts the broker-neutral consumer package to Amazon SQS, to SNS topics fanned
+// out to SQS queues, and to Lambda functions fed by SQS, so that the effect of each business
+// event happens once although SQS delivers every message at least once. It offers a
+// long-polling [Worker] and a Lambda adapter, [LambdaHandler], both over a *consumer.Consumer.
 //
-// # Why duplicates come, and what the key is
+// # The key is the business fact
 //
 // A visibility timeout that runs out while the work still runs, a consumer that did the work
 // and then failed to delete, a producer that retried a publish that had succeeded, a DLQ
 // redrive: each delivers a message again. SNS→SQS fan-out chains two at-least-once hops, and
 // every delivery gets its own SQS message id: the same order fanned out to two queues, or
-// published twice, arrives with different [Message.MessageID] values and one order id. So the
-// idempotency key must come from the business fact in [Message.Body] (the order id, the
-// transaction id, a producer's idempotency key), never from a transport id; the SNS envelope's
-// MessageId is no better, as a producer's retry gets a new one. Make the handler idempotent
-// with the idem engine, keyed on that fact:
+// published twice, arrives with different message ids and one order id. So the consumer's key
+// function derives the key from the body (the order id, the transaction id, a producer's
+// idempotency key), never from the message id; the SNS envelope's MessageId is no better, as a
+// producer's retry gets a new one.
 //
-//	h := func(ctx context.Context, m *sqs.Message) error {
-//		var o Order
-//		if err := json.Unmarshal(m.Body, &o); err != nil {
-//			return err
-//		}
-//		_, err := engine.Do(ctx, "billing/order/"+o.ID, idem.Fingerprint(m.Body),
-//			func(ctx context.Context) (idem.Response, error) { return idem.Response{}, charge(ctx, o) })
-//		return err
-//	}
+//	c, err := consumer.New(engine, charge, consumer.Options{Scope: "billing", Key: orderID})
+//	w, err := sqs.NewWorker(sqsClient, c, sqs.WorkerOptions{QueueURL: url})
+//	err = w.Run(ctx) // until ctx is done, then a graceful stop
+//
+// Two services that each act on an event (billing, shipping), each on its own queue fed by one
+// topic, use their own consumer.Options.Scope and each run their effect once; one service that
+// reads two queues fed by one topic uses one scope and runs it once in all.
 //
 // # The Worker
 //
-// [Worker.Run] long-polls the queue, asking for at most as many messages as it has free handler
-// slots ([WorkerOptions.Concurrency]), so that no message waits hidden while its visibility
-// timeout runs. While a handler runs the Worker extends the message's visibility
-// (ChangeMessageVisibility every [WorkerOptions.ExtendEvery]), so a slow effect is not handed
-// to another consumer. Then:
+// [Worker.Run] long-polls the queue, asking for at most as many messages as it has free slots
+// ([WorkerOptions.Concurrency]), so that no message waits hidden while its visibility timeout
+// runs. While the effect runs the consumer calls the message's Extend hook, which moves its
+// visibility timeout forward (ChangeMessageVisibility every [WorkerOptions.ExtendEvery]), so a
+// slow effect is not handed to another consumer. Then [Settle] acts on the Result:
 //
-//   - the handler returned nil (the effect ran now, or the event was a duplicate): the message
-//     is deleted;
-//   - the error matches idem.ErrInFlight (another consumer runs the effect for this key now):
-//     the message is hidden for [WorkerOptions.InFlightDelay] and comes back, to find the
-//     effect done (a duplicate) or, if that consumer died, its lease expired and the claim free;
-//   - any other error: the message is left for redelivery (after [WorkerOptions.RetryDelay] if
-//     set), and after the queue's maxReceiveCount SQS moves it to the dead-letter queue.
+//   - Processed or Duplicate: the message is deleted;
+//   - InFlight (another consumer runs the effect for this key now): the message is hidden for
+//     Result.RetryAfter and comes back, to find the effect done (a Duplicate) or, if that
+//     consumer died, its lease run out and the claim free;
+//   - Failed: left for redelivery, after consumer.Options.RetryDelay if set, otherwise when its
+//     visibility timeout ends;
+//   - Rejected: left too, since SQS cannot dead-letter a message at once: after the queue's
+//     maxReceiveCount its redrive policy moves it to the dead-letter queue.
 //
-// When the context given to Run is done, the Worker stops receiving, lets the handlers under
-// way finish, deletes what they finished and returns: a graceful stop loses nothing and, with
-// an idempotent handler, repeats nothing.
+// When the context given to Run is done, the Worker stops receiving (a long poll under way is
+// let finish, as an abandoned one can still take messages off the queue), lets the handlers
+// finish, deletes what they finished and returns: a graceful stop loses nothing and repeats
+// nothing. A crash between an effect and its delete only makes the message come back, to be
+// found a Duplicate.
 //
 // # SNS envelopes
 //
 // A message that came through an SNS subscription without raw message delivery is a JSON
-// envelope around the published message. The Worker and the Lambda adapter take it off
-// ([UnwrapSNS]): the handler sees the published payload in Body and the envelope in
-// [Message.SNS], and the envelope's string attributes in [Message.Attributes]. Raw and
-// enveloped deliveries of one event therefore give the handler the same Body.
+// envelope around the published message. [Message] and [LambdaMessage] take it off
+// ([UnwrapSNS]): the consumer sees the published payload as Body, the topic ARN as Subject and
+// the envelope's string attributes as Header. Raw and enveloped deliveries of one event
+// therefore have the same Body, and the same key and fingerprint.
 //
 // # Lambda
 //
-// [LambdaHandler] adapts a Handler to an SQS event source mapping with
-// ReportBatchItemFailures: the events.SQSEventResponse lists exactly the records whose handler
-// failed, so one bad record does not redeliver the batch. FIFO batches stop at the first
-// failure to keep the order.
+// [LambdaHandler] adapts a consumer to an SQS event source mapping with
+// ReportBatchItemFailures: the events.SQSEventResponse lists exactly the records that are not
+// done with (InFlight, Failed, Rejected), so one bad record does not redeliver the batch. FIFO
+// batches stop at the first such record, to keep the group's order.
 //
 // # Clients and local testing
 //
 // [Config] builds an aws.Config for sqs.NewFromConfig and sns.NewFromConfig with static
 // credentials, such as for a local SQS/SNS server; its HTTP client is wrapped by
 // [WrapHTTPClient], which keeps the SDK from closing a request body that net/http still reads
-// (aws-sdk-go-v2 issue #2737). This package's tests run against fauxqs, started by
-// scripts/services.sh on 127.0.0.1:4566 (IDEM_SQS_ENDPOINT), and count effects in PostgreSQL.
+// (aws-sdk-go-v2 issue #2737). The tests run against fauxqs, which scripts/services.sh starts
+// on 127.0.0.1:4566 (IDEM_SQS_ENDPOINT), pass consumer/consumertest both with SQS messages and
+// with SNS envelopes, and count effects in PostgreSQL.
 package sqs

@@ -12,33 +12,38 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/store/memstore"
 )
 
-// A Worker consumes a queue until interrupted; the handler charges each order once, keyed on
-// the order id. (It needs an SQS server, so it is compiled but not run.)
+// orderID is the key function of the examples: the business fact, never the message id.
+func orderID(m *consumer.Message) (string, error) {
+	var o struct {
+		ID string `json:"order"`
+	}
+	if err := json.Unmarshal(m.Body, &o); err != nil || o.ID == "" {
+		return "", fmt.Errorf("no order id in %q", m.Body)
+	}
+	return "order/" + o.ID, nil
+}
+
+// A Worker consumes a queue until interrupted, charging each order once. (It needs an SQS
+// server, so it is compiled but not run.)
 func ExampleWorker() {
-	engine, err := idem.New(memstore.New(), idem.Options{})
+	engine, err := idem.New(memstore.New(), idem.Options{}) // a shared store (pgstore) in production
+	if err != nil {
+		log.Fatal(err)
+	}
+	charge := func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		return []byte("charge-id"), nil // the effect, and a small result kept for duplicates
+	}
+	c, err := consumer.New(engine, charge, consumer.Options{Scope: "billing", Key: orderID})
 	if err != nil {
 		log.Fatal(err)
 	}
 	client := awssqs.NewFromConfig(sqs.Config(sqs.ConfigOptions{Endpoint: "http://127.0.0.1:4566"}))
-	charge := func(ctx context.Context, orderID string, cents int) error { return nil }
-
-	handler := func(ctx context.Context, m *sqs.Message) error {
-		var o struct {
-			ID    string `json:"order"`
-			Cents int    `json:"cents"`
-		}
-		if err := json.Unmarshal(m.Body, &o); err != nil || o.ID == "" {
-			return fmt.Errorf("not an order: %q", m.Body)
-		}
-		_, err := engine.Do(ctx, "billing/order/"+o.ID, idem.Fingerprint(m.Body),
-			func(ctx context.Context) (idem.Response, error) { return idem.Response{}, charge(ctx, o.ID, o.Cents) })
-		return err
-	}
-	w, err := sqs.NewWorker(client, handler, sqs.WorkerOptions{
+	w, err := sqs.NewWorker(client, c, sqs.WorkerOptions{
 		QueueURL:    "http://sqs.us-east-1.localhost:4566/000000000000/orders",
 		Concurrency: 16,
 	})
@@ -52,29 +57,17 @@ func ExampleWorker() {
 	}
 }
 
-// The same event reaches a queue twice, once raw and once in an SNS envelope, with different
-// message ids; the handler sees one payload and the effect runs once. The record the handler
-// fails on is the only one reported back to Lambda.
+// The same order reaches a queue twice, once raw and once in an SNS envelope, with different
+// message ids: the charge runs once. The record without an order id is the only one reported
+// back to Lambda for redelivery (and, in the end, the dead-letter queue).
 func ExampleLambdaHandler() {
 	engine, _ := idem.New(memstore.New(), idem.Options{})
-	handler := func(ctx context.Context, m *sqs.Message) error {
-		var o struct {
-			ID string `json:"order"`
-		}
-		if err := json.Unmarshal(m.Body, &o); err != nil || o.ID == "" {
-			return fmt.Errorf("not an order: %q", m.Body)
-		}
-		res, err := engine.Do(ctx, "billing/order/"+o.ID, idem.Fingerprint(m.Body),
-			func(ctx context.Context) (idem.Response, error) {
-				fmt.Println("charging", o.ID)
-				return idem.Response{}, nil
-			})
-		if err == nil && res.Replayed {
-			fmt.Println("duplicate of", o.ID, "in", m.MessageID)
-		}
-		return err
-	}
-	lambdaHandler, _ := sqs.LambdaHandler(handler, sqs.LambdaOptions{})
+	c, _ := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		fmt.Printf("charging %s (message %s)\n", m.Body, m.ID)
+		return nil, nil
+	}, consumer.Options{Scope: "billing", Key: orderID,
+		Observe: func(m *consumer.Message, r consumer.Result) { fmt.Println(m.ID, r.Outcome) }})
+	handler, _ := sqs.LambdaHandler(c, sqs.LambdaOptions{})
 
 	var ev events.SQSEvent
 	_ = json.Unmarshal([]byte(`{"Records":[
@@ -82,12 +75,14 @@ func ExampleLambdaHandler() {
 		{"messageId":"b2","body":"{\"Type\":\"Notification\",\"MessageId\":\"n1\",\"TopicArn\":\"arn:aws:sns:us-east-1:123456789012:orders\",\"Message\":\"{\\\"order\\\":\\\"o-7\\\"}\"}","eventSourceARN":"arn:aws:sqs:us-east-1:123456789012:orders"},
 		{"messageId":"c3","body":"garbage","eventSourceARN":"arn:aws:sqs:us-east-1:123456789012:orders"}]}`), &ev)
 
-	resp, _ := lambdaHandler(context.Background(), ev)
+	resp, _ := handler(context.Background(), ev)
 	out, _ := json.Marshal(resp)
 	fmt.Println(string(out))
 	// Output:
-	// charging o-7
-	// duplicate of o-7 in b2
+	// charging {"order":"o-7"} (message a1)
+	// a1 processed
+	// b2 duplicate
+	// c3 rejected
 	// {"batchItemFailures":[{"itemIdentifier":"c3"}]}
 }
 

@@ -6,8 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/internal/testenv"
 )
@@ -157,18 +158,29 @@ func (b *bundle) send(t testing.TB, url string, bodies []string) {
 // pending returns the messages of the queue that are visible, hidden or delayed.
 func (b *bundle) pending(t testing.TB, url string) int {
 	t.Helper()
-	at, err := b.sqs.GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	n, err := b.pendingErr(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n
+}
+
+func (b *bundle) pendingErr(ctx context.Context, url string) (int, error) {
+	at, err := b.sqs.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, v := range at.Attributes {
-		i, _ := strconv.Atoi(v)
+		i, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, err
+		}
 		n += i
 	}
-	return n
+	return n, nil
 }
 
 // effect records one execution of the effect for key, seen on queue.
@@ -224,7 +236,7 @@ func orderBody(id string, cents int) string {
 }
 
 // orderKey derives the idempotency key from the business fact, never from a transport id.
-func orderKey(m *sqs.Message) (string, error) {
+func orderKey(m *consumer.Message) (string, error) {
 	var o order
 	if err := json.Unmarshal(m.Body, &o); err != nil {
 		return "", fmt.Errorf("not an order: %w", err)
@@ -235,21 +247,27 @@ func orderKey(m *sqs.Message) (string, error) {
 	return "order/" + o.ID, nil
 }
 
-// idempotent makes an effect idempotent with the engine: the key comes from the order id, in
-// scope; the fingerprint from the body.
-func idempotent(e *idem.Engine, scope string, effect func(ctx context.Context, key string, m *sqs.Message) error) sqs.Handler {
-	return func(ctx context.Context, m *sqs.Message) error {
+// newConsumer returns a consumer keyed on the order id, in scope, whose handler runs effect with
+// the scoped key; observe, when given, sees every Result.
+func newConsumer(t testing.TB, r consumer.Runner, scope string, effect func(ctx context.Context, key string, m *consumer.Message) error,
+	observe ...func(*consumer.Message, consumer.Result)) *consumer.Consumer {
+	t.Helper()
+	opt := consumer.Options{Key: orderKey, Scope: scope, Logger: quiet()}
+	if len(observe) > 0 {
+		opt.Observe = observe[0]
+	}
+	c, err := consumer.New(r, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		key, err := orderKey(m)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		key = scope + "/" + key
-		_, err = e.Do(ctx, key, idem.Fingerprint(m.Body), func(ctx context.Context) (idem.Response, error) {
-			return idem.Response{}, effect(ctx, key, m)
-		})
-		return err
+		return nil, effect(ctx, scope+"/"+key, m)
+	}, opt)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return c
 }
 
-// queueName returns the last path element of a queue URL.
-func queueName(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/idemkit/idem/consumer"
 )
 
 // LambdaOptions configure LambdaHandler. The zero value is useful.
@@ -23,26 +25,29 @@ type LambdaOptions struct {
 // LambdaHandler returns a Lambda function handler for SQS events (pass it to lambda.Start),
 // for an event source mapping with ReportBatchItemFailures enabled.
 //
-// Each record is converted to a Message (SNS envelopes taken off) and given to h. The response
-// lists in BatchItemFailures exactly the records for which h returned an error, so SQS deletes
-// the others and redelivers only those. Records from a FIFO queue (an event source ARN ending
+// Each record is converted with LambdaMessage (SNS envelopes taken off) and handled by c. The
+// response lists in BatchItemFailures exactly the records that are not done with: those whose
+// Outcome is InFlight, Failed or Rejected (a rejected record comes back until the queue's
+// redrive policy moves it to the dead-letter queue). SQS deletes the others (Processed,
+// Duplicate) and redelivers only those. A panic in the handler fails its record only (the
+// engine has released the claim). Records from a FIFO queue (an event source ARN ending
 // in ".fifo") are handled in order and the handling stops at the first failure: that record
 // and every later one are reported, so the group's order is kept. Records not started because
 // ctx ended (the function is about to time out) are reported too. The returned error is
 // always nil: a failure is a record's, never the batch's.
-func LambdaHandler(h Handler, opt LambdaOptions) (func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error), error) {
-	if h == nil {
-		return nil, fmt.Errorf("%w: handler is nil", errInvalid)
+func LambdaHandler(c *consumer.Consumer, opt LambdaOptions) (func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error), error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: sqs.LambdaHandler: consumer is nil", errInvalid)
 	}
 	if opt.Concurrency < 0 {
-		return nil, fmt.Errorf("%w: LambdaOptions.Concurrency %d is negative", errInvalid, opt.Concurrency)
+		return nil, fmt.Errorf("%w: sqs.LambdaOptions.Concurrency %d is negative", errInvalid, opt.Concurrency)
 	}
 	conc := cmp.Or(opt.Concurrency, 1)
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		failed := make([]bool, len(ev.Records))
 		if isFIFO(ev) {
 			for i, r := range ev.Records {
-				if ctx.Err() != nil || handleRecord(ctx, h, r, opt.KeepSNSEnvelope) != nil {
+				if ctx.Err() != nil || !handleRecord(ctx, c, r, opt.KeepSNSEnvelope) {
 					for j := i; j < len(failed); j++ {
 						failed[j] = true
 					}
@@ -63,7 +68,7 @@ func LambdaHandler(h Handler, opt LambdaOptions) (func(ctx context.Context, ev e
 				}
 				wg.Go(func() {
 					defer func() { <-sem }()
-					failed[i] = handleRecord(ctx, h, r, opt.KeepSNSEnvelope) != nil
+					failed[i] = !handleRecord(ctx, c, r, opt.KeepSNSEnvelope)
 				})
 			}
 			wg.Wait()
@@ -83,31 +88,13 @@ func isFIFO(ev events.SQSEvent) bool {
 	return len(ev.Records) > 0 && strings.HasSuffix(ev.Records[0].EventSourceARN, ".fifo")
 }
 
-// handleRecord runs h on one record; a panic in h fails the record, not the batch.
-func handleRecord(ctx context.Context, h Handler, r events.SQSMessage, keepEnvelope bool) (err error) {
+// handleRecord handles one record and reports whether it is done with; a panic in the handler
+// fails the record, not the batch.
+func handleRecord(ctx context.Context, c *consumer.Consumer, r events.SQSMessage, keepEnvelope bool) (done bool) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("consumer/sqs: handler panicked: %v", p)
+			done = false
 		}
 	}()
-	return h(ctx, FromLambda(r, keepEnvelope))
-}
-
-// FromLambda converts a record of a Lambda SQS event to a Message, taking an SNS envelope off
-// unless keepEnvelope is set.
-func FromLambda(r events.SQSMessage, keepEnvelope bool) *Message {
-	m := &Message{MessageID: r.MessageId, ReceiptHandle: r.ReceiptHandle}
-	var attrs map[string]string
-	for k, v := range r.MessageAttributes {
-		if v.StringValue == nil {
-			continue
-		}
-		if attrs == nil {
-			attrs = make(map[string]string, len(r.MessageAttributes))
-		}
-		attrs[k] = *v.StringValue
-	}
-	m.unwrap(r.Body, attrs, keepEnvelope)
-	m.system(r.Attributes)
-	return m
+	return c.Handle(ctx, LambdaMessage(r, keepEnvelope)).Outcome.Ack()
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/sqs"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // lambdaEvent builds an SQS event the way Lambda delivers it: from JSON.
@@ -71,18 +73,17 @@ func envelopeFor(id, body string) string {
 func TestLambdaBatchItemFailures(t *testing.T) {
 	t.Parallel()
 	b := setupPG(t)
-	engine := newEngine(t, idem.Options{})
 	var refuse atomic.Bool
 	refuse.Store(true)
-	h := idempotent(engine, "svc", func(ctx context.Context, key string, m *sqs.Message) error {
+	c := newConsumer(t, newEngine(t, nil, idem.Options{}), "svc", func(ctx context.Context, key string, m *consumer.Message) error {
 		if key == "svc/order/o-2" && refuse.Load() {
 			return errors.New("card declined by a flaky gateway")
 		}
-		return b.effect(ctx, key, m.MessageID)
+		return b.effect(ctx, key, m.ID)
 	})
 	// One at a time (the default): with records handled at once, the second copy of o-1 may
 	// find the first in flight and is then, rightly, reported for redelivery.
-	handler, err := sqs.LambdaHandler(h, sqs.LambdaOptions{})
+	handler, err := sqs.LambdaHandler(c, sqs.LambdaOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +132,17 @@ func TestLambdaBatchItemFailures(t *testing.T) {
 func TestLambdaFIFOStopsAtFirstFailure(t *testing.T) {
 	t.Parallel()
 	var calls []string
-	h := func(ctx context.Context, m *sqs.Message) error {
-		calls = append(calls, m.MessageID)
-		if m.MessageID == "m2" {
-			return errors.New("fails")
+	c, err := consumer.New(newEngine(t, nil, idem.Options{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		calls = append(calls, m.ID)
+		if m.ID == "m2" {
+			return nil, errors.New("fails")
 		}
-		return nil
+		return nil, nil
+	}, consumer.Options{Key: func(m *consumer.Message) (string, error) { return string(m.Body), nil }, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	handler, err := sqs.LambdaHandler(h, sqs.LambdaOptions{Concurrency: 8})
+	handler, err := sqs.LambdaHandler(c, sqs.LambdaOptions{Concurrency: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +158,16 @@ func TestLambdaFIFOStopsAtFirstFailure(t *testing.T) {
 
 func TestLambdaPanicAndDeadline(t *testing.T) {
 	t.Parallel()
-	h := func(ctx context.Context, m *sqs.Message) error {
+	c, err := consumer.New(newEngine(t, nil, idem.Options{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		if string(m.Body) == "boom" {
 			panic("handler bug")
 		}
-		return nil
+		return nil, nil
+	}, consumer.Options{Key: func(m *consumer.Message) (string, error) { return m.ID + string(m.Body), nil }, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	handler, err := sqs.LambdaHandler(h, sqs.LambdaOptions{})
+	handler, err := sqs.LambdaHandler(c, sqs.LambdaOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,19 +177,19 @@ func TestLambdaPanicAndDeadline(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	resp, err = handler(ctx, lambdaEvent(t, stdARN, [2]string{"m1", "ok"}, [2]string{"m2", "ok"}))
-	if err != nil || !slices.Equal(failedIDs(resp), []string{"m1", "m2"}) {
+	resp, err = handler(ctx, lambdaEvent(t, stdARN, [2]string{"m3", "ok"}, [2]string{"m4", "ok"}))
+	if err != nil || !slices.Equal(failedIDs(resp), []string{"m3", "m4"}) {
 		t.Errorf("function out of time: failures %v, err %v; want every record reported", failedIDs(resp), err)
 	}
 	if _, err := sqs.LambdaHandler(nil, sqs.LambdaOptions{}); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Errorf("nil handler: %v", err)
 	}
-	if _, err := sqs.LambdaHandler(h, sqs.LambdaOptions{Concurrency: -1}); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "Concurrency") {
+	if _, err := sqs.LambdaHandler(c, sqs.LambdaOptions{Concurrency: -1}); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "Concurrency") {
 		t.Errorf("negative concurrency: %v", err)
 	}
 }
 
-func TestFromLambda(t *testing.T) {
+func TestLambdaMessage(t *testing.T) {
 	t.Parallel()
 	var ev events.SQSEvent
 	raw := `{"Records":[{"messageId":"m1","receiptHandle":"rh","body":` + jsonString(envelope) + `,` +
@@ -192,16 +199,24 @@ func TestFromLambda(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &ev); err != nil {
 		t.Fatal(err)
 	}
-	m := sqs.FromLambda(ev.Records[0], false)
-	if m.MessageID != "m1" || m.ReceiveCount != 3 || m.SentAt.UnixMilli() != 1520621625029 || m.SNS == nil ||
-		string(m.Body) != `{"order":"o-1","cents":500}` || m.Attributes["a"] != "x" || m.Attributes["tenant"] != "acme" ||
-		m.Attributes["n"] != "7" {
+	m := sqs.LambdaMessage(ev.Records[0], false)
+	h := func(m *consumer.Message, k string) string {
+		if len(m.Header[k]) != 1 {
+			return ""
+		}
+		return m.Header[k][0]
+	}
+	if m.ID != "m1" || !m.Redelivered || m.Subject != "arn:aws:sns:us-east-1:000000000000:orders" ||
+		string(m.Body) != `{"order":"o-1","cents":500}` || h(m, "a") != "x" || h(m, "tenant") != "acme" || h(m, "n") != "7" {
 		t.Errorf("message %+v", m)
 	}
-	if _, ok := m.Attributes["blob"]; ok {
+	if _, ok := m.Header["blob"]; ok {
 		t.Error("binary attribute carried as a string")
 	}
-	if k := sqs.FromLambda(ev.Records[0], true); k.SNS != nil || string(k.Body) != envelope {
+	if _, ok := m.Header["b"]; ok {
+		t.Error("binary SQS attribute carried as a string")
+	}
+	if k := sqs.LambdaMessage(ev.Records[0], true); k.Subject != "orders" || string(k.Body) != envelope {
 		t.Errorf("KeepSNSEnvelope: %+v", k)
 	}
 }
@@ -214,7 +229,7 @@ func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
 func TestLambdaConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setupPG(t)
-	store := newEngine(t, idem.Options{}).Store()
+	store := memstore.New()
 	var batch [][2]string
 	n := 0
 	for c := range 10 {
@@ -232,13 +247,10 @@ func TestLambdaConcurrentDuplicates(t *testing.T) {
 			t.Fatalf("%d records still failing after 20 rounds", len(batch))
 		}
 		// A fresh engine per invocation, sharing the store: Lambda instances come and go.
-		e, err := idem.New(store, idem.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handler, err := sqs.LambdaHandler(idempotent(e, "svc", func(ctx context.Context, key string, m *sqs.Message) error {
-			return b.effect(ctx, key, m.MessageID)
-		}), sqs.LambdaOptions{Concurrency: 8})
+		c := newConsumer(t, newEngine(t, store, idem.Options{}), "svc", func(ctx context.Context, key string, m *consumer.Message) error {
+			return b.effect(ctx, key, m.ID)
+		})
+		handler, err := sqs.LambdaHandler(c, sqs.LambdaOptions{Concurrency: 8})
 		if err != nil {
 			t.Fatal(err)
 		}

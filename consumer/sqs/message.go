@@ -7,37 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-)
 
-// Message is one SQS message as the handler sees it: the business payload, with an SNS
-// envelope taken off when the message came through an SNS subscription without raw delivery.
-//
-// None of the transport's ids is a business key: SQS gives every delivery of a fanned-out
-// event its own MessageID, and a producer that retries a publish gets a new id for the same
-// event. Derive the idempotency key from Body (an order id, a transaction id).
-type Message struct {
-	// MessageID is the SQS message id: different in each queue an SNS topic fans out to, and
-	// for each publish of the same event.
-	MessageID string
-	// ReceiptHandle identifies this receive, for delete and visibility changes. Empty in
-	// messages built for tests.
-	ReceiptHandle string
-	// Body is the payload: the SNS envelope's Message when one was taken off, otherwise the
-	// SQS body.
-	Body []byte
-	// Attributes are the message attributes with a string value (String and Number types),
-	// from the SQS message or, for an SNS envelope, from the envelope's MessageAttributes.
-	// Nil when there are none.
-	Attributes map[string]string
-	// ReceiveCount is the SQS ApproximateReceiveCount: 1 on the first delivery, more on
-	// redeliveries. 0 when unknown.
-	ReceiveCount int
-	// SentAt is when SQS received the message (SentTimestamp); zero when unknown.
-	SentAt time.Time
-	// SNS is the envelope taken off Body, or nil for a raw message.
-	SNS *Envelope
-}
+	"github.com/idemkit/idem/consumer"
+)
 
 // Envelope is the JSON envelope in which SNS delivers a notification to an SQS queue whose
 // subscription does not use raw message delivery.
@@ -102,60 +76,73 @@ func UnwrapSNS(body []byte) (*Envelope, bool) {
 	return &env, true
 }
 
-// unwrap fills m.Body, m.SNS and m.Attributes from a raw body and its SQS string attributes.
-func (m *Message) unwrap(body string, attrs map[string]string, keepEnvelope bool) {
-	m.Body = []byte(body)
-	m.Attributes = attrs
-	if keepEnvelope {
-		return
-	}
-	env, ok := UnwrapSNS(m.Body)
-	if !ok {
-		return
-	}
-	m.SNS = env
-	m.Body = []byte(env.Message)
-	for k, a := range env.MessageAttributes {
-		if a.Type != "String" && a.Type != "Number" {
-			continue
-		}
-		if m.Attributes == nil {
-			m.Attributes = make(map[string]string, len(env.MessageAttributes))
-		}
-		m.Attributes[k] = a.Value
-	}
-}
-
-// system reads the SQS system attributes this package uses.
-func (m *Message) system(attrs map[string]string) {
-	if n, err := strconv.Atoi(attrs["ApproximateReceiveCount"]); err == nil {
-		m.ReceiveCount = n
-	}
-	if ms, err := strconv.ParseInt(attrs["SentTimestamp"], 10, 64); err == nil {
-		m.SentAt = time.UnixMilli(ms)
-	}
-}
-
-// fromSQS converts a received SQS message.
-func fromSQS(in types.Message, keepEnvelope bool) *Message {
-	m := &Message{
-		MessageID:     deref(in.MessageId),
-		ReceiptHandle: deref(in.ReceiptHandle),
-	}
-	var attrs map[string]string
+// Message returns the consumer.Message for a received SQS message: its body, with an SNS
+// envelope taken off unless keepEnvelope is set (see UnwrapSNS); its string-valued message
+// attributes as Header (an envelope's String and Number attributes, for an SNS delivery); its
+// SQS MessageId as ID; the topic ARN as Subject for an SNS delivery and the queue's name
+// otherwise; and Redelivered when its ApproximateReceiveCount is above 1. (The message must
+// have been received with the ApproximateReceiveCount system attribute for that.) It sets no
+// Extend hook: the Worker does.
+func Message(in types.Message, queueURL string, keepEnvelope bool) *consumer.Message {
+	var h map[string][]string
 	for k, v := range in.MessageAttributes {
 		if v.StringValue == nil {
 			continue
 		}
-		if attrs == nil {
-			attrs = make(map[string]string, len(in.MessageAttributes))
+		if h == nil {
+			h = make(map[string][]string, len(in.MessageAttributes))
 		}
-		attrs[k] = *v.StringValue
+		h[k] = []string{*v.StringValue}
 	}
-	m.unwrap(deref(in.Body), attrs, keepEnvelope)
-	m.system(in.Attributes)
+	return build(deref(in.MessageId), deref(in.Body), h, in.Attributes, queueName(queueURL), keepEnvelope)
+}
+
+// LambdaMessage returns the consumer.Message for a record of a Lambda SQS event, as Message
+// does for a received message; the Subject of a raw record is the queue's name from its event
+// source ARN.
+func LambdaMessage(r events.SQSMessage, keepEnvelope bool) *consumer.Message {
+	var h map[string][]string
+	for k, v := range r.MessageAttributes {
+		if v.StringValue == nil {
+			continue
+		}
+		if h == nil {
+			h = make(map[string][]string, len(r.MessageAttributes))
+		}
+		h[k] = []string{*v.StringValue}
+	}
+	arn := r.EventSourceARN
+	return build(r.MessageId, r.Body, h, r.Attributes, arn[strings.LastIndexByte(arn, ':')+1:], keepEnvelope)
+}
+
+func build(id, body string, header map[string][]string, system map[string]string, queue string, keepEnvelope bool) *consumer.Message {
+	m := &consumer.Message{ID: id, Body: []byte(body), Header: header, Subject: queue}
+	if n, err := strconv.Atoi(system["ApproximateReceiveCount"]); err == nil && n > 1 {
+		m.Redelivered = true
+	}
+	if keepEnvelope {
+		return m
+	}
+	env, ok := UnwrapSNS(m.Body)
+	if !ok {
+		return m
+	}
+	m.Body = []byte(env.Message)
+	m.Subject = env.TopicArn
+	for k, a := range env.MessageAttributes {
+		if a.Type != "String" && a.Type != "Number" {
+			continue
+		}
+		if m.Header == nil {
+			m.Header = make(map[string][]string, len(env.MessageAttributes))
+		}
+		m.Header[k] = []string{a.Value}
+	}
 	return m
 }
+
+// queueName returns the last path element of a queue URL.
+func queueName(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
 
 func deref(s *string) string {
 	if s == nil {

@@ -14,7 +14,12 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
 )
+
+// errInvalid is what option and argument checks wrap, so that callers match them with
+// errors.Is(err, idem.ErrInvalidInput).
+var errInvalid = idem.ErrInvalidInput
 
 // API is the part of the SQS client the Worker uses; *sqs.Client from
 // github.com/aws/aws-sdk-go-v2/service/sqs implements it.
@@ -51,17 +56,6 @@ type WorkerOptions struct {
 	ExtendEvery time.Duration
 	// Concurrency is how many messages are handled at once. Default 10.
 	Concurrency int
-	// RetryDelay is how long a message whose handler failed stays hidden before it is
-	// redelivered (rounded up to whole seconds, at most 12h). Default 0: it is left as it is and
-	// comes back when its current visibility timeout ends. (A message in flight elsewhere
-	// follows InFlightDelay instead.)
-	RetryDelay time.Duration
-	// InFlightDelay is how long a message stays hidden when its handler's error matches
-	// idem.ErrInFlight (another consumer holds its key now), rounded up to whole seconds; it is
-	// shortened to the *idem.InFlightError's RetryAfter when that is sooner, so that a crashed
-	// holder's lease is taken over as soon as it runs out. At most 12h. Default 2s: the holder
-	// usually finishes within it, and the redelivery is then a cheap duplicate.
-	InFlightDelay time.Duration
 	// ShutdownTimeout bounds how long Run, once its context is done, waits for handlers to
 	// finish before it cancels their contexts. Default 0: it waits for them, however long.
 	ShutdownTimeout time.Duration
@@ -70,15 +64,20 @@ type WorkerOptions struct {
 	KeepSNSEnvelope bool
 	// Logger receives receive, delete and visibility errors. Default slog.Default().
 	Logger *slog.Logger
+
+	// beforeDelete, set by tests, is called before a message is deleted; true skips the
+	// delete, as if the process died at that instant.
+	beforeDelete func(consumer.Result) bool
 }
 
 // Stats counts what a Worker did. All counts are since NewWorker.
 type Stats struct {
 	// Received counts messages received.
 	Received int64
-	// Deleted counts messages whose handler returned nil and that were deleted.
+	// Deleted counts messages deleted (Processed or Duplicate).
 	Deleted int64
-	// Failed counts messages whose handler returned an error (left for redelivery).
+	// Failed counts Failed and Rejected messages (left for redelivery and, in the end, the
+	// queue's redrive policy).
 	Failed int64
 	// InFlight counts messages deferred because another consumer held their key.
 	InFlight int64
@@ -88,57 +87,50 @@ type Stats struct {
 	Errors int64
 }
 
-// Worker consumes one SQS queue: it long-polls in batches, hands each message to a Handler
-// with bounded concurrency, keeps the message hidden while the handler runs, deletes it when
-// the handler returns nil and leaves it for redelivery otherwise.
-//
-// The Worker delivers at least once: a crash, a failed delete or a visibility timeout that ran
-// out redelivers a message. Make the handler idempotent (see the package documentation): the
-// Worker itself does not deduplicate.
+// Worker consumes one SQS queue through a *consumer.Consumer: it long-polls in batches, hands
+// each message to Consumer.Handle with bounded concurrency, keeps the message hidden while the
+// effect runs, and settles it as the Result says (see Settle): deleted when Processed or a
+// Duplicate, hidden for Result.RetryAfter when InFlight elsewhere, left for redelivery when
+// Failed or Rejected.
 type Worker struct {
 	api   API
-	h     Handler
+	c     *consumer.Consumer
 	opt   WorkerOptions
 	log   *slog.Logger
 	stats struct{ received, deleted, failed, inFlight, extended, errors atomic.Int64 }
 }
 
-// NewWorker returns a Worker that hands the messages of opt.QueueURL to h. It fails with an
-// error matching idem.ErrInvalidInput, naming the field, if an option is out of range.
-func NewWorker(api API, h Handler, opt WorkerOptions) (*Worker, error) {
+// NewWorker returns a Worker that hands the messages of opt.QueueURL to c. It fails with an
+// error matching idem.ErrInvalidInput, naming the field, if an argument or option is invalid.
+func NewWorker(api API, c *consumer.Consumer, opt WorkerOptions) (*Worker, error) {
 	switch {
 	case api == nil:
-		return nil, fmt.Errorf("%w: NewWorker: API is nil", errInvalid)
-	case h == nil:
-		return nil, fmt.Errorf("%w: NewWorker: Handler is nil", errInvalid)
+		return nil, fmt.Errorf("%w: sqs.NewWorker: API is nil", errInvalid)
+	case c == nil:
+		return nil, fmt.Errorf("%w: sqs.NewWorker: consumer is nil", errInvalid)
 	case opt.QueueURL == "":
-		return nil, fmt.Errorf("%w: WorkerOptions.QueueURL is required", errInvalid)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.QueueURL is required", errInvalid)
 	}
 	opt.MaxMessages = cmp.Or(opt.MaxMessages, maxBatch)
 	opt.WaitTime = cmp.Or(opt.WaitTime, maxWait)
 	opt.VisibilityTimeout = cmp.Or(opt.VisibilityTimeout, 30*time.Second)
 	opt.ExtendEvery = cmp.Or(opt.ExtendEvery, opt.VisibilityTimeout/3)
 	opt.Concurrency = cmp.Or(opt.Concurrency, 10)
-	opt.InFlightDelay = cmp.Or(opt.InFlightDelay, 2*time.Second)
 	switch {
 	case opt.MaxMessages < 1 || opt.MaxMessages > maxBatch:
-		return nil, fmt.Errorf("%w: WorkerOptions.MaxMessages %d is not within 1..%d", errInvalid, opt.MaxMessages, maxBatch)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.MaxMessages %d is not within 1..%d", errInvalid, opt.MaxMessages, maxBatch)
 	case opt.WaitTime > maxWait:
-		return nil, fmt.Errorf("%w: WorkerOptions.WaitTime %s is above %s", errInvalid, opt.WaitTime, maxWait)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.WaitTime %s is above %s", errInvalid, opt.WaitTime, maxWait)
 	case opt.VisibilityTimeout < time.Second || opt.VisibilityTimeout > maxVisibility || opt.VisibilityTimeout%time.Second != 0:
-		return nil, fmt.Errorf("%w: WorkerOptions.VisibilityTimeout %s is not whole seconds within 1s..12h", errInvalid, opt.VisibilityTimeout)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.VisibilityTimeout %s is not whole seconds within 1s..12h", errInvalid, opt.VisibilityTimeout)
 	case opt.ExtendEvery >= opt.VisibilityTimeout:
-		return nil, fmt.Errorf("%w: WorkerOptions.ExtendEvery %s must be shorter than VisibilityTimeout %s", errInvalid, opt.ExtendEvery, opt.VisibilityTimeout)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.ExtendEvery %s must be shorter than VisibilityTimeout %s", errInvalid, opt.ExtendEvery, opt.VisibilityTimeout)
 	case opt.Concurrency < 1:
-		return nil, fmt.Errorf("%w: WorkerOptions.Concurrency %d is below 1", errInvalid, opt.Concurrency)
-	case opt.RetryDelay < 0 || opt.RetryDelay > maxVisibility:
-		return nil, fmt.Errorf("%w: WorkerOptions.RetryDelay %s is not within 0..12h", errInvalid, opt.RetryDelay)
-	case opt.InFlightDelay < 0 || opt.InFlightDelay > maxVisibility:
-		return nil, fmt.Errorf("%w: WorkerOptions.InFlightDelay %s is not within 0..12h", errInvalid, opt.InFlightDelay)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.Concurrency %d is below 1", errInvalid, opt.Concurrency)
 	case opt.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: WorkerOptions.ShutdownTimeout %s is negative", errInvalid, opt.ShutdownTimeout)
+		return nil, fmt.Errorf("%w: sqs.WorkerOptions.ShutdownTimeout %s is negative", errInvalid, opt.ShutdownTimeout)
 	}
-	w := &Worker{api: api, h: h, opt: opt, log: cmp.Or(opt.Logger, slog.Default())}
+	w := &Worker{api: api, c: c, opt: opt, log: cmp.Or(opt.Logger, slog.Default())}
 	return w, nil
 }
 
@@ -224,7 +216,6 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 			},
 		})
 		cancel()
-		received := time.Now()
 		var msgs []types.Message
 		if out != nil {
 			msgs = out.Messages
@@ -250,138 +241,118 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 		backoff = 100 * time.Millisecond
 		w.stats.received.Add(int64(len(msgs)))
 		for _, in := range msgs {
-			m := fromSQS(in, w.opt.KeepSNSEnvelope)
 			wg.Go(func() {
 				defer func() { <-slots }()
-				w.handle(hctx, m, received)
+				w.handle(hctx, in)
 			})
 		}
 	}
 	return nil
 }
 
-// handle runs the handler on one message and deletes it, defers it or leaves it.
-func (w *Worker) handle(ctx context.Context, m *Message, received time.Time) {
-	stop := w.keepHidden(ctx, m, received)
-	err := w.call(ctx, m)
-	stop()
-	// The handler is done: what follows must happen even if its context was cancelled.
+// handle runs one message through the consumer and settles it.
+func (w *Worker) handle(ctx context.Context, in types.Message) {
+	m := Message(in, w.opt.QueueURL, w.opt.KeepSNSEnvelope)
+	receipt := deref(in.ReceiptHandle)
+	if w.opt.ExtendEvery > 0 {
+		m.ExtendEvery = w.opt.ExtendEvery
+		m.Extend = func(ctx context.Context) error {
+			if err := w.setVisibility(ctx, receipt, w.opt.VisibilityTimeout); err != nil {
+				return err
+			}
+			w.stats.extended.Add(1)
+			return nil
+		}
+	}
+	r := w.c.Handle(ctx, m)
+	// The effect is done with: settling must happen even if its context was cancelled.
 	ctx = context.WithoutCancel(ctx)
-	switch {
-	case err == nil:
-		w.delete(ctx, m)
-	case errors.Is(err, idem.ErrInFlight):
-		w.stats.inFlight.Add(1)
-		after := w.opt.InFlightDelay
-		if ife, ok := errors.AsType[*idem.InFlightError](err); ok {
-			after = min(ife.RetryAfter, after)
-		}
-		after = max(after, time.Second)
-		w.setVisibility(ctx, m, after)
-	default:
-		w.stats.failed.Add(1)
-		w.log.Debug("consumer/sqs: handler failed; message left for redelivery", "queue", w.opt.QueueURL,
-			"message_id", m.MessageID, "err", err)
-		if w.opt.RetryDelay > 0 {
-			w.setVisibility(ctx, m, w.opt.RetryDelay)
-		}
-	}
-}
-
-// call runs the handler; a panic is a failure of this message, not of the worker.
-func (w *Worker) call(ctx context.Context, m *Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			w.log.Error("consumer/sqs: handler panicked", "queue", w.opt.QueueURL, "message_id", m.MessageID, "panic", p)
-			err = fmt.Errorf("consumer/sqs: handler panicked: %v", p)
-		}
-	}()
-	return w.h(ctx, m)
-}
-
-// keepHidden extends the message's visibility every ExtendEvery while the handler runs. The
-// returned func stops it and waits for an extension under way, so that no extension lands after
-// the message was deleted or its visibility set for a retry.
-func (w *Worker) keepHidden(ctx context.Context, m *Message, received time.Time) (stop func()) {
-	if w.opt.ExtendEvery <= 0 || m.ReceiptHandle == "" {
-		return func() {}
-	}
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	extend := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
+	switch r.Outcome {
+	case consumer.Processed, consumer.Duplicate:
+		if w.opt.beforeDelete != nil && w.opt.beforeDelete(r) {
 			return
 		}
-		if w.setVisibility(ctx, m, w.opt.VisibilityTimeout) {
-			w.stats.extended.Add(1)
+	case consumer.InFlight:
+		w.stats.inFlight.Add(1)
+	default:
+		w.stats.failed.Add(1)
+		w.log.Debug("consumer/sqs: message not handled; left for redelivery", "queue", w.opt.QueueURL,
+			"message_id", m.ID, "outcome", r.Outcome.String(), "err", r.Err)
+	}
+	err := w.settle(ctx, receipt, r)
+	switch {
+	case err != nil && r.Outcome.Ack():
+		w.stats.errors.Add(1)
+		w.log.Warn("consumer/sqs: could not delete handled message; it will be redelivered and found a duplicate",
+			"queue", w.opt.QueueURL, "message_id", m.ID, "err", err)
+	case err != nil:
+		w.stats.errors.Add(1)
+		w.log.Warn("consumer/sqs: could not change message visibility", "queue", w.opt.QueueURL,
+			"message_id", m.ID, "err", err)
+	case r.Outcome.Ack():
+		w.stats.deleted.Add(1)
+	}
+}
+
+// settle deletes the message, retrying briefly, or changes its visibility, as r says.
+func (w *Worker) settle(ctx context.Context, receipt string, r consumer.Result) error {
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := Settle(ctx, w.api, w.opt.QueueURL, receipt, r)
+		if err == nil || !r.Outcome.Ack() || attempt == 3 {
+			return err
 		}
-		t.Reset(w.opt.ExtendEvery)
+		if _, invalid := errors.AsType[*types.ReceiptHandleIsInvalid](err); invalid {
+			return err
+		}
+		if !sleep(ctx, backoff) {
+			return err
+		}
+		backoff *= 2
 	}
-	mu.Lock()
-	t = time.AfterFunc(max(time.Until(received.Add(w.opt.ExtendEvery)), 0), extend)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
+}
+
+// Settle tells SQS what became of the message received with receipt, as r says: for Processed
+// and Duplicate it deletes the message; for InFlight, and for Failed with a RetryAfter, it
+// hides the message for r.RetryAfter (rounded up to whole seconds, at least 1s, at most 12h),
+// after which SQS redelivers it; for Failed without a RetryAfter, and for Rejected, it does
+// nothing, so that the message comes back when its visibility timeout ends and, after the
+// queue's maxReceiveCount, moves to its dead-letter queue (SQS has no way to dead-letter a
+// message at once). Each call is bounded by 10s.
+func Settle(ctx context.Context, api API, queueURL, receipt string, r consumer.Result) error {
+	cctx, cancel := context.WithTimeout(ctx, sqsCallTimeout)
+	defer cancel()
+	switch {
+	case r.Outcome.Ack():
+		_, err := api.DeleteMessage(cctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(receipt)})
+		return err
+	case r.Outcome == consumer.InFlight || r.Outcome == consumer.Failed && r.RetryAfter > 0:
+		return changeVisibility(cctx, api, queueURL, receipt, max(r.RetryAfter, time.Second))
 	}
+	return nil
 }
 
 // sqsCallTimeout bounds each SQS call made for one message.
 const sqsCallTimeout = 10 * time.Second
 
-func (w *Worker) setVisibility(ctx context.Context, m *Message, d time.Duration) bool {
-	if m.ReceiptHandle == "" {
-		return false
-	}
+func (w *Worker) setVisibility(ctx context.Context, receipt string, d time.Duration) error {
 	cctx, cancel := context.WithTimeout(ctx, sqsCallTimeout)
 	defer cancel()
-	secs := int32(min((d+time.Second-1)/time.Second, maxVisibility/time.Second))
-	_, err := w.api.ChangeMessageVisibility(cctx, &awssqs.ChangeMessageVisibilityInput{
-		QueueUrl:          aws.String(w.opt.QueueURL),
-		ReceiptHandle:     aws.String(m.ReceiptHandle),
-		VisibilityTimeout: secs,
-	})
+	err := changeVisibility(cctx, w.api, w.opt.QueueURL, receipt, d)
 	if err != nil {
 		w.stats.errors.Add(1)
-		w.log.Warn("consumer/sqs: could not change message visibility", "queue", w.opt.QueueURL,
-			"message_id", m.MessageID, "err", err)
-		return false
 	}
-	return true
+	return err
 }
 
-// delete deletes a handled message, retrying briefly: a message that cannot be deleted is
-// redelivered, and the idempotent handler then finds it a duplicate.
-func (w *Worker) delete(ctx context.Context, m *Message) {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, sqsCallTimeout)
-		_, err := w.api.DeleteMessage(cctx, &awssqs.DeleteMessageInput{
-			QueueUrl:      aws.String(w.opt.QueueURL),
-			ReceiptHandle: aws.String(m.ReceiptHandle),
-		})
-		cancel()
-		if err == nil {
-			w.stats.deleted.Add(1)
-			return
-		}
-		w.stats.errors.Add(1)
-		_, invalid := errors.AsType[*types.ReceiptHandleIsInvalid](err)
-		if invalid || attempt == 3 {
-			w.log.Warn("consumer/sqs: could not delete handled message; it will be redelivered and found a duplicate",
-				"queue", w.opt.QueueURL, "message_id", m.MessageID, "err", err)
-			return
-		}
-		if !sleep(ctx, backoff) {
-			return
-		}
-		backoff *= 2
-	}
+func changeVisibility(ctx context.Context, api API, queueURL, receipt string, d time.Duration) error {
+	secs := int32(min((d+time.Second-1)/time.Second, maxVisibility/time.Second))
+	_, err := api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(queueURL),
+		ReceiptHandle:     aws.String(receipt),
+		VisibilityTimeout: secs,
+	})
+	return err
 }
 
 // sleep waits d or until ctx is done; it reports whether d passed.

@@ -15,13 +15,18 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func newEngine(t *testing.T, opt idem.Options) *idem.Engine {
+func newEngine(t testing.TB, st idem.Store, opt idem.Options) *idem.Engine {
 	t.Helper()
-	e, err := idem.New(memstore.New(), opt)
+	if st == nil {
+		st = memstore.New()
+	}
+	opt.Logger = quiet()
+	e, err := idem.New(st, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +49,7 @@ func run(t *testing.T, w *sqs.Worker) (stop func()) {
 					t.Errorf("Run: %v", err)
 				}
 			case <-time.After(30 * time.Second):
-				t.Fatal("Run did not return within 30s of its context ending")
+				t.Error("Run did not return within 30s of its context ending")
 			}
 		})
 	}
@@ -52,13 +57,15 @@ func run(t *testing.T, w *sqs.Worker) (stop func()) {
 	return stop
 }
 
-func newWorker(t *testing.T, api sqs.API, h sqs.Handler, opt sqs.WorkerOptions) *sqs.Worker {
+func newWorker(t *testing.T, api sqs.API, c *consumer.Consumer, opt sqs.WorkerOptions) *sqs.Worker {
 	t.Helper()
-	opt.WaitTime = cmpOr(opt.WaitTime, time.Second)
+	if opt.WaitTime == 0 {
+		opt.WaitTime = time.Second
+	}
 	if opt.Logger == nil {
 		opt.Logger = testLogger(t)
 	}
-	w, err := sqs.NewWorker(api, h, opt)
+	w, err := sqs.NewWorker(api, c, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,18 +84,24 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
+// checkOnce fails t unless the effect ran exactly once for each of want keys.
+func checkOnce(t *testing.T, b *bundle, want int) {
+	t.Helper()
+	counts := b.counts(t)
+	if len(counts) != want {
+		t.Errorf("effects ran for %d keys, want %d: %v", len(counts), want, counts)
 	}
-	return v
+	for k, n := range counts {
+		if n != 1 {
+			t.Errorf("effect for %s ran %d times", k, n)
+		}
+	}
 }
 
 // An SNS topic fans each event out to two queues, one with raw delivery and one with the SNS
 // envelope; the producer publishes every event three times (each publish a new SNS message with
 // new SQS message ids). Keyed on the order id, every effect runs exactly once per consuming
-// service; and when one service consumes both queues it runs once in all.
+// service (a scope per queue); and when one service consumes both queues, once in all.
 func TestFanOutRawAndEnvelope(t *testing.T) {
 	t.Parallel()
 	for _, shared := range []bool{false, true} {
@@ -100,81 +113,70 @@ func TestFanOutRawAndEnvelope(t *testing.T) {
 			topic := b.topic(t, "orders", []string{rawARN, envARN}, []bool{true, false})
 
 			const events, copies = 20, 3
-			var want []string
-			for i := range events {
-				want = append(want, fmt.Sprintf("o-%d", i))
-			}
 			for range copies {
-				for i, id := range want {
-					b.publish(t, topic, orderBody(id, 100*i))
+				for i := range events {
+					b.publish(t, topic, orderBody(fmt.Sprintf("o-%d", i), 100*i))
 				}
 			}
 
-			engine := newEngine(t, idem.Options{})
+			engine := newEngine(t, nil, idem.Options{})
 			var mu sync.Mutex
-			seen := map[string][]*sqs.Message{} // order id → deliveries, both queues
-			effect := func(ctx context.Context, key string, m *sqs.Message) error {
-				return b.effect(ctx, key, m.MessageID)
+			seen := map[string]map[string]*consumer.Message{} // order key → SQS message id → message
+			effect := func(ctx context.Context, key string, m *consumer.Message) error {
+				return b.effect(ctx, key, m.ID)
 			}
 			for _, url := range []string{rawURL, envURL} {
-				scope := queueName(url)
+				scope := url[strings.LastIndexByte(url, '/')+1:]
 				if shared {
 					scope = "billing"
 				}
-				inner := idempotent(engine, scope, effect)
-				h := func(ctx context.Context, m *sqs.Message) error {
+				c := newConsumer(t, engine, scope, effect, func(m *consumer.Message, r consumer.Result) {
 					k, _ := orderKey(m)
 					mu.Lock()
-					seen[k] = append(seen[k], m)
-					mu.Unlock()
-					return inner(ctx, m)
-				}
-				run(t, newWorker(t, b.sqs, h, sqs.WorkerOptions{QueueURL: url, Concurrency: 4}))
+					defer mu.Unlock()
+					if seen[k] == nil {
+						seen[k] = map[string]*consumer.Message{}
+					}
+					seen[k][m.ID] = m
+				})
+				run(t, newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: url, Concurrency: 4}))
 			}
 			eventually(t, 30*time.Second, "both queues drained", func() bool {
 				return b.pending(t, rawURL) == 0 && b.pending(t, envURL) == 0
 			})
 
-			counts := b.counts(t)
-			wantKeys := events * 2
 			if shared {
-				wantKeys = events
-			}
-			if len(counts) != wantKeys {
-				t.Fatalf("effects ran for %d keys, want %d", len(counts), wantKeys)
-			}
-			for k, n := range counts {
-				if n != 1 {
-					t.Errorf("effect for %s ran %d times", k, n)
-				}
+				checkOnce(t, b, events)
+			} else {
+				checkOnce(t, b, 2*events)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, id := range want {
-				// Deliveries deferred as in flight elsewhere come again: count messages by id.
-				byID := map[string]*sqs.Message{}
-				for _, m := range seen["order/"+id] {
-					byID[m.MessageID] = m
-				}
+			for i := range events {
+				byID := seen[fmt.Sprintf("order/o-%d", i)]
 				if len(byID) != 2*copies {
-					t.Fatalf("order %s came in %d distinct SQS messages, want %d: transport ids are not the key", id, len(byID), 2*copies)
+					t.Fatalf("order o-%d came in %d distinct SQS messages, want %d: transport ids are not the key", i, len(byID), 2*copies)
 				}
 				raw, env := 0, 0
+				want := orderBody(fmt.Sprintf("o-%d", i), 100*i)
 				for _, m := range byID {
-					if string(m.Body) != string(seen["order/"+id][0].Body) {
-						t.Errorf("order %s: bodies differ after unwrapping: %q vs %q", id, m.Body, seen["order/"+id][0].Body)
+					if string(m.Body) != want {
+						t.Errorf("body after unwrapping %q, want %q", m.Body, want)
 					}
-					if m.SNS != nil {
+					switch {
+					case m.Subject == topic:
 						env++
-						if m.Attributes["source"] != "test" || m.SNS.MessageID == "" {
-							t.Errorf("envelope not carried: %+v %v", m.SNS, m.Attributes)
+						if got := m.Header["source"]; len(got) != 1 || got[0] != "test" {
+							t.Errorf("envelope attributes not carried: %v", m.Header)
 						}
-					} else {
+					case strings.HasSuffix(rawURL, "/"+m.Subject):
 						raw++
+					default:
+						t.Errorf("subject %q is neither the topic nor the raw queue", m.Subject)
 					}
 				}
 				if raw != copies || env != copies {
-					t.Errorf("order %s: %d raw and %d enveloped messages, want %d each", id, raw, env, copies)
+					t.Errorf("order o-%d: %d raw and %d enveloped messages, want %d each", i, raw, env, copies)
 				}
 			}
 		})
@@ -182,7 +184,8 @@ func TestFanOutRawAndEnvelope(t *testing.T) {
 }
 
 // Many duplicates of each event, sent with fresh message ids in random order, consumed by three
-// workers at once: every effect runs exactly once and every message is deleted.
+// workers (three processes sharing one store) at once: every effect runs exactly once and
+// every message is deleted.
 func TestDuplicatesConcurrentWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -197,32 +200,19 @@ func TestDuplicatesConcurrentWorkers(t *testing.T) {
 	rand.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
 	b.send(t, url, bodies)
 
-	// One engine per worker, sharing one store: three consumer processes.
 	store := memstore.New()
 	var workers []*sqs.Worker
 	for range 3 {
-		e, err := idem.New(store, idem.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := idempotent(e, "svc", func(ctx context.Context, key string, m *sqs.Message) error {
+		c := newConsumer(t, newEngine(t, store, idem.Options{}), "svc", func(ctx context.Context, key string, m *consumer.Message) error {
 			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
 			return b.effect(ctx, key, "dups")
 		})
-		w := newWorker(t, b.sqs, h, sqs.WorkerOptions{QueueURL: url, Concurrency: 8, VisibilityTimeout: 2 * time.Second})
+		w := newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: url, Concurrency: 8, VisibilityTimeout: 2 * time.Second})
 		workers = append(workers, w)
 		run(t, w)
 	}
 	eventually(t, 60*time.Second, "queue drained", func() bool { return b.pending(t, url) == 0 })
-	counts := b.counts(t)
-	if len(counts) != events {
-		t.Fatalf("effects for %d keys, want %d", len(counts), events)
-	}
-	for k, n := range counts {
-		if n != 1 {
-			t.Errorf("effect for %s ran %d times", k, n)
-		}
-	}
+	checkOnce(t, b, events)
 	var deleted, inflight int64
 	for _, w := range workers {
 		s := w.Stats()
@@ -235,20 +225,19 @@ func TestDuplicatesConcurrentWorkers(t *testing.T) {
 	t.Logf("%d messages, %d deferred as in flight elsewhere", events*copies, inflight)
 }
 
-// A handler that fails leaves the message; it comes back when its visibility timeout ends, with
-// a higher receive count, and the effect then runs once.
+// A handler that fails leaves the message; it comes back when its visibility timeout ends,
+// marked redelivered, and the effect then runs once.
 func TestFailureRedeliveredAfterVisibilityTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	url, _ := b.queue(t, "redeliver", nil)
 	b.send(t, url, []string{orderBody("o-1", 1)})
-	engine := newEngine(t, idem.Options{})
 	var attempts atomic.Int32
-	var counts []int
+	var redelivered []bool
 	var mu sync.Mutex
-	h := idempotent(engine, "svc", func(ctx context.Context, key string, m *sqs.Message) error {
+	c := newConsumer(t, newEngine(t, nil, idem.Options{}), "svc", func(ctx context.Context, key string, m *consumer.Message) error {
 		mu.Lock()
-		counts = append(counts, m.ReceiveCount)
+		redelivered = append(redelivered, m.Redelivered)
 		mu.Unlock()
 		if attempts.Add(1) == 1 {
 			return errors.New("downstream refused")
@@ -256,7 +245,7 @@ func TestFailureRedeliveredAfterVisibilityTimeout(t *testing.T) {
 		return b.effect(ctx, key, "redeliver")
 	})
 	start := time.Now()
-	w := newWorker(t, b.sqs, h, sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: time.Second})
+	w := newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: time.Second})
 	run(t, w)
 	eventually(t, 15*time.Second, "message deleted", func() bool { return w.Stats().Deleted == 1 })
 	if took := time.Since(start); took < 900*time.Millisecond {
@@ -264,20 +253,46 @@ func TestFailureRedeliveredAfterVisibilityTimeout(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(counts) != 2 || counts[0] != 1 || counts[1] != 2 {
-		t.Errorf("receive counts %v, want [1 2]", counts)
+	if len(redelivered) != 2 || redelivered[0] || !redelivered[1] {
+		t.Errorf("redelivered flags %v, want [false true]", redelivered)
 	}
-	if c := b.counts(t); c["svc/order/o-1"] != 1 {
-		t.Errorf("effect counts %v", c)
-	}
+	checkOnce(t, b, 1)
 	if s := w.Stats(); s.Failed != 1 || s.Deleted != 1 {
 		t.Errorf("stats %+v", s)
 	}
 }
 
-// While a handler runs longer than the visibility timeout, the worker keeps the message hidden:
-// a second worker on the queue never gets it. Without extension it does, and idem defers it as
-// in flight; either way the effect runs once.
+// A failed message with a consumer RetryDelay is hidden for that long, not for the rest of the
+// visibility timeout.
+func TestFailureRetryDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	url, _ := b.queue(t, "retry", nil)
+	b.send(t, url, []string{orderBody("o-1", 1)})
+	var attempts atomic.Int32
+	c, err := consumer.New(newEngine(t, nil, idem.Options{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		if attempts.Add(1) == 1 {
+			return nil, errors.New("downstream refused")
+		}
+		return nil, b.effect(ctx, "svc/order/o-1", "retry")
+	}, consumer.Options{Key: orderKey, RetryDelay: time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w := newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: 30 * time.Second})
+	run(t, w)
+	eventually(t, 10*time.Second, "message handled after its 1s retry delay, not its 30s visibility timeout",
+		func() bool { return w.Stats().Deleted == 1 })
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("redelivered after %s, before the 1s retry delay", took)
+	}
+	checkOnce(t, b, 1)
+}
+
+// While an effect runs longer than the visibility timeout, the worker keeps the message hidden:
+// a second worker on the queue never gets it. Without extension it does, and the consumer
+// defers it as in flight; either way the effect runs once.
 func TestVisibilityExtendedWhileHandling(t *testing.T) {
 	t.Parallel()
 	for _, extend := range []bool{true, false} {
@@ -294,32 +309,25 @@ func TestVisibilityExtendedWhileHandling(t *testing.T) {
 			}
 			var workers []*sqs.Worker
 			for range 2 {
-				e, err := idem.New(store, idem.Options{Lease: 10 * time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				inner := idempotent(e, "svc", func(ctx context.Context, key string, m *sqs.Message) error {
-					time.Sleep(3500 * time.Millisecond) // well past the 1s visibility timeout
-					return b.effect(ctx, key, "slow")
-				})
-				h := func(ctx context.Context, m *sqs.Message) error {
-					deliveries.Add(1)
-					return inner(ctx, m)
-				}
-				w := newWorker(t, b.sqs, h, sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: time.Second, ExtendEvery: every})
+				c := newConsumer(t, newEngine(t, store, idem.Options{Lease: 10 * time.Second}), "svc",
+					func(ctx context.Context, key string, m *consumer.Message) error {
+						time.Sleep(3500 * time.Millisecond) // well past the 1s visibility timeout
+						return b.effect(ctx, key, "slow")
+					},
+					func(*consumer.Message, consumer.Result) { deliveries.Add(1) })
+				w := newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: time.Second, ExtendEvery: every})
 				workers = append(workers, w)
 				run(t, w)
 			}
 			// (A delete with the receipt handle of an earlier receive may or may not delete
 			// the message, on AWS as on fauxqs: wait for the queue, not for a count.)
 			eventually(t, 20*time.Second, "message deleted", func() bool { return b.pending(t, url) == 0 })
-			if c := b.counts(t); c["svc/order/o-1"] != 1 {
-				t.Errorf("effect counts %v", c)
-			}
+			checkOnce(t, b, 1)
 			n := deliveries.Load()
 			inflight := workers[0].Stats().InFlight + workers[1].Stats().InFlight
-			if extend && (n != 1 || inflight != 0) {
-				t.Errorf("with extension: %d deliveries (%d in flight), want 1", n, inflight)
+			extended := workers[0].Stats().Extended + workers[1].Stats().Extended
+			if extend && (n != 1 || inflight != 0 || extended < 5) {
+				t.Errorf("with extension: %d deliveries (%d in flight), %d extensions; want 1 delivery", n, inflight, extended)
 			}
 			if !extend && (n < 2 || inflight < 1) {
 				t.Errorf("without extension: %d deliveries (%d in flight); the test does not bite", n, inflight)
@@ -353,16 +361,9 @@ func TestDeleteLostThenDLQRedrive(t *testing.T) {
 	b.send(t, url, bodies)
 
 	store := memstore.New()
-	handler := func() sqs.Handler {
-		e, err := idem.New(store, idem.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return idempotent(e, "svc", func(ctx context.Context, key string, m *sqs.Message) error {
-			return b.effect(ctx, key, "main")
-		})
-	}
-	bad := newWorker(t, failDeletes{b.sqs}, handler(), sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: time.Second})
+	effect := func(ctx context.Context, key string, m *consumer.Message) error { return b.effect(ctx, key, "main") }
+	bad := newWorker(t, failDeletes{b.sqs}, newConsumer(t, newEngine(t, store, idem.Options{}), "svc", effect),
+		sqs.WorkerOptions{QueueURL: url, VisibilityTimeout: time.Second, Logger: quiet()})
 	stopBad := run(t, bad)
 	eventually(t, 30*time.Second, "messages moved to the DLQ", func() bool {
 		return b.pending(t, url) == 0 && b.pending(t, dlqURL) == events
@@ -372,22 +373,22 @@ func TestDeleteLostThenDLQRedrive(t *testing.T) {
 		t.Errorf("main queue: %d receives, want %d (maxReceiveCount 2)", s.Received, 2*events)
 	}
 
-	redrive := newWorker(t, b.sqs, handler(), sqs.WorkerOptions{QueueURL: dlqURL})
-	run(t, redrive)
-	eventually(t, 30*time.Second, "DLQ drained", func() bool { return b.pending(t, dlqURL) == 0 })
-	counts := b.counts(t)
-	if len(counts) != events {
-		t.Fatalf("effects for %d keys, want %d", len(counts), events)
-	}
-	for k, n := range counts {
-		if n != 1 {
-			t.Errorf("effect for %s ran %d times", k, n)
+	var dups atomic.Int32
+	c := newConsumer(t, newEngine(t, store, idem.Options{}), "svc", effect, func(_ *consumer.Message, r consumer.Result) {
+		if r.Outcome == consumer.Duplicate {
+			dups.Add(1)
 		}
+	})
+	run(t, newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: dlqURL}))
+	eventually(t, 30*time.Second, "DLQ drained", func() bool { return b.pending(t, dlqURL) == 0 })
+	checkOnce(t, b, events)
+	if n := dups.Load(); n != events {
+		t.Errorf("%d duplicates in the redrive, want %d", n, events)
 	}
 }
 
 // Stopping the worker lets the handlers under way finish and deletes their messages; Run
-// returns only then, and receives nothing more.
+// returns only then.
 func TestGracefulStop(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -396,15 +397,15 @@ func TestGracefulStop(t *testing.T) {
 	started := make(chan struct{}, 3)
 	release := make(chan struct{})
 	var ctxErr atomic.Value
-	h := func(ctx context.Context, m *sqs.Message) error {
+	c := newConsumer(t, newEngine(t, nil, idem.Options{}), "svc", func(ctx context.Context, key string, m *consumer.Message) error {
 		started <- struct{}{}
 		<-release
 		if ctx.Err() != nil {
 			ctxErr.Store(ctx.Err())
 		}
-		return nil
-	}
-	w := newWorker(t, b.sqs, h, sqs.WorkerOptions{QueueURL: url, Concurrency: 3, VisibilityTimeout: 5 * time.Second})
+		return b.effect(ctx, key, "stop")
+	})
+	w := newWorker(t, b.sqs, c, sqs.WorkerOptions{QueueURL: url, Concurrency: 3, VisibilityTimeout: 5 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -439,43 +440,7 @@ func TestGracefulStop(t *testing.T) {
 	if n := b.pending(t, url); n != 0 {
 		t.Errorf("%d messages left after a graceful stop", n)
 	}
-}
-
-func TestNewWorkerOptions(t *testing.T) {
-	t.Parallel()
-	h := func(context.Context, *sqs.Message) error { return nil }
-	api := &awssqs.Client{}
-	cases := map[string]sqs.WorkerOptions{
-		"QueueURL":          {},
-		"MaxMessages":       {QueueURL: "q", MaxMessages: 11},
-		"WaitTime":          {QueueURL: "q", WaitTime: 21 * time.Second},
-		"VisibilityTimeout": {QueueURL: "q", VisibilityTimeout: 1500 * time.Millisecond},
-		"ExtendEvery":       {QueueURL: "q", VisibilityTimeout: 2 * time.Second, ExtendEvery: 3 * time.Second},
-		"Concurrency":       {QueueURL: "q", Concurrency: -1},
-		"RetryDelay":        {QueueURL: "q", RetryDelay: -time.Second},
-		"ShutdownTimeout":   {QueueURL: "q", ShutdownTimeout: -time.Second},
-	}
-	for field, opt := range cases {
-		_, err := sqs.NewWorker(api, h, opt)
-		if !errors.Is(err, idem.ErrInvalidInput) || !containsStr(err.Error(), field) {
-			t.Errorf("%s: error %v does not name the field or match ErrInvalidInput", field, err)
-		}
-	}
-	if _, err := sqs.NewWorker(api, h, sqs.WorkerOptions{QueueURL: "q"}); err != nil {
-		t.Errorf("defaults: %v", err)
-	}
-	if _, err := sqs.NewWorker(nil, h, sqs.WorkerOptions{QueueURL: "q"}); !errors.Is(err, idem.ErrInvalidInput) {
-		t.Errorf("nil API: %v", err)
-	}
-}
-
-func containsStr(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
+	checkOnce(t, b, 3)
 }
 
 // A stop during a long poll lets the poll finish instead of abandoning it: an abandoned poll can
@@ -484,15 +449,47 @@ func TestStopDuringLongPollLosesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	url, _ := b.queue(t, "poll", nil)
-	var got atomic.Int32
-	h := func(ctx context.Context, m *sqs.Message) error { got.Add(1); return nil }
+	c := newConsumer(t, newEngine(t, nil, idem.Options{}), "svc", func(ctx context.Context, key string, m *consumer.Message) error {
+		return b.effect(ctx, key, "poll")
+	})
 	opt := sqs.WorkerOptions{QueueURL: url, WaitTime: 3 * time.Second, VisibilityTimeout: 30 * time.Second}
-	stop := run(t, newWorker(t, b.sqs, h, opt))
+	stop := run(t, newWorker(t, b.sqs, c, opt))
 	time.Sleep(300 * time.Millisecond) // the worker is now in a long poll on the empty queue
 	stop()
 	b.send(t, url, []string{orderBody("o-1", 1)})
-	run(t, newWorker(t, b.sqs, h, opt))
+	run(t, newWorker(t, b.sqs, c, opt))
 	eventually(t, 10*time.Second, "the message handled well before its 30s visibility timeout", func() bool {
-		return got.Load() == 1 && b.pending(t, url) == 0
+		return len(b.counts(t)) == 1 && b.pending(t, url) == 0
 	})
+	checkOnce(t, b, 1)
+}
+
+func TestNewWorkerOptions(t *testing.T) {
+	t.Parallel()
+	c := newConsumer(t, newEngine(t, nil, idem.Options{}), "svc", func(context.Context, string, *consumer.Message) error { return nil })
+	api := &awssqs.Client{}
+	cases := map[string]sqs.WorkerOptions{
+		"QueueURL":          {},
+		"MaxMessages":       {QueueURL: "q", MaxMessages: 11},
+		"WaitTime":          {QueueURL: "q", WaitTime: 21 * time.Second},
+		"VisibilityTimeout": {QueueURL: "q", VisibilityTimeout: 1500 * time.Millisecond},
+		"ExtendEvery":       {QueueURL: "q", VisibilityTimeout: 2 * time.Second, ExtendEvery: 3 * time.Second},
+		"Concurrency":       {QueueURL: "q", Concurrency: -1},
+		"ShutdownTimeout":   {QueueURL: "q", ShutdownTimeout: -time.Second},
+	}
+	for field, opt := range cases {
+		_, err := sqs.NewWorker(api, c, opt)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v does not name the field or match ErrInvalidInput", field, err)
+		}
+	}
+	if _, err := sqs.NewWorker(api, c, sqs.WorkerOptions{QueueURL: "q"}); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	if _, err := sqs.NewWorker(nil, c, sqs.WorkerOptions{QueueURL: "q"}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("nil API: %v", err)
+	}
+	if _, err := sqs.NewWorker(api, nil, sqs.WorkerOptions{QueueURL: "q"}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("nil consumer: %v", err)
+	}
 }
