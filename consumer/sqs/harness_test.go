@@ -270,4 +270,3 @@ func newConsumer(t testing.TB, r consumer.Runner, scope string, effect func(ctx 
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
