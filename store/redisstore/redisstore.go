@@ -172,6 +172,16 @@ func (s *Store) ttlMillis(d time.Duration) string {
 	return strconv.FormatInt(int64(max(ms, 1)), 10)
 }
 
+// trimBelow tells one claim in eight to drop up to 16 index entries of records whose storage
+// TTL has run out (scored more than TTLMargin before now), so the index stays bounded when
+// nobody calls Sweep; the others pass "" and skip it.
+func (s *Store) trimBelow(now time.Time) string {
+	if rand.IntN(8) != 0 {
+		return ""
+	}
+	return micros(now.Add(-s.opt.TTLMargin))
+}
+
 func opID() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
 // Reserve implements idem.Store in one round trip (one script).
@@ -190,21 +200,16 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	expires := now.Add(window).Truncate(time.Microsecond)
 	v, err := reserveScript.Run(ctx, s.rdb, s.keys(key),
 		key, fingerprint, micros(now), micros(leaseUntil), micros(expires),
-		s.ttlMillis(window), micros(now.Add(-s.opt.TTLMargin)), opID()).Slice()
+		s.ttlMillis(window), s.trimBelow(now), opID()).Slice()
 	if err != nil {
 		return idem.Reservation{}, wrap("reserve", err)
 	}
-	if len(v) == 2 {
+	if len(v) == 10 {
 		if kind, _ := v[0].(int64); kind == 0 {
-			pairs, ok := v[1].([]any)
-			if !ok {
-				return idem.Reservation{}, wrap("reserve", fmt.Errorf("unexpected reply %T", v[1]))
-			}
+			names := [...]string{"fp", "st", "tok", "lease", "att", "crt", "cmp", "exp", "resp"}
 			rec, err := decode(key, func(yield func(string, string) bool) {
-				for i := 0; i+1 < len(pairs); i += 2 {
-					n, _ := pairs[i].(string)
-					val, _ := pairs[i+1].(string)
-					if !yield(n, val) {
+				for i, n := range names {
+					if val, ok := v[i+1].(string); ok && !yield(n, val) {
 						return
 					}
 				}

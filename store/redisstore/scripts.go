@@ -21,31 +21,31 @@ import "github.com/redis/go-redis/v9"
 //
 //	KEYS: 1 record, 2 expiry index
 //	ARGV: 1 index member (the key), 2 fingerprint, 3 now, 4 lease_until, 5 expires_at,
-//	      6 storage TTL in ms, 7 trim index members scored below this, 8 op id
-//	→ {0, {HGETALL of the record}}            not claimed: the existing record, untouched
-//	→ {1 or 2, token, attempts, created_at}  claimed (2: a takeover)
+//	      6 storage TTL in ms, 7 drop up to 16 index members scored below this ("" for
+//	      none), 8 op id
+//	→ {0, fp, st, tok, lease, att, crt, cmp, exp, resp}  not claimed: the existing record,
+//	                                                     untouched (nil for a missing field)
+//	→ {1 or 2, token, attempts, created_at}              claimed (2: a takeover)
 var reserveScript = redis.NewScript(`
 local now = tonumber(ARGV[3])
-local h = redis.call('HGETALL', KEYS[1])
+local r = redis.call('HMGET', KEYS[1], 'fp', 'st', 'tok', 'lease', 'att', 'crt', 'cmp', 'exp', 'resp', 'op')
 local prev, att, crt, kind = 0, 1, ARGV[3], 1
-if #h > 0 then
-  local r = {}
-  for i = 1, #h, 2 do r[h[i]] = h[i + 1] end
-  if tonumber(r.exp) > now then
-    if r.st == '1' and r.op == ARGV[8] then
+if r[2] then
+  if tonumber(r[8]) > now then
+    if r[2] == '1' and r[10] == ARGV[8] then
       -- This very call already claimed it (a retry after a lost reply).
       local k = 1
-      if tonumber(r.att) > 1 then k = 2 end
-      return {k, r.tok, r.att, r.crt}
+      if tonumber(r[5]) > 1 then k = 2 end
+      return {k, r[3], r[5], r[6]}
     end
-    if r.st == '1' and tonumber(r.lease) <= now and r.fp == ARGV[2] then
-      kind, att, crt = 2, tonumber(r.att) + 1, r.crt
+    if r[2] == '1' and tonumber(r[4]) <= now and r[1] == ARGV[2] then
+      kind, att, crt = 2, tonumber(r[5]) + 1, r[6]
     else
-      return {0, h}
+      return {0, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]}
     end
   end
-  prev = tonumber(r.tok)
-  if kind == 1 then redis.call('HDEL', KEYS[1], 'resp', 'cmp') end
+  prev = tonumber(r[3])
+  if kind == 1 and (r[7] or r[9]) then redis.call('HDEL', KEYS[1], 'resp', 'cmp') end
 end
 local tok = string.format('%d', math.max(prev + 1, now))
 att = string.format('%d', att)
@@ -53,8 +53,10 @@ redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'st', '1', 'tok', tok, 'lease', ARGV[
   'crt', crt, 'exp', ARGV[5], 'op', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[7], 'LIMIT', 0, 2)
-if #old > 0 then redis.call('ZREM', KEYS[2], unpack(old)) end
+if ARGV[7] ~= '' then
+  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[7], 'LIMIT', 0, 16)
+  if #old > 0 then redis.call('ZREM', KEYS[2], unpack(old)) end
+end
 return {kind, tok, att, crt}
 `)
 
