@@ -1,0 +1,50 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// A store on a standalone Redis behind an engine: the first call runs the effect, a retry
+// with the same key replays its response in one round trip.
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "payments:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	eng, err := idem.New(st, idem.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fp := idem.Fingerprint([]byte(`{"amount":100}`))
+	for range 2 {
+		res, err := eng.Do(context.Background(), "order-42", fp, func(ctx context.Context) (idem.Response, error) {
+			return idem.Response{Status: 201, Body: []byte("charged")}, nil
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res.Response.Status, string(res.Response.Body), res.Replayed)
+	}
+}
+
+// On Redis Cluster the store is the same; only the client differs.
+func ExampleNew_cluster() {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+	})
+	defer rdb.Close()
+	st, err := redisstore.New(redisstore.Options{Client: rdb})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = st
+}
