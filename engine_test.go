@@ -29,8 +29,8 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // countingStore counts calls and can be made to fail.
 type countingStore struct {
 	idem.Store
-	reserves, gets, completes, releases, extends atomic.Int32
-	fail                                         atomic.Bool
+	reserves, completes, releases, extends atomic.Int32
+	fail                                   atomic.Bool
 }
 
 var errDown = errors.New("store is down")

@@ -268,12 +268,13 @@ func describeIllegal(info porcupine.LinearizationInfo) string {
 	parts := info.PartialLinearizationsOperations()
 	out := ""
 	for _, p := range parts {
-		for _, lin := range p {
-			out += fmt.Sprintf("partial linearization of %d operations:\n", len(lin))
-			for _, o := range lin[max(0, len(lin)-8):] {
-				out += "  " + linModel.DescribeOperation(o.Input, o.Output) + "\n"
-			}
-			break
+		if len(p) == 0 {
+			continue
+		}
+		lin := p[0]
+		out += fmt.Sprintf("partial linearization of %d operations:\n", len(lin))
+		for _, o := range lin[max(0, len(lin)-8):] {
+			out += "  " + linModel.DescribeOperation(o.Input, o.Output) + "\n"
 		}
 	}
 	return out
