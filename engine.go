@@ -37,7 +37,13 @@ type Options struct {
 	Uncertain UncertainPolicy
 	// CacheSize is how many completed records a bounded local LRU keeps to serve hot replays
 	// without a store round trip. Default 0: no cache. In-progress records are never cached.
+	// A completed record does not change until it expires, so a cached replay is as good as
+	// the store's; the one exception is an operator deleting a completed record
+	// (idem release --force), which other processes' caches do not see until it expires.
 	CacheSize int
+	// CacheBytes bounds the memory of the cache (bodies, headers, keys). Default 64 MiB when
+	// CacheSize is set. A record larger than an eighth of it is not cached.
+	CacheBytes int64
 	// StoreTimeout bounds the store calls made after the effect ran (complete, release),
 	// which run detached from the caller's context so a caller that gives up does not lose
 	// the result. Complete is retried on store errors within it. Default 10s.
@@ -92,12 +98,14 @@ func New(store Store, opt Options) (*Engine, error) {
 		return nil, invalid("Options.StoreTimeout %s is negative", opt.StoreTimeout)
 	case opt.CacheSize < 0:
 		return nil, invalid("Options.CacheSize %d is negative", opt.CacheSize)
+	case opt.CacheBytes < 0:
+		return nil, invalid("Options.CacheBytes %d is negative", opt.CacheBytes)
 	case opt.Uncertain > UncertainPin:
 		return nil, invalid("Options.Uncertain %d is not a known policy", opt.Uncertain)
 	}
 	e := &Engine{store: store, opt: opt}
 	if opt.CacheSize > 0 {
-		e.cache = newLRU(opt.CacheSize)
+		e.cache = newLRU(opt.CacheSize, cmp.Or(opt.CacheBytes, 64<<20))
 	}
 	return e, nil
 }

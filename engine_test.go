@@ -521,6 +521,13 @@ func TestCache(t *testing.T) {
 	if res, _ := b.eng.Do(ctx, "a", fp1, effect(&runs, 200, "new")); res.Replayed {
 		t.Fatal("served an expired record from the cache")
 	}
+	// A record too large for the byte budget is not cached.
+	big := setup(t, idem.Options{CacheSize: 10, CacheBytes: 8 << 10})
+	_, _ = big.eng.Do(ctx, "big", fp1, effect(&runs, 200, strings.Repeat("x", 2<<10)))
+	before = big.store.reserves.Load()
+	if res, _ := big.eng.Do(ctx, "big", fp1, effect(&runs, 200, "")); !res.Replayed || big.store.reserves.Load() != before+1 {
+		t.Fatalf("oversized record served from the cache")
+	}
 	// In-progress records are never cached.
 	hold := make(chan struct{})
 	started := make(chan struct{})
@@ -632,5 +639,26 @@ func TestCompleteWhoseAnswerWasLost(t *testing.T) {
 	res, err := eng.Do(context.Background(), "k", fp1, effect(new(atomic.Int32), 201, "ok"))
 	if err != nil || !res.Kept {
 		t.Fatalf("Do = %+v, %v; want the completion recognised", res, err)
+	}
+}
+
+func TestCacheBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{CacheSize: 100, CacheBytes: 16 << 10})
+	ctx := context.Background()
+	var runs atomic.Int32
+	for i := range 20 { // ~1.1 KiB each: 22 KiB over a 16 KiB budget
+		k := fmt.Sprintf("k%d", i)
+		_, _ = b.eng.Do(ctx, k, fp1, effect(&runs, 200, strings.Repeat("x", 900)))
+		_, _ = b.eng.Do(ctx, k, fp1, effect(&runs, 200, "")) // replayed from the store, then cached
+	}
+	before := b.store.reserves.Load()
+	_, _ = b.eng.Do(ctx, "k19", fp1, effect(&runs, 200, ""))
+	if b.store.reserves.Load() != before {
+		t.Fatal("the most recent record is not cached")
+	}
+	_, _ = b.eng.Do(ctx, "k0", fp1, effect(&runs, 200, ""))
+	if b.store.reserves.Load() != before+1 {
+		t.Fatal("the oldest record was not evicted to keep within CacheBytes")
 	}
 }
