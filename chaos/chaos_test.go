@@ -145,6 +145,7 @@ func TestChaos(t *testing.T) {
 	stopFaults()
 	faults.Wait()
 	h.setFaults(false)
+	h.up.calm.Store(true)
 	for _, s := range h.slots {
 		if !s.up.Load() {
 			if err := s.start(ctx); err != nil {
@@ -155,6 +156,11 @@ func TestChaos(t *testing.T) {
 
 	// Every lease has expired: each operation must now go through, with no fault.
 	time.Sleep(h.lease + time.Second)
+	for _, s := range h.slots {
+		if err := s.ready(ctx); err != nil {
+			t.Fatalf("gateway %s not ready for the probes: %v", s.name, err)
+		}
+	}
 	probeTr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer probeTr.CloseIdleConnections()
 	probe := &http.Client{Transport: rotating{h: h, base: probeTr, via: func(s *slot) string { return fmt.Sprintf("127.0.0.1:%d", s.port) }}, Timeout: 20 * time.Second}

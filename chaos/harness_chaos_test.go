@@ -41,6 +41,7 @@ type upstream struct {
 	srv     *http.Server
 	addr    string
 	refused atomic.Int64 // 503s answered before acting
+	calm    atomic.Bool  // no more injected 503s (the probe phase)
 	failed  atomic.Int64 // inserts that failed (500, nothing done)
 
 	mu  sync.Mutex
@@ -65,7 +66,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the gateway went away while sending: nothing done
 	}
-	if u.roll() < 0.02 {
+	if !u.calm.Load() && u.roll() < 0.02 {
 		u.refused.Add(1)
 		http.Error(w, "busy, nothing done", http.StatusServiceUnavailable)
 		return

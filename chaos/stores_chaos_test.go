@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -107,7 +108,7 @@ func startPrivatePG(t *testing.T) *privatePG {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
-		t.Skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (apt-get install postgresql)")
+		testenv.Missing(t, "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin for the private store server (apt-get install postgresql)")
 	}
 	sort.Strings(bins)
 	s := &privatePG{bin: filepath.Dir(bins[len(bins)-1]), port: freePort(t)}
@@ -120,7 +121,7 @@ func startPrivatePG(t *testing.T) *privatePG {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Skipf("running as root and there is no postgres user to run PostgreSQL: %v", err)
+			testenv.Missing(t, "running as root and there is no postgres user to run PostgreSQL: %v", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -196,7 +197,7 @@ type privateRedis struct {
 func startPrivateRedis(t *testing.T) *privateRedis {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("no redis-server on PATH (apt-get install redis-server)")
+		testenv.Missing(t, "no redis-server on PATH for the private store server (apt-get install redis-server)")
 	}
 	s := &privateRedis{dir: t.TempDir(), port: freePort(t)}
 	var err error

@@ -121,6 +121,24 @@ type Verdict struct {
 	GaveUp map[int]int
 	// Mismatches and Probes count those deliveries.
 	Mismatches, Probes int
+	// Examples describes the first MaxExamples violations, for diagnosis.
+	Examples []string
+}
+
+// MaxExamples is how many violations a Verdict describes in Examples.
+const MaxExamples = 20
+
+func (v *Verdict) example(format string, args ...any) {
+	if len(v.Examples) < MaxExamples {
+		v.Examples = append(v.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+func clip(b []byte) string {
+	if len(b) > 160 {
+		return string(b[:160]) + "…"
+	}
+	return string(b)
 }
 
 // OK reports whether every must-be-zero count is zero.
@@ -184,6 +202,8 @@ func Judge(h History) Verdict {
 				crashed = true
 			default:
 				v.UnexplainedDoubles++
+				v.example("%s executed again (%s at %s) after %s at %s, with no kill or lost answer to explain it",
+					op, es[i].ID, es[i].At.Format(time.RFC3339Nano), prev.ID, prev.At.Format(time.RFC3339Nano))
 			}
 		}
 		var bodies [][]byte
@@ -193,11 +213,13 @@ func Judge(h History) Verdict {
 				v.Probes++
 				if !success(a.Status) {
 					v.StuckKeys++
+					v.example("%s stuck: the probe got %d %s %s", op, a.Status, a.Err, clip(a.Body))
 				}
 			case a.Mismatch:
 				v.Mismatches++
 				if success(a.Status) {
 					v.MismatchAccepted++
+					v.example("%s: another payload was answered %d %s", op, a.Status, clip(a.Body))
 				}
 				continue
 			default:
@@ -216,6 +238,7 @@ func Judge(h History) Verdict {
 			}
 			if !slices.ContainsFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) }) {
 				v.SuccessWithoutEffect++
+				v.example("%s: success %s matches no recorded execution", op, clip(a.Body))
 			}
 			if !slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Equal(b, a.Body) }) {
 				bodies = append(bodies, a.Body)
@@ -226,6 +249,7 @@ func Judge(h History) Verdict {
 				v.SupersededAnswers++
 			} else {
 				v.DifferingReplays++
+				v.example("%s: %d different successful answers", op, len(bodies))
 			}
 		}
 	}
@@ -262,4 +286,10 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "  deliveries %d: succeeded %d (replayed %d), gave up %d [%s]\n",
 		v.Deliveries, v.Succeeded, v.Replayed, v.Deliveries-v.Succeeded, strings.Join(gave, ", "))
 	fmt.Fprintf(w, "  mismatched deliveries %d, probes after the run %d\n", v.Mismatches, v.Probes)
+	if len(v.Examples) > 0 {
+		fmt.Fprintf(w, "violations (first %d):\n", len(v.Examples))
+		for _, e := range v.Examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
 }
