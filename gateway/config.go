@@ -56,6 +56,10 @@ type Config struct {
 	// Store5xx keeps and replays upstream 5xx answers (Stripe's choice). Default false: a 5xx
 	// releases the key so a retry executes.
 	Store5xx bool `yaml:"store_5xx"`
+	// Cache is how many completed responses each gateway keeps in memory (at most 64 MiB) to
+	// serve hot replays without a store round trip. Default 10000; -1 disables it. Safe with
+	// several gateways on one store: a completed response does not change until it expires.
+	Cache int `yaml:"cache"`
 	// UpstreamTimeout bounds one upstream call. Default 60s.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGINT/SIGTERM. Default 30s.
@@ -189,6 +193,9 @@ func (c Config) WithDefaults() Config {
 	if c.Uncertain == "" {
 		c.Uncertain = "expire"
 	}
+	if c.Cache == 0 {
+		c.Cache = 10000
+	}
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = Duration(60 * time.Second)
 	}
@@ -212,6 +219,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: ttl %s is shorter than lease %s", time.Duration(c.TTL), time.Duration(c.Lease))
 	case c.Wait < 0:
 		return fmt.Errorf("config: wait %s is negative", time.Duration(c.Wait))
+	case c.Cache < -1:
+		return fmt.Errorf("config: cache %d is below -1", c.Cache)
 	case c.MaxBody < 1:
 		return fmt.Errorf("config: max_body %d is below 1 byte", c.MaxBody)
 	case c.LogFormat != "text" && c.LogFormat != "json":

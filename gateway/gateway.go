@@ -138,6 +138,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		TTL:       max(ttl, time.Duration(g.cfg.Lease)),
 		Wait:      time.Duration(g.cfg.Wait),
 		Policy:    policy,
+		CacheSize: max(g.cfg.Cache, 0),
 		Uncertain: map[string]idem.UncertainPolicy{"expire": idem.UncertainExpire, "release": idem.UncertainRelease, "hold": idem.UncertainPin}[g.cfg.Uncertain],
 		Logger:    g.log,
 	})

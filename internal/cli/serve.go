@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,11 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 		c.MaxBody = gateway.ByteSize(n)
 		return err
 	})
+	fs.Func("cache", "completed responses kept in memory for hot replays (default 10000, -1: none) (env IDEM_CACHE)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		c.Cache = n
+		return err
+	})
 	fs.Func("methods", "comma-separated methods to process (default POST,PATCH) (env IDEM_METHODS)", func(s string) error {
 		c.Methods = strings.Split(s, ",")
 		return nil
@@ -94,6 +100,7 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 		"upstream-timeout": durationFlag(&f.cfg.UpstreamTimeout), "shutdown-timeout": durationFlag(&f.cfg.ShutdownTimeout),
 		"max-body": func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
 		"methods":  func(s string) error { return fs.Lookup("methods").Value.Set(s) },
+		"cache":    func(s string) error { return fs.Lookup("cache").Value.Set(s) },
 	} {
 		v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 		if v != "" && !given[name] {
@@ -137,6 +144,9 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.LogFormat, c.Uncertain = s(over.LogFormat, base.LogFormat), s(over.Uncertain, base.Uncertain)
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
+	if over.Cache != 0 {
+		c.Cache = over.Cache
+	}
 	if over.MaxBody != 0 {
 		c.MaxBody = over.MaxBody
 	}
