@@ -1,0 +1,454 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/bench/load"
+	"github.com/idemkit/idem/bench/targets"
+)
+
+// GatewayOptions configure RunGateway. Only IdemBin and SelfBin are required.
+type GatewayOptions struct {
+	// IdemBin is the built idem binary (go build -o ... ./cmd/idem). Required.
+	IdemBin string
+	// SelfBin is the idembench binary, started for the upstream, the bare proxy and (when
+	// idem serve cannot open postgres:// URLs) the PostgreSQL gateway. Required.
+	SelfBin string
+	// Dir receives the processes' logs. Default: a new temporary directory, removed at the end.
+	Dir string
+	// Clients is the number of concurrent keep-alive clients. Default 64.
+	Clients int
+	// Duration is each measured run's length. Default 3s.
+	Duration time.Duration
+	// Warmup precedes each measured run, with the same load, not counted. Default 500ms.
+	Warmup time.Duration
+	// Rounds is how many times every case runs, interleaved. Default 3.
+	Rounds int
+	// ProxyProcs is the GOMAXPROCS of the bare proxy and the gateway; UpstreamProcs the
+	// upstream's. The load generator runs in the calling process with its own GOMAXPROCS.
+	// Default 2 and 1.
+	ProxyProcs, UpstreamProcs int
+	// PostgresURL, if set, adds the PostgreSQL figures: the gateway on pgstore against pgbench
+	// running the same two statements. The harness works in its own schema (idem_gwbench),
+	// dropped at the end. Default "": no PostgreSQL figures.
+	PostgresURL string
+	// PGConns is the number of connections both the gateway's pool and pgbench use; the
+	// gateway gets 2 × PGConns HTTP clients so its pool stays busy. Default 16.
+	PGConns int
+	// InFlight lists the numbers of concurrent in-flight keys at which peak memory is
+	// measured. Default 2000, 5000, 9900 (each in-flight request holds two sockets in the
+	// gateway: keep the largest under half the file descriptor limit).
+	InFlight []int
+	// InFlightDelay is how long the slow upstream holds each request in the memory test.
+	// Default 10s.
+	InFlightDelay time.Duration
+	// Command is the command line shown in the report. Default: this process's arguments.
+	Command string
+}
+
+func (o GatewayOptions) withDefaults() (GatewayOptions, error) {
+	o.Clients = cmp.Or(o.Clients, 64)
+	o.Duration = cmp.Or(o.Duration, 3*time.Second)
+	o.Warmup = cmp.Or(o.Warmup, 500*time.Millisecond)
+	o.Rounds = cmp.Or(o.Rounds, 3)
+	o.ProxyProcs = cmp.Or(o.ProxyProcs, 2)
+	o.UpstreamProcs = cmp.Or(o.UpstreamProcs, 1)
+	o.PGConns = cmp.Or(o.PGConns, 16)
+	o.InFlightDelay = cmp.Or(o.InFlightDelay, 10*time.Second)
+	if o.InFlight == nil {
+		o.InFlight = []int{2000, 5000, 9900}
+	}
+	o.Command = cmp.Or(o.Command, strings.Join(os.Args, " "))
+	switch {
+	case o.IdemBin == "":
+		return o, fmt.Errorf("%w: GatewayOptions.IdemBin is required", ErrConfig)
+	case o.SelfBin == "":
+		return o, fmt.Errorf("%w: GatewayOptions.SelfBin is required", ErrConfig)
+	case o.Clients < 1 || o.Rounds < 1 || o.PGConns < 1:
+		return o, fmt.Errorf("%w: GatewayOptions.Clients, Rounds and PGConns must be positive", ErrConfig)
+	case o.Duration < 100*time.Millisecond:
+		return o, fmt.Errorf("%w: GatewayOptions.Duration %s is below 100ms", ErrConfig, o.Duration)
+	}
+	for _, n := range o.InFlight {
+		if n < 1 || n > 100_000 {
+			return o, fmt.Errorf("%w: GatewayOptions.InFlight %d is not between 1 and 100000", ErrConfig, n)
+		}
+	}
+	return o, nil
+}
+
+type gatewayRun struct {
+	opt      GatewayOptions
+	dir      string
+	progress io.Writer
+	started  time.Time
+	machine  string
+
+	mem      []*figure // bare, nokey, newkey, replay
+	pg       []*figure // pgbench, gateway newkey, gateway replay
+	pgHost   string    // "idem serve" or the fallback
+	pgNote   string
+	pgbench  []pgbenchRun
+	inflight []inflightRun
+}
+
+// RunGateway measures the idem gateway (the idem serve binary) against a bare, tuned
+// httputil.ReverseProxy to the same upstream, in one run: pass-through, new key and replay
+// on the memory store; new key on PostgreSQL against pgbench; and peak memory with many keys in
+// flight. It writes the report, in Markdown, to out and progress lines to progress. It is
+// bounded: every run has a duration, every wait a timeout, and every process it starts is
+// stopped before it returns.
+func RunGateway(ctx context.Context, opt GatewayOptions, out, progress io.Writer) error {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return err
+	}
+	g := &gatewayRun{opt: opt, progress: progress, started: time.Now(), machine: Machine()}
+	g.dir = opt.Dir
+	if g.dir == "" {
+		if g.dir, err = os.MkdirTemp("", "idembench-gateway-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(g.dir)
+	}
+	if err := g.memory(ctx); err != nil {
+		return err
+	}
+	if opt.PostgresURL != "" {
+		if err := g.postgres(ctx); err != nil {
+			return err
+		}
+	}
+	if err := g.memoryInFlight(ctx); err != nil {
+		return err
+	}
+	return g.report(out)
+}
+
+func (g *gatewayRun) upstream(ctx context.Context, name string, delay time.Duration) (*Proc, error) {
+	return startProc(ctx, g.dir, name, g.opt.UpstreamProcs, targets.StatsPath, g.opt.SelfBin,
+		"serve-upstream", "--listen", "{addr}", "--delay", delay.String())
+}
+
+func (g *gatewayRun) bareProxy(ctx context.Context, name string, up *Proc) (*Proc, error) {
+	return startProc(ctx, g.dir, name, g.opt.ProxyProcs, targets.StatsPath, g.opt.SelfBin,
+		"serve-bareproxy", "--listen", "{addr}", "--upstream", up.URL(""))
+}
+
+func (g *gatewayRun) gateway(ctx context.Context, name string, up *Proc, store string, extra ...string) (*Proc, error) {
+	args := append([]string{"serve", "--listen", "{addr}", "--upstream", up.URL(""), "--store", store}, extra...)
+	return startProc(ctx, g.dir, name, g.opt.ProxyProcs, "/healthz", g.opt.IdemBin, args...)
+}
+
+func (g *gatewayRun) load(url string, mode load.Mode, clients int) load.Options {
+	return load.Options{URL: url, Mode: mode, Clients: clients, Duration: g.opt.Duration, Warmup: g.opt.Warmup, Timeout: 30 * time.Second}
+}
+
+// memory: bare hop vs gateway on the memory store, all three modes, interleaved.
+func (g *gatewayRun) memory(ctx context.Context) error {
+	fmt.Fprintln(g.progress, "gateway: memory store against the bare hop")
+	up, err := g.upstream(ctx, "upstream", 0)
+	if err != nil {
+		return err
+	}
+	defer up.Stop()
+	bare, err := g.bareProxy(ctx, "bareproxy", up)
+	if err != nil {
+		return err
+	}
+	defer bare.Stop()
+	gw, err := g.gateway(ctx, "gateway-memory", up, "memory://")
+	if err != nil {
+		return err
+	}
+	defer gw.Stop()
+	path := "/v1/charges"
+	cpu := func(p *Proc) []*Proc { return []*Proc{p, up} }
+	cases := []kase{
+		{name: "bare hop (tuned ReverseProxy)", opt: g.load(bare.URL(path), load.NoKey, g.opt.Clients), cpu: cpu(bare)},
+		{name: "gateway, no key (pass-through)", opt: g.load(gw.URL(path), load.NoKey, g.opt.Clients), cpu: cpu(gw)},
+		{name: "gateway, new key, memory store", opt: g.load(gw.URL(path), load.NewKey, g.opt.Clients), cpu: cpu(gw)},
+		{name: "gateway, replay, memory store", opt: g.load(gw.URL(path), load.Replay, g.opt.Clients), cpu: cpu(gw)},
+	}
+	g.mem, err = rounds(ctx, g.opt.Rounds, cases, g.progress)
+	return err
+}
+
+// pgSchema is the schema the PostgreSQL figures work in; dropped at the end.
+const pgSchema = "idem_gwbench"
+
+// postgres: the gateway on PostgreSQL against pgbench running the same two statements.
+func (g *gatewayRun) postgres(ctx context.Context) error {
+	fmt.Fprintln(g.progress, "gateway: PostgreSQL against pgbench")
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		return fmt.Errorf("harness: pgbench is not installed (Debian: postgresql-client): %w", err)
+	}
+	conn, err := pgx.Connect(ctx, g.opt.PostgresURL)
+	if err != nil {
+		return fmt.Errorf("harness: PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.Background())
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(ctx, "SET client_min_messages = warning; DROP SCHEMA IF EXISTS "+pgSchema+" CASCADE")
+	}
+	drop()
+	defer drop()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgSchema); err != nil {
+		return err
+	}
+	storeURL, err := withParams(g.opt.PostgresURL, map[string]string{"search_path": pgSchema, "pool_max_conns": strconv.Itoa(g.opt.PGConns)})
+	if err != nil {
+		return err
+	}
+
+	up, err := g.upstream(ctx, "upstream-pg", 0)
+	if err != nil {
+		return err
+	}
+	defer up.Stop()
+	g.pgHost = "idem serve"
+	gw, err := g.gateway(ctx, "gateway-postgres", up, storeURL)
+	if err != nil {
+		fmt.Fprintf(g.progress, "  idem serve cannot run on PostgreSQL (%v)\n  using the gateway package on pgstore in idembench instead\n", firstLine(err.Error()))
+		g.pgHost = "idembench serve-pggateway"
+		g.pgNote = lastLine(tail(g.dir + "/gateway-postgres.log"))
+		gw, err = startProc(ctx, g.dir, "pggateway", g.opt.ProxyProcs, "/healthz", g.opt.SelfBin,
+			"serve-pggateway", "--listen", "{addr}", "--upstream", up.URL(""), "--store", storeURL)
+		if err != nil {
+			return err
+		}
+	}
+	defer gw.Stop()
+	// The records table exists now (the gateway migrated it): pgbench's goes beside it.
+	script, err := g.pgbenchScript(ctx, conn)
+	if err != nil {
+		return err
+	}
+	pgClients := 2 * g.opt.PGConns
+	path := "/v1/charges"
+	cases := []kase{
+		{name: "gateway, new key, PostgreSQL", opt: g.load(gw.URL(path), load.NewKey, pgClients), cpu: []*Proc{gw, up}},
+		{name: "gateway, replay, PostgreSQL", opt: g.load(gw.URL(path), load.Replay, pgClients), cpu: []*Proc{gw, up}},
+	}
+	pgb := &figure{name: "pgbench, the same two statements", cpu: map[string]time.Duration{}, status: map[int]int64{}}
+	figs := make([]*figure, len(cases))
+	for i, c := range cases {
+		figs[i] = &figure{name: c.name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
+	}
+	for r := range g.opt.Rounds {
+		fmt.Fprintf(g.progress, "round %d/%d\n", r+1, g.opt.Rounds)
+		pr, err := g.runPgbench(ctx, script)
+		if err != nil {
+			return err
+		}
+		g.pgbench = append(g.pgbench, pr)
+		pgb.rates = append(pgb.rates, pr.tps)
+		fmt.Fprintf(g.progress, "  %-40s %.0f TPS, average latency %.3f ms\n", pgb.name, pr.tps, pr.latencyMS)
+		for i, c := range cases {
+			if err := runOnce(ctx, c, figs[i], g.progress); err != nil {
+				return err
+			}
+		}
+	}
+	g.pg = append([]*figure{pgb}, figs...)
+	return nil
+}
+
+type pgbenchRun struct {
+	tps, latencyMS float64
+	transactions   int64
+}
+
+// pgbenchScript writes the pgbench script of the new-key path: the same two statements
+// pgstore runs (store/pgstore/queries.go; the same script as scripts/bench-pgbench.sh), the
+// claim and the completion, each its own transaction, on a table made by the same migration.
+func (g *gatewayRun) pgbenchScript(ctx context.Context, conn *pgx.Conn) (string, error) {
+	const t = pgSchema + ".pgbench_records"
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+t+" (LIKE "+pgSchema+".idem_records INCLUDING ALL)"); err != nil {
+		return "", fmt.Errorf("harness: pgbench table (from the gateway's migrated idem_records): %w", err)
+	}
+	resp := idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(targets.Body))}}, Body: targets.Body})
+	respLit := `'\x` + fmt.Sprintf("%x", resp) + `'::bytea`
+	const now = "(extract(epoch FROM clock_timestamp()) * 1e6)::bigint"
+	const key = "(:r)::text"
+	const cols = "fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at"
+	reserve := `WITH up AS (INSERT INTO ` + t + ` AS r (key, ` + cols + `) ` +
+		`VALUES (` + key + `, repeat('a', 64), 1, ` + now + `, ` + now + ` + 30000000, 1, NULL, ` + now + `, 0, ` + now + ` + 86400000000) ` +
+		`ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 1, token = GREATEST(r.token + 1, excluded.token), ` +
+		`lease_until = excluded.lease_until, attempts = CASE WHEN r.expires_at <= excluded.created_at THEN 1 ELSE r.attempts + 1 END, ` +
+		`response = NULL, created_at = CASE WHEN r.expires_at <= excluded.created_at THEN excluded.created_at ELSE r.created_at END, ` +
+		`completed_at = 0, expires_at = excluded.expires_at ` +
+		`WHERE r.expires_at <= excluded.created_at OR (r.state = 1 AND r.lease_until <= excluded.created_at AND r.fingerprint = excluded.fingerprint) ` +
+		`RETURNING true AS claimed, ` + cols + `), ` +
+		`cur AS (SELECT false AS claimed, ` + cols + ` FROM ` + t + ` WHERE key = ` + key + ` AND NOT EXISTS (SELECT 1 FROM up) FOR SHARE) ` +
+		`SELECT * FROM up UNION ALL SELECT * FROM cur`
+	complete := `UPDATE ` + t + ` SET state = 2, response = ` + respLit + `, completed_at = ` + now + `, expires_at = ` + now + ` + 86400000000 ` +
+		`WHERE key = ` + key + ` AND token = :token AND state = 1 AND expires_at <> 0;`
+	script := "\\set r random(1, 9000000000000000)\n" + reserve + " \\gset\n" + complete + "\n"
+	path := g.dir + "/newkey.sql"
+	return path, os.WriteFile(path, []byte(script), 0o644)
+}
+
+var (
+	tpsRe = regexp.MustCompile(`(?m)^tps = ([0-9.]+)`)
+	latRe = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
+	txRe  = regexp.MustCompile(`(?m)^number of transactions actually processed: ([0-9]+)`)
+)
+
+func (g *gatewayRun) runPgbench(ctx context.Context, script string) (pgbenchRun, error) {
+	secs := max(1, int((g.opt.Duration+g.opt.Warmup+time.Second/2)/time.Second))
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "pgbench", "-n", "-M", "prepared", "-c", strconv.Itoa(g.opt.PGConns), "-j", "2",
+		"-T", strconv.Itoa(secs), "-f", script, g.opt.PostgresURL)
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		return pgbenchRun{}, fmt.Errorf("harness: pgbench: %w\n%s", err, outb)
+	}
+	var r pgbenchRun
+	m := tpsRe.FindSubmatch(outb)
+	if m == nil {
+		return r, fmt.Errorf("harness: pgbench printed no tps:\n%s", outb)
+	}
+	r.tps, _ = strconv.ParseFloat(string(m[1]), 64)
+	if m := latRe.FindSubmatch(outb); m != nil {
+		r.latencyMS, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	if m := txRe.FindSubmatch(outb); m != nil {
+		r.transactions, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	if bytes.Contains(outb, []byte("failed")) && !bytes.Contains(outb, []byte("number of failed transactions: 0")) {
+		return r, fmt.Errorf("harness: pgbench transactions failed:\n%s", outb)
+	}
+	return r, nil
+}
+
+type inflightRun struct {
+	n                    int
+	gwIdle, gwPeak       int64
+	bareIdle, barePeak   int64
+	gwMaxUp, bareMaxUp   int64 // the most requests the upstream held at once
+	gwResult, bareResult *load.Result
+}
+
+// memoryInFlight measures peak RSS (VmHWM) of the gateway, and of the bare hop, while n
+// requests with distinct keys wait on a slow upstream at once.
+func (g *gatewayRun) memoryInFlight(ctx context.Context) error {
+	for _, n := range g.opt.InFlight {
+		fmt.Fprintf(g.progress, "gateway: peak memory with %d keys in flight (upstream delay %s)\n", n, g.opt.InFlightDelay)
+		r := inflightRun{n: n}
+		var err error
+		r.gwIdle, r.gwPeak, r.gwMaxUp, r.gwResult, err = g.burst(ctx, n, true)
+		if err != nil {
+			return err
+		}
+		r.bareIdle, r.barePeak, r.bareMaxUp, r.bareResult, err = g.burst(ctx, n, false)
+		if err != nil {
+			return err
+		}
+		g.inflight = append(g.inflight, r)
+	}
+	return nil
+}
+
+func (g *gatewayRun) burst(ctx context.Context, n int, gateway bool) (idle, peak, maxUp int64, res *load.Result, err error) {
+	up, err := g.upstream(ctx, "upstream-slow", g.opt.InFlightDelay)
+	if err != nil {
+		return
+	}
+	defer up.Stop()
+	var px *Proc
+	if gateway {
+		px, err = g.gateway(ctx, "gateway-inflight", up, "memory://")
+	} else {
+		px, err = g.bareProxy(ctx, "bareproxy-inflight", up)
+	}
+	if err != nil {
+		return
+	}
+	defer px.Stop()
+	m, err := px.Mem()
+	if err != nil {
+		return
+	}
+	idle = m.RSS
+	res, err = load.Run(ctx, load.Options{URL: px.URL("/v1/charges"), Mode: load.NewKey, Clients: n, Requests: int64(n),
+		Duration: g.opt.InFlightDelay + 60*time.Second, Timeout: g.opt.InFlightDelay + 50*time.Second})
+	if err != nil {
+		return
+	}
+	if m, err = px.Mem(); err != nil {
+		return
+	}
+	peak = m.PeakRSS
+	var st targets.Stats
+	if st, err = upstreamStats(ctx, up); err != nil {
+		return
+	}
+	maxUp = st.MaxInFlight
+	name := "bare hop"
+	if gateway {
+		name = "gateway "
+	}
+	fmt.Fprintf(g.progress, "  %s: idle RSS %s, peak RSS %s, upstream held %d at once; %s\n", name, mib(idle), mib(peak), maxUp, res)
+	return
+}
+
+func upstreamStats(ctx context.Context, up *Proc) (targets.Stats, error) {
+	var st targets.Stats
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.URL(targets.StatsPath), nil)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// withParams returns raw with the query parameters set.
+func withParams(raw string, params map[string]string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: PostgresURL is not a URL", ErrConfig)
+	}
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func firstLine(s string) string {
+	sc := bufio.NewScanner(strings.NewReader(strings.TrimSpace(s)))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			return l
+		}
+	}
+	return ""
+}

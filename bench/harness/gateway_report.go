@@ -1,0 +1,128 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Bars of issue 6, as ratios to the baseline.
+const (
+	barPassThrough = 0.95 // gateway without a key / bare hop
+	barNewKey      = 0.70 // gateway, new key, memory store / bare hop
+	barReplay      = 1.50 // gateway replays / bare hop
+	barPostgres    = 0.60 // gateway, new key, PostgreSQL / pgbench
+)
+
+func (g *gatewayRun) report(out io.Writer) error {
+	var b strings.Builder
+	o := g.opt
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# Gateway: `idem serve` against a bare reverse proxy\n\n")
+	p("Measured %s UTC, in %s. Machine: %s.\n\n", g.started.UTC().Format("2006-01-02 15:04"), time.Since(g.started).Round(time.Second), g.machine)
+	p("Command: `%s`\n\n", o.Command)
+	p("Setup, all on loopback: an upstream (Go net/http, answers 201 with an 86-byte JSON body, GOMAXPROCS=%d); "+
+		"the baseline, a bare `httputil.ReverseProxy` tuned as a Go proxy should be (1024 idle upstream connections per host, "+
+		"a 32 KiB buffer pool; GOMAXPROCS=%d); the gateway, the `idem serve` binary with default flags and its text log to a file "+
+		"(GOMAXPROCS=%d); the in-repo load generator (`bench/load`, GOMAXPROCS=%d, %d keep-alive clients, each POSTing a "+
+		"53-byte JSON body one request after another). Each case runs %s after a %s warm-up, %d rounds interleaved "+
+		"(bare, pass-through, new key, replay, then again); a ratio is the median over rounds of the two rates measured in the "+
+		"same round, latencies are over all rounds. The machine's 2 cores are shared by the load generator, the proxy, the "+
+		"upstream and other work, so absolute rates are low and noisy: read the ratios.\n\n",
+		o.UpstreamProcs, o.ProxyProcs, o.ProxyProcs, loadProcs(), o.Clients, o.Duration, o.Warmup, o.Rounds)
+
+	if len(g.mem) == 4 {
+		bare := g.mem[0]
+		p("| case | req/s (median) | vs bare hop | bar | p50 | p99 | proxy CPU/req | upstream CPU/req | errors |\n")
+		p("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+		bars := []struct {
+			bar  float64
+			name string
+		}{{0, ""}, {barPassThrough, "≥ 0.95"}, {barNewKey, "≥ 0.70"}, {barReplay, "≥ 1.50"}}
+		procs := []string{"bareproxy", "gateway-memory", "gateway-memory", "gateway-memory"}
+		for i, f := range g.mem {
+			r := ratio(f, bare)
+			barCol := "baseline"
+			if i > 0 {
+				barCol = bars[i].name + " " + verdict(r >= bars[i].bar)
+			}
+			p("| %s | %.0f | %.2f | %s | %s | %s | %.0f µs | %.0f µs | %d |\n", f.name, f.rate(), r, barCol,
+				us(f.lat.Quantile(0.5)), us(f.lat.Quantile(0.99)), f.cpuPerReq(procs[i]), f.cpuPerReq("upstream"), f.errors)
+		}
+		p("\nRates per round (req/s):")
+		for _, f := range g.mem {
+			p(" %s: %s;", f.name, rates(f.rates))
+		}
+		p(" replayed answers in the replay case: %d of %d.\n\n", g.mem[3].replayed, g.mem[3].requests)
+		for _, f := range g.mem {
+			if f.firstErr != "" {
+				p("First error in %s: `%s` (statuses %v).\n\n", f.name, f.firstErr, f.status)
+			}
+		}
+	}
+
+	if len(g.pg) == 3 {
+		pgb, nk, rp := g.pg[0], g.pg[1], g.pg[2]
+		p("## PostgreSQL\n\n")
+		p("The gateway on pgstore (%s; pool of %d connections, %d HTTP clients) against `pgbench -M prepared -c %d -j 2` "+
+			"running the same two statements as the gateway's new-key path (the claim `INSERT … ON CONFLICT … DO UPDATE … RETURNING` "+
+			"and the completion `UPDATE … WHERE token = …`, each its own durable transaction, the script of "+
+			"`scripts/bench-pgbench.sh`) on a table of the same schema, rounds interleaved. synchronous_commit is the server's "+
+			"(on: every commit waits for the WAL flush).\n\n", g.pgHost, o.PGConns, 2*o.PGConns, o.PGConns)
+		if g.pgNote != "" {
+			p("`idem serve --store postgres://…` did not start (`%s`): the gateway package itself served it, "+
+				"on `pgstore`, from `idembench serve-pggateway` (same handler, same default configuration, text log to a file).\n\n", g.pgNote)
+		}
+		p("| case | rate (median) | vs pgbench | bar | p50 | p99 | errors |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
+		var lat []string
+		for _, r := range g.pgbench {
+			lat = append(lat, fmt.Sprintf("%.2f ms", r.latencyMS))
+		}
+		p("| %s | %.0f TPS | 1.00 | baseline | average %s | | 0 |\n", pgb.name, pgb.rate(), strings.Join(lat, ", "))
+		r := ratio(nk, pgb)
+		p("| %s | %.0f req/s | %.2f | ≥ 0.60 %s | %s | %s | %d |\n", nk.name, nk.rate(), r, verdict(r >= barPostgres), us(nk.lat.Quantile(0.5)), us(nk.lat.Quantile(0.99)), nk.errors)
+		p("| %s | %.0f req/s | %.2f | (no bar) | %s | %s | %d |\n", rp.name, rp.rate(), ratio(rp, pgb), us(rp.lat.Quantile(0.5)), us(rp.lat.Quantile(0.99)), rp.errors)
+		p("\nRates per round: pgbench %s TPS; gateway new key %s req/s; replay %s req/s.\n\n", rates(pgb.rates), rates(nk.rates), rates(rp.rates))
+		for _, f := range []*figure{nk, rp} {
+			if f.firstErr != "" {
+				p("First error in %s: `%s` (statuses %v).\n\n", f.name, f.firstErr, f.status)
+			}
+		}
+	}
+
+	if len(g.inflight) > 0 {
+		p("## Memory with many keys in flight\n\n")
+		p("A slow upstream holds every request %s; N clients each send one request with its own new key, all at once, "+
+			"so N claims are in flight together (memory store). Peak RSS is VmHWM from /proc/PID/status after the burst; idle RSS "+
+			"is VmRSS before it. The same burst through the bare hop is the baseline. Each proxied request holds two sockets "+
+			"in the proxy and this machine allows %s file descriptors per process, so the largest burst stays just under 10,000.\n\n",
+			o.InFlightDelay, nofile())
+		p("| keys in flight (N) | upstream held at once | gateway idle → peak RSS | gateway per in-flight key | bare hop idle → peak RSS | bare hop per request | errors (gateway, bare) |\n")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, r := range g.inflight {
+			per := func(idle, peak int64) string {
+				return fmt.Sprintf("%.1f KiB", float64(peak-idle)/1024/float64(r.n))
+			}
+			p("| %d | %d, %d | %s → %s | %s | %s → %s | %s | %d, %d |\n", r.n, r.gwMaxUp, r.bareMaxUp,
+				mib(r.gwIdle), mib(r.gwPeak), per(r.gwIdle, r.gwPeak), mib(r.bareIdle), mib(r.barePeak), per(r.bareIdle, r.barePeak),
+				r.gwResult.Errors, r.bareResult.Errors)
+		}
+		p("\n")
+		for _, r := range g.inflight {
+			if r.gwResult.FirstError != "" || r.bareResult.FirstError != "" {
+				p("N = %d: first errors: gateway `%s`, bare `%s`.\n\n", r.n, r.gwResult.FirstError, r.bareResult.FirstError)
+			}
+		}
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+func rates(xs []float64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(s, ", ")
+}

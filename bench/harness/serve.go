@@ -1,0 +1,114 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/idemkit/idem/bench/targets"
+	"github.com/idemkit/idem/gateway"
+	"github.com/idemkit/idem/store/pgstore"
+)
+
+// The targets ServeTarget knows.
+const (
+	TargetNetHTTP     = "nethttp"      // targets.BareHandler
+	TargetNetHTTPIdem = "nethttp-idem" // targets.IdemHandler, cache on
+	TargetFiber       = "fiber"        // targets.FiberApp(false)
+	TargetFiberIdem   = "fiber-idem"   // targets.FiberApp(true)
+)
+
+// serveHTTP serves h on listen until ctx ends, then shuts down within 5 seconds.
+func serveHTTP(ctx context.Context, listen string, h http.Handler) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// ServeUpstream serves a targets.Upstream answering after delay on listen until ctx ends.
+func ServeUpstream(ctx context.Context, listen string, delay time.Duration) error {
+	return serveHTTP(ctx, listen, &targets.Upstream{Delay: delay})
+}
+
+// ServeBareProxy serves targets.BareProxy to upstream on listen until ctx ends.
+func ServeBareProxy(ctx context.Context, listen, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%w: upstream %q is not a URL", ErrConfig, upstream)
+	}
+	return serveHTTP(ctx, listen, targets.BareProxy(u))
+}
+
+// ServeTarget serves one of the middleware comparison's targets (TargetNetHTTP and the
+// others) on listen until ctx ends.
+func ServeTarget(ctx context.Context, listen, target string) error {
+	switch target {
+	case TargetNetHTTP:
+		return serveHTTP(ctx, listen, targets.BareHandler())
+	case TargetNetHTTPIdem:
+		h, err := targets.IdemHandler(10_000)
+		if err != nil {
+			return err
+		}
+		return serveHTTP(ctx, listen, h)
+	case TargetFiber, TargetFiberIdem:
+		app := targets.FiberApp(target == TargetFiberIdem)
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return err
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- app.Listener(ln) }()
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+		}
+		return app.ShutdownWithTimeout(5 * time.Second)
+	}
+	return fmt.Errorf("%w: target %q is not nethttp, nethttp-idem, fiber or fiber-idem", ErrConfig, target)
+}
+
+// ServePGGateway runs the gateway (package gateway, as `idem serve` does, with its text logs
+// on stderr) in front of upstream on a pgstore opened from storeURL, migrated first. The
+// harness uses it for the PostgreSQL figures while `idem serve` cannot open postgres:// URLs.
+func ServePGGateway(ctx context.Context, listen, upstream, storeURL string) error {
+	st, err := pgstore.Open(ctx, storeURL, pgstore.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg := gateway.Config{Listen: listen, Upstream: upstream, Store: "postgres://(given)"}
+	g, err := gateway.New(ctx, cfg, gateway.Options{Store: st, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	err = serveHTTP(ctx, listen, g)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
