@@ -147,9 +147,16 @@ func startPrivatePG(t *testing.T) *privatePG {
 	t.Cleanup(s.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := pgstore.Open(ctx, s.URL(), pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
+	var st *pgstore.Store
+	for {
+		// The port opens before the server accepts sessions ("the database system is starting up").
+		if st, err = pgstore.Open(ctx, s.URL(), pgstore.Options{}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer st.Close()
 	if err := st.Migrate(ctx); err != nil {
