@@ -277,11 +277,9 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		if err := e.complete(ctx, key, token, resp, expires); err != nil {
 			return result, err
 		}
+		// The cache is filled by the first replay read from the store, not here: most keys
+		// are never replayed, and the new-key path stays free of it.
 		result.Kept, result.ExpiresAt = true, expires
-		if e.cache != nil {
-			e.cache.put(Record{Key: key, Fingerprint: res.Record.Fingerprint, State: StateCompleted,
-				Token: token, Response: &result.Response, ExpiresAt: expires})
-		}
 		return result, nil
 	case Hold:
 		e.hold(ctx, key, token, res.Record.ExpiresAt)

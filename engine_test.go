@@ -496,6 +496,11 @@ func TestCache(t *testing.T) {
 		if _, err := b.eng.Do(ctx, k, fp1, effect(&runs, 200, k)); err != nil {
 			t.Fatal(err)
 		}
+		// The first replay reads the store and fills the cache.
+		before := b.store.reserves.Load()
+		if res, err := b.eng.Do(ctx, k, fp1, effect(&runs, 200, k)); err != nil || !res.Replayed || b.store.reserves.Load() != before+1 {
+			t.Fatalf("first replay: %+v %v", res, err)
+		}
 	}
 	before := b.store.reserves.Load()
 	for range 5 {
@@ -512,6 +517,7 @@ func TestCache(t *testing.T) {
 	}
 	// A third key evicts the least recently used ("b"), which then comes from the store.
 	_, _ = b.eng.Do(ctx, "c", fp1, effect(&runs, 200, "c"))
+	_, _ = b.eng.Do(ctx, "c", fp1, effect(&runs, 200, "c"))
 	before = b.store.reserves.Load()
 	if res, _ := b.eng.Do(ctx, "b", fp1, effect(&runs, 200, "x")); !res.Replayed || b.store.reserves.Load() != before+1 {
 		t.Fatalf("evicted key: replayed=%v store calls=%d", res.Replayed, b.store.reserves.Load()-before)
@@ -524,6 +530,7 @@ func TestCache(t *testing.T) {
 	// A record too large for the byte budget is not cached.
 	big := setup(t, idem.Options{CacheSize: 10, CacheBytes: 8 << 10})
 	_, _ = big.eng.Do(ctx, "big", fp1, effect(&runs, 200, strings.Repeat("x", 2<<10)))
+	_, _ = big.eng.Do(ctx, "big", fp1, effect(&runs, 200, ""))
 	before = big.store.reserves.Load()
 	if res, _ := big.eng.Do(ctx, "big", fp1, effect(&runs, 200, "")); !res.Replayed || big.store.reserves.Load() != before+1 {
 		t.Fatalf("oversized record served from the cache")
