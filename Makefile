@@ -28,7 +28,24 @@ lint: ## gofmt, go vet and staticcheck.
 bench: services ## Run the benchmarks (see docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
 
+bench-pgbench: services ## pgstore against pgbench running the same statements, same session.
+	bash scripts/bench-pgbench.sh
+
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	.:FuzzDecodeResponse \
+	./idemhttp:FuzzParseKey ./idemhttp:FuzzCanonicalJSON ./idemhttp:FuzzJSONKey \
+	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize \
+	./idemclient:FuzzRetryAfter ./consumer/sqs:FuzzUnwrapSNS \
+	./store/sqlitestore:FuzzStoredRecord ./store/redisstore:FuzzDecodeRecord ./store/dynamostore:FuzzDecodeItem
+
+fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$pkg $$fn"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
-.PHONY: help services test test-short test-race lint bench demo
+.PHONY: help services test test-short test-race lint bench bench-pgbench fuzz demo
