@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,6 +65,7 @@ type raw struct {
 	upsert, complete, get *sql.Stmt
 	readers               int
 	blob                  []byte
+	pinned                chan *reader // connections of r held outside the pool, get prepared on each
 }
 
 // newRaw makes a file with Open (so the same schema), closes the store and opens the file
@@ -97,7 +99,29 @@ func newRaw(b *testing.B) *raw {
 			b.Fatal(err)
 		}
 	}
+	// The pinned connections come from a pool of their own, as the store's do.
+	pinned, err := sql.Open("sqlite", dsn(abs, o, true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pinned.SetMaxOpenConns(o.Readers)
+	rw.pinned = make(chan *reader, o.Readers)
+	for range o.Readers {
+		c, err := pinned.Conn(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := c.PrepareContext(context.Background(), q.get)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rw.pinned <- &reader{conn: c, get: st}
+	}
 	b.Cleanup(func() {
+		for range o.Readers {
+			(<-rw.pinned).close()
+		}
+		pinned.Close()
 		for _, s := range []*sql.Stmt{rw.upsert, rw.complete, rw.get} {
 			s.Close()
 		}
@@ -134,6 +158,20 @@ func (rw *raw) lookup(b *testing.B, key string) {
 	var state, token, lease, attempts, created, expires int64
 	var completed sql.NullInt64
 	if err := rw.get.QueryRow(key).Scan(&fp, &state, &token, &lease, &attempts, &resp, &created, &completed, &expires); err != nil {
+		b.Error(err)
+	}
+}
+
+// pinnedLookup is lookup on connections held outside database/sql's pool, as the store
+// holds its readers: the same statement with the same connection handling.
+func (rw *raw) pinnedLookup(b *testing.B, key string) {
+	r := <-rw.pinned
+	defer func() { rw.pinned <- r }()
+	var fp string
+	var resp []byte
+	var state, token, lease, attempts, created, expires int64
+	var completed sql.NullInt64
+	if err := r.get.QueryRow(key).Scan(&fp, &state, &token, &lease, &attempts, &resp, &created, &completed, &expires); err != nil {
 		b.Error(err)
 	}
 }
@@ -325,22 +363,25 @@ type variant struct {
 }
 
 // paired measures variants in alternating rounds of round operations each (8 goroutines per
-// round), so that they share the machine's noise, and reports each one's rate and its ratio to
-// the first, the baseline. Each variant runs b.N operations.
+// round), so that they share the machine's noise, and reports for each its rate and its ratio
+// to the first, the baseline: by wall clock (name/base-%) and by the CPU time the process
+// spent (name/base-cpu-%), which other programs on a shared machine do not disturb. Each
+// variant runs b.N operations.
 func paired(b *testing.B, round int, vs ...variant) {
 	elapsed := make([]time.Duration, len(vs))
+	cpu := make([]time.Duration, len(vs))
 	for done, turn := 0, 0; done < b.N; turn++ {
 		n := min(round, b.N-done)
 		for j := range vs {
-			v := vs[(j+turn)%len(vs)] // rotate who goes first
+			i := (j + turn) % len(vs) // rotate who goes first
 			var left atomic.Int64
 			left.Store(int64(n))
 			var wg sync.WaitGroup
-			start := time.Now()
+			start, cpuStart := time.Now(), cpuTime()
 			for range benchGoroutines {
 				wg.Go(func() {
 					for left.Add(-1) >= 0 {
-						if err := v.op(); err != nil {
+						if err := vs[i].op(); err != nil {
 							b.Error(err)
 							return
 						}
@@ -348,7 +389,8 @@ func paired(b *testing.B, round int, vs ...variant) {
 				})
 			}
 			wg.Wait()
-			elapsed[(j+turn)%len(vs)] += time.Since(start)
+			elapsed[i] += time.Since(start)
+			cpu[i] += cpuTime() - cpuStart
 		}
 		done += n
 	}
@@ -356,8 +398,18 @@ func paired(b *testing.B, round int, vs ...variant) {
 		b.ReportMetric(float64(b.N)/elapsed[i].Seconds(), v.name+"-ops/s")
 		if i > 0 {
 			b.ReportMetric(100*elapsed[0].Seconds()/elapsed[i].Seconds(), v.name+"/"+vs[0].name+"-%")
+			b.ReportMetric(100*cpu[0].Seconds()/cpu[i].Seconds(), v.name+"/"+vs[0].name+"-cpu-%")
 		}
 	}
+}
+
+// cpuTime returns the user and system CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkBars measures the bars with paired, interleaved rounds: the store's
@@ -370,7 +422,7 @@ func BenchmarkBars(b *testing.B) {
 		st := benchStore(b)
 		eng := benchEngine(b, benchStore(b), idem.Options{})
 		key := newKeys()
-		paired(b, 400,
+		paired(b, 100,
 			variant{"raw", func() error { rw.claimAndComplete(b, key()); return nil }},
 			variant{"store", func() error {
 				k, now := key(), time.Now()
@@ -395,8 +447,9 @@ func BenchmarkBars(b *testing.B) {
 		keys := newKeyCursor().keys
 		var n atomic.Int64
 		key := func() string { return keys[int(n.Add(1))%len(keys)] }
-		paired(b, 4000,
+		paired(b, 800,
 			variant{"raw", func() error { rw.lookup(b, key()); return nil }},
+			variant{"raw-pinned", func() error { rw.pinnedLookup(b, key()); return nil }},
 			variant{"store", func() error {
 				_, err := st.Reserve(ctx, key(), benchFP, time.Now(), 30*time.Second, 24*time.Hour)
 				return err

@@ -48,7 +48,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 func (s *Store) reserve(ctx context.Context, c *claim) (idem.Reservation, error) {
 	looked := false
 	if s.known.has(c.key) {
-		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
+		rec, found, claimable, err := s.lookup(ctx, c.key, c.fp, c.now, true)
 		if err != nil || found && !claimable {
 			return idem.Reservation{Record: rec}, err
 		}
@@ -59,7 +59,7 @@ func (s *Store) reserve(ctx context.Context, c *claim) (idem.Reservation, error)
 		return res, err
 	}
 	if !looked {
-		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
+		rec, found, claimable, err := s.lookup(ctx, c.key, c.fp, c.now, true)
 		if err != nil || found && !claimable {
 			return idem.Reservation{Record: rec}, err
 		}
@@ -174,7 +174,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Record{}, err
 	}
-	rec, found, _, err := s.read(ctx, s.get, key, "", 0, false)
+	rec, found, _, err := s.lookup(ctx, key, "", 0, false)
 	if err != nil {
 		return idem.Record{}, s.fail("get", err)
 	}
