@@ -9,8 +9,10 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,6 +191,42 @@ func TestBenchVsRedisBenchmark(t *testing.T) {
 		wg.Wait()
 		return float64(ops.Load()) / time.Since(start).Seconds()
 	}
+	// plain is the same loop with plain go-redis commands: SET NX PX then SET (two round
+	// trips, like the new-key path) or GET (one, like a replay).
+	bprefix := fmt.Sprintf("idembench:%d:", time.Now().UnixNano())
+	t.Cleanup(func() { dropPrefix(t, rdb, bprefix) })
+	rdb.Set(ctx, bprefix+"v", `{"id":"0123456789"}`, time.Hour)
+	plain := func(get bool) float64 {
+		var ops atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(dur)
+		start := time.Now()
+		for range benchClients {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					if get {
+						if err := rdb.Get(ctx, bprefix+"v").Err(); err != nil {
+							t.Error(err)
+							return
+						}
+					} else {
+						k := bprefix + strconv.FormatInt(seq.Add(1), 10)
+						if err := rdb.SetNX(ctx, k, "1", time.Minute).Err(); err != nil {
+							t.Error(err)
+							return
+						}
+						if err := rdb.Set(ctx, k, `{"id":"0123456789"}`, time.Minute).Err(); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					ops.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return float64(ops.Load()) / time.Since(start).Seconds()
+	}
 	rateRe := regexp.MustCompile(`(?m)^"?(SET|GET)"?,"?([0-9.]+)"?`)
 	theirs := func() (set, get float64) {
 		out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-c", strconv.Itoa(benchClients),
@@ -209,18 +247,52 @@ func TestBenchVsRedisBenchmark(t *testing.T) {
 		}
 		return set, get
 	}
-	var newKey, replay, sets, gets []float64
+	// cpu reports the CPU seconds Redis and this process used while fn ran, per second.
+	redisCPU := func() float64 {
+		info := rdb.Info(ctx, "cpu").Val()
+		var total float64
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			} else if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+		return total
+	}
+	selfCPU := func() float64 {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	cpu := func(what string, fn func()) {
+		r0, s0, t0 := redisCPU(), selfCPU(), time.Now()
+		fn()
+		d := time.Since(t0).Seconds()
+		t.Logf("  %s: redis-server used %.2f cores, the Go client %.2f cores", what, (redisCPU()-r0)/d, (selfCPU()-s0)/d)
+	}
+	var newKey, replay, sets, gets, plainPairs, plainGets []float64
 	for round := range 3 {
-		n := ours(false)
-		r := ours(true)
-		s, g := theirs()
+		var n, r, s, g, pp, pg float64
+		cpu("go-redis SET NX + SET", func() { pp = plain(false) })
+		cpu("go-redis GET", func() { pg = plain(true) })
+		cpu("new key", func() { n = ours(false) })
+		cpu("replay", func() { r = ours(true) })
+		cpu("redis-benchmark", func() { s, g = theirs() })
 		newKey, replay, sets, gets = append(newKey, n), append(replay, r), append(sets, s), append(gets, g)
-		t.Logf("round %d: new key %.0f/s, replay %.0f/s; redis-benchmark SET %.0f/s, GET %.0f/s", round+1, n, r, s, g)
+		plainPairs, plainGets = append(plainPairs, pp), append(plainGets, pg)
+		t.Logf("round %d: new key %.0f/s, replay %.0f/s; go-redis SET NX+SET %.0f/s, GET %.0f/s; redis-benchmark SET %.0f/s, GET %.0f/s",
+			round+1, n, r, pp, pg, s, g)
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
 	nk, rp, s, g := med(newKey), med(replay), med(sets), med(gets)
 	t.Logf("medians: new key %.0f/s (2 round trips) vs SET %.0f/s / 2 = %.0f/s: ratio %.2f", nk, s, s/2, nk/(s/2))
 	t.Logf("medians: replay %.0f/s (1 round trip) vs GET %.0f/s: ratio %.2f", rp, g, rp/g)
+	pp, pg := med(plainPairs), med(plainGets)
+	t.Logf("medians: go-redis SET NX+SET %.0f/s: new key at %.2f of it; go-redis GET %.0f/s: replay at %.2f of it", pp, nk/pp, pg, rp/pg)
+	t.Logf("medians: go-redis itself at %.2f (two commands) and %.2f (GET) of redis-benchmark", pp/(s/2), pg/g)
 	if ratio := nk / (s / 2); ratio < 0.60 {
 		t.Errorf("new-key path at %.2f of redis-benchmark's rate for two round trips, below the 0.60 bar", ratio)
 	}
