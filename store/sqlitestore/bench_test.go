@@ -65,7 +65,6 @@ type raw struct {
 	upsert, complete, get *sql.Stmt
 	readers               int
 	blob                  []byte
-	pinned                chan *reader // connections of r held outside the pool, get prepared on each
 }
 
 // newRaw makes a file with Open (so the same schema), closes the store and opens the file
@@ -99,29 +98,7 @@ func newRaw(b *testing.B) *raw {
 			b.Fatal(err)
 		}
 	}
-	// The pinned connections come from a pool of their own, as the store's do.
-	pinned, err := sql.Open("sqlite", dsn(abs, o, true))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pinned.SetMaxOpenConns(o.Readers)
-	rw.pinned = make(chan *reader, o.Readers)
-	for range o.Readers {
-		c, err := pinned.Conn(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := c.PrepareContext(context.Background(), q.get)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rw.pinned <- &reader{conn: c, get: st}
-	}
 	b.Cleanup(func() {
-		for range o.Readers {
-			(<-rw.pinned).close()
-		}
-		pinned.Close()
 		for _, s := range []*sql.Stmt{rw.upsert, rw.complete, rw.get} {
 			s.Close()
 		}
@@ -158,20 +135,6 @@ func (rw *raw) lookup(b *testing.B, key string) {
 	var state, token, lease, attempts, created, expires int64
 	var completed sql.NullInt64
 	if err := rw.get.QueryRow(key).Scan(&fp, &state, &token, &lease, &attempts, &resp, &created, &completed, &expires); err != nil {
-		b.Error(err)
-	}
-}
-
-// pinnedLookup is lookup on connections held outside database/sql's pool, as the store
-// holds its readers: the same statement with the same connection handling.
-func (rw *raw) pinnedLookup(b *testing.B, key string) {
-	r := <-rw.pinned
-	defer func() { rw.pinned <- r }()
-	var fp string
-	var resp []byte
-	var state, token, lease, attempts, created, expires int64
-	var completed sql.NullInt64
-	if err := r.get.QueryRow(key).Scan(&fp, &state, &token, &lease, &attempts, &resp, &created, &completed, &expires); err != nil {
 		b.Error(err)
 	}
 }
@@ -449,7 +412,6 @@ func BenchmarkBars(b *testing.B) {
 		key := func() string { return keys[int(n.Add(1))%len(keys)] }
 		paired(b, 800,
 			variant{"raw", func() error { rw.lookup(b, key()); return nil }},
-			variant{"raw-pinned", func() error { rw.pinnedLookup(b, key()); return nil }},
 			variant{"store", func() error {
 				_, err := st.Reserve(ctx, key(), benchFP, time.Now(), 30*time.Second, 24*time.Hour)
 				return err

@@ -48,7 +48,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 func (s *Store) reserve(ctx context.Context, c *claim) (idem.Reservation, error) {
 	looked := false
 	if s.known.has(c.key) {
-		rec, found, claimable, err := s.lookup(ctx, c.key, c.fp, c.now, true)
+		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
 		if err != nil || found && !claimable {
 			return idem.Reservation{Record: rec}, err
 		}
@@ -59,7 +59,7 @@ func (s *Store) reserve(ctx context.Context, c *claim) (idem.Reservation, error)
 		return res, err
 	}
 	if !looked {
-		rec, found, claimable, err := s.lookup(ctx, c.key, c.fp, c.now, true)
+		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
 		if err != nil || found && !claimable {
 			return idem.Reservation{Record: rec}, err
 		}
@@ -174,7 +174,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Record{}, err
 	}
-	rec, found, _, err := s.lookup(ctx, key, "", 0, false)
+	rec, found, _, err := s.read(ctx, s.get, key, "", 0, false)
 	if err != nil {
 		return idem.Record{}, s.fail("get", err)
 	}
@@ -216,19 +216,32 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 	return int(n), nil
 }
 
-// row is the scan destination of selectRecord. Rows are pooled so a read allocates only what
-// it returns.
+// row is the scan destination of selectRecord. Integer columns are scanned into any and
+// asserted, which skips database/sql's reflection-based conversion, the costliest part of a
+// scan. Rows are pooled so a read allocates only what it returns.
 type row struct {
-	fp                                              string
-	resp                                            sql.RawBytes // the driver's own copy of the blob
-	state, token, lease, attempts, created, expires int64
-	completed                                       sql.NullInt64
-	dest                                            [9]any
+	fp   string
+	resp sql.RawBytes // the driver's own copy of the blob
+	ints [7]any       // the integer columns, as the driver returned them
+	n    [7]int64     // the same, checked
+	dest [9]any
 }
+
+// Indexes in row.ints and row.n.
+const (
+	colState = iota
+	colToken
+	colLease
+	colAttempts
+	colCreated
+	colCompleted // NULL (0) unless completed
+	colExpires
+)
 
 var rowPool = sync.Pool{New: func() any {
 	r := new(row)
-	r.dest = [9]any{&r.fp, &r.state, &r.token, &r.lease, &r.attempts, &r.resp, &r.created, &r.completed, &r.expires}
+	i := &r.ints
+	r.dest = [9]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires]}
 	return r
 }}
 
@@ -246,13 +259,17 @@ func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now in
 	}
 	r := rowPool.Get().(*row)
 	defer func() {
-		r.fp, r.resp = "", nil
+		r.fp, r.resp, r.ints = "", nil, [7]any{}
 		rowPool.Put(r)
 	}()
 	if err := rs.Scan(r.dest[:]...); err != nil {
 		return rec, false, false, err
 	}
-	if look && (r.expires <= now || r.state == stateInProgress && r.lease <= now && r.fp == fp) {
+	if err := r.check(); err != nil {
+		return rec, false, false, err
+	}
+	n := &r.n
+	if look && (n[colExpires] <= now || n[colState] == stateInProgress && n[colLease] <= now && r.fp == fp) {
 		return rec, true, true, nil
 	}
 	rec, err = r.record(key)
@@ -262,19 +279,39 @@ func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now in
 	return rec, true, false, rs.Close()
 }
 
-// record converts a scanned row, checking what it can.
+// check fills r.n from r.ints: every integer column must hold an integer, and only
+// completed_at may be NULL.
+func (r *row) check() error {
+	for i, v := range r.ints {
+		switch x := v.(type) {
+		case int64:
+			r.n[i] = x
+		case nil:
+			if i != colCompleted {
+				return fmt.Errorf("%w: integer column %d is NULL", idem.ErrCorruptRecord, i)
+			}
+			r.n[i] = 0
+		default:
+			return fmt.Errorf("%w: integer column %d holds a %T", idem.ErrCorruptRecord, i, v)
+		}
+	}
+	return nil
+}
+
+// record converts a checked row.
 func (r *row) record(key string) (idem.Record, error) {
+	n := &r.n
 	rec := idem.Record{
 		Key:         key,
 		Fingerprint: r.fp,
-		State:       idem.State(r.state),
-		Token:       r.token,
-		LeaseUntil:  time.UnixMicro(r.lease),
-		Attempts:    int(r.attempts),
-		CreatedAt:   time.UnixMicro(r.created),
-		ExpiresAt:   time.UnixMicro(r.expires),
+		State:       idem.State(n[colState]),
+		Token:       n[colToken],
+		LeaseUntil:  time.UnixMicro(n[colLease]),
+		Attempts:    int(n[colAttempts]),
+		CreatedAt:   time.UnixMicro(n[colCreated]),
+		ExpiresAt:   time.UnixMicro(n[colExpires]),
 	}
-	switch r.state {
+	switch n[colState] {
 	case stateInProgress:
 	case stateCompleted:
 		if r.resp == nil {
@@ -285,11 +322,11 @@ func (r *row) record(key string) (idem.Record, error) {
 			return idem.Record{}, err
 		}
 		rec.Response = &resp
-		if r.completed.Valid {
-			rec.CompletedAt = time.UnixMicro(r.completed.Int64)
+		if r.ints[colCompleted] != nil {
+			rec.CompletedAt = time.UnixMicro(n[colCompleted])
 		}
 	default:
-		return idem.Record{}, fmt.Errorf("%w: unknown state %d", idem.ErrCorruptRecord, r.state)
+		return idem.Record{}, fmt.Errorf("%w: unknown state %d", idem.ErrCorruptRecord, n[colState])
 	}
 	return rec, nil
 }

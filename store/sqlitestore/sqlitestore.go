@@ -113,11 +113,8 @@ type Store struct {
 	closed atomic.Bool
 	known  *hint // nil when Options.KnownKeys is negative
 
-	readers  chan *reader // free pinned read connections (see reader)
-	nreaders int
-	getQuery string
-
-	wget     *sql.Stmt // on w: the record of a key, inside the writer's transaction
+	get      *sql.Stmt // on r: the record of a key
+	wget     *sql.Stmt // on w: the same, inside the writer's transaction
 	upsert   *sql.Stmt // on w: the claim
 	complete *sql.Stmt
 	release  *sql.Stmt
@@ -196,14 +193,12 @@ func (s *Store) open(ctx context.Context, o Options) error {
 	s.r.SetConnMaxIdleTime(0)
 
 	q := queries(s.table)
-	if err := s.openReaders(ctx, o.Readers, q.get); err != nil {
-		return err
-	}
 	for _, p := range []struct {
 		db   *sql.DB
 		dst  **sql.Stmt
 		text string
 	}{
+		{s.r, &s.get, q.get},
 		{s.w, &s.wget, q.get},
 		{s.w, &s.upsert, q.upsert},
 		{s.w, &s.complete, q.complete},
@@ -257,8 +252,8 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeAll() error {
-	errs := []error{s.closeReaders()}
-	for _, st := range []*sql.Stmt{s.wget, s.upsert, s.complete, s.release, s.extend, s.del, s.sweep} {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.get, s.wget, s.upsert, s.complete, s.release, s.extend, s.del, s.sweep} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
