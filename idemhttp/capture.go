@@ -113,14 +113,13 @@ func (c *captureWriter) WriteString(s string) (int, error) {
 	return c.Write([]byte(s))
 }
 
-// Flush sends what is buffered to the client (committing the status and headers) and flushes
-// the underlying writer. The body is still kept for replay, up to the limit.
+// Flush flushes to the client once the response is being streamed (its body outgrew
+// Options.MaxResponseBody). Before that it does nothing: the response is sent only after it is
+// stored, so a client can never hold an answer that a crash then loses and a retry replaces
+// with another (a reverse proxy flushes every chunk of a response of unknown length).
 func (c *captureWriter) Flush() {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
 	if !c.committed {
-		c.commit()
+		return
 	}
 	if f, ok := c.w.(http.Flusher); ok {
 		f.Flush()

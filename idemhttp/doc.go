@@ -41,7 +41,10 @@
 // Options.DenyHeaders (default Set-Cookie); a replay writes exactly those, plus
 // Idempotent-Replayed: true. Trailers are not captured. Handlers may call WriteHeader late or
 // never (200 with no body), write in many pieces, and flush: http.Flusher and
-// http.ResponseController work, and a flush sends what is buffered at once. Hijacking is not
+// http.ResponseController work, but a flush sends nothing until the body outgrows
+// Options.MaxResponseBody — an answer is sent only once it is stored, so no client holds an
+// answer that a crash could lose (streaming endpoints such as server-sent events belong
+// outside the middleware, or on requests without a key). Hijacking is not
 // supported under the middleware (ErrHijackNotSupported): keep upgrade routes outside it.
 //
 // A body larger than Options.MaxResponseBody is streamed to the client as it is written, and the
