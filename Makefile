@@ -31,6 +31,15 @@ bench: services ## Run the benchmarks (see docs/benchmarks.md).
 bench-pgbench: services ## pgstore against pgbench running the same statements, same session.
 	bash scripts/bench-pgbench.sh
 
+chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS, default 100000); the verdict must be all zeros.
+	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-100000} $(GO) test -tags chaos -count=1 -v -timeout 3h -run TestChaos ./chaos/
+
+chaos-short: services ## Chaos run for CI: 5,000 operations with faults.
+	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=5000 $(GO) test -tags chaos -count=1 -v -timeout 30m -run TestChaos ./chaos/
+
+bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
+	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/
+
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	.:FuzzDecodeResponse \
@@ -48,4 +57,4 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
-.PHONY: help services test test-short test-race lint bench bench-pgbench fuzz demo
+.PHONY: help services test test-short test-race lint bench bench-pgbench bench-redis chaos chaos-short fuzz demo

@@ -23,7 +23,7 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// binaryPath is the gateway command, built once: the idem CLI (see internal/chaosgw).
+// binaryPath is the gateway command, built once: the real idem CLI.
 var binaryPath string
 
 func TestMain(m *testing.M) {
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("IDEM_CHAOS_RACE") == "1" {
 		args = append(args, "-race")
 	}
-	out, err := exec.Command("go", append(args, "github.com/idemkit/idem/chaos/internal/chaosgw")...).CombinedOutput()
+	out, err := exec.Command("go", append(args, "github.com/idemkit/idem/cmd/idem")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the gateway: %v\n%s", err, out)
 		os.Exit(1)
