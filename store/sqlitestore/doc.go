@@ -43,8 +43,8 @@
 //
 // All writes go through one connection (SQLite admits one writer at a time; queueing in Go
 // is cheaper than SQLite's busy-wait), reads through Options.Readers connections. On a
-// two-core machine the store sustains about ten thousand new keys (claim and completion) and
-// over a hundred thousand replays a second, within a few percent of the bare driver running
+// two-core machine the store sustained about twelve thousand new keys (claim and completion)
+// and over a hundred thousand replays a second, within ten percent of the bare driver running
 // the same statements; docs/bench/sqlite.md has the figures and the command.
 //
 // # Durability
