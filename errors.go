@@ -30,7 +30,8 @@ var (
 // StoreError wraps an error from the store. It matches ErrStoreUnavailable with errors.Is and
 // unwraps to the store's own error.
 type StoreError struct {
-	// Op is the store operation that failed: "reserve", "complete", "release", "extend", "get".
+	// Op is the store step that failed: "reserve", "complete", "release", "extend", "get", or
+	// a backend's own step (pgstore.DoTx reports "begin" and "commit").
 	Op string
 	// Err is the store's error.
 	Err error

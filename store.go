@@ -19,9 +19,9 @@ type Store interface {
 	//   - absent, or expired at now (ExpiresAt <= now) → a new claim;
 	//   - in progress with LeaseUntil <= now and the same fingerprint → a takeover;
 	//   - anything else → the existing record, untouched (Claimed false).
-	// A claim is in progress with LeaseUntil = now+lease, ExpiresAt = now+window,
-	// CreatedAt = now, and Token = NextToken(previous token or 0, now). Attempts is 1 for a new
-	// claim and previous+1 for a takeover.
+	// A claim is in progress with LeaseUntil = now+lease, ExpiresAt = now+window, and
+	// Token = NextToken(previous token or 0, now). A new claim has CreatedAt = now and
+	// Attempts 1; a takeover keeps the original CreatedAt and has Attempts previous+1.
 	Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (Reservation, error)
 
 	// Complete stores resp and marks the record completed, with CompletedAt = now and the given
