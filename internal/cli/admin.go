@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -38,6 +39,31 @@ func openStore(ctx context.Context, raw string) (storeurl.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return storeurl.Open(ctx, raw)
+}
+
+// openRecord parses a subcommand's flags and its one KEY argument, opens the store and reads
+// the key's record. On success the caller closes the store.
+func openRecord(ctx context.Context, fs *flag.FlagSet, args []string, store *string) (storeurl.Store, idem.Record, error) {
+	if err := parse(fs, args); err != nil {
+		return nil, idem.Record{}, err
+	}
+	if fs.NArg() != 1 {
+		return nil, idem.Record{}, usageError("want exactly one KEY (the storage key, as logged by the gateway)")
+	}
+	st, err := openStore(ctx, *store)
+	if err != nil {
+		return nil, idem.Record{}, err
+	}
+	key := fs.Arg(0)
+	rec, err := st.Get(ctx, key)
+	if err != nil {
+		st.Close()
+		if errors.Is(err, idem.ErrNotFound) {
+			return nil, idem.Record{}, fmt.Errorf("no record for key %q", key)
+		}
+		return nil, idem.Record{}, err
+	}
+	return st, rec, nil
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
@@ -113,25 +139,11 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	store := storeFlag(e, fs)
 	body := fs.Bool("body", false, "print the stored body too")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageError("want exactly one KEY (the storage key, as logged by the gateway)")
-	}
-	st, err := openStore(ctx, *store)
+	st, rec, err := openRecord(ctx, fs, args, store)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	key := fs.Arg(0)
-	rec, err := st.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return fmt.Errorf("no record for key %q", key)
-	}
-	if err != nil {
-		return err
-	}
 	now := time.Now()
 	in := inspection{
 		Key: rec.Key, State: rec.State.String(), Expired: rec.Expired(now), Fingerprint: rec.Fingerprint,
@@ -186,25 +198,12 @@ func runRelease(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "release", "[--store URL] [--force] KEY")
 	store := storeFlag(e, fs)
 	force := fs.Bool("force", false, "also delete a completed record (its next request executes again)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageError("want exactly one KEY (the storage key, as logged by the gateway)")
-	}
-	st, err := openStore(ctx, *store)
+	st, rec, err := openRecord(ctx, fs, args, store)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	key := fs.Arg(0)
-	rec, err := st.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return fmt.Errorf("no record for key %q", key)
-	}
-	if err != nil {
-		return err
-	}
+	key := rec.Key
 	switch {
 	case rec.Expired(time.Now()):
 		fmt.Fprintf(e.stdout, "key %q is already expired: nothing to release\n", key)
