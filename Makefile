@@ -25,8 +25,14 @@ lint: ## gofmt, go vet and staticcheck.
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-bench: services ## Run the benchmarks (see docs/benchmarks.md).
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+bench: services ## Run every benchmark against its baseline and write docs/benchmarks.md (~7-15 min).
+	bash scripts/bench.sh
+
+bench-gateway: services ## Gateway load benchmark against a tuned ReverseProxy → docs/bench/gateway.md (~3 min).
+	bash scripts/bench-gateway.sh
+
+test-bench-module: ## Vet and test the separate benchmark module (bench/, which brings Fiber).
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 bench-pgbench: services ## pgstore against pgbench running the same statements, same session.
 	bash scripts/bench-pgbench.sh
@@ -57,4 +63,4 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
-.PHONY: help services test test-short test-race lint bench bench-pgbench bench-redis chaos chaos-short fuzz demo
+.PHONY: help services test test-short test-race lint bench bench-gateway test-bench-module bench-pgbench bench-redis chaos chaos-short fuzz demo

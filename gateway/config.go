@@ -48,6 +48,9 @@ type Config struct {
 	MetricsListen string `yaml:"metrics_listen"`
 	// LogFormat is text or json. Default text.
 	LogFormat string `yaml:"log_format"`
+	// LogLevel is debug, info, warn or error. Default info: one line per processed request;
+	// warn keeps only problems (store errors, upstream failures, lost leases).
+	LogLevel string `yaml:"log_level"`
 	// Uncertain says what happens when the upstream got the request but gave no answer
 	// (reset, timeout): expire (default: keep the claim until its lease runs out), release
 	// (retry at once: only for upstreams that are idempotent themselves) or hold (keep it until
@@ -190,6 +193,9 @@ func (c Config) WithDefaults() Config {
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
 	if c.Uncertain == "" {
 		c.Uncertain = "expire"
 	}
@@ -225,6 +231,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_body %d is below 1 byte", c.MaxBody)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format %q is neither text nor json", c.LogFormat)
+	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
+		return fmt.Errorf("config: log_level %q is not debug, info, warn or error", c.LogLevel)
 	case c.Uncertain != "expire" && c.Uncertain != "release" && c.Uncertain != "hold":
 		return fmt.Errorf("config: uncertain %q is not expire, release or hold", c.Uncertain)
 	}

@@ -210,6 +210,9 @@ func (g *Gateway) event(ev idemhttp.Event) {
 	if ev.Err != nil || outcome == "upstream_error" || ev.Outcome == idemhttp.OutcomeStoreError {
 		level = slog.LevelWarn
 	}
+	if !g.log.Enabled(ev.Request.Context(), level) {
+		return
+	}
 	attrs := []slog.Attr{
 		slog.String("outcome", outcome), slog.String("method", ev.Request.Method),
 		slog.String("path", ev.Request.URL.Path), slog.Int("status", ev.Status),

@@ -105,11 +105,10 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Durat
 			}
 			pr.Out.GetBody = nil
 		},
-		Transport:     transport,
-		BufferPool:    newBufferPool(),
-		FlushInterval: -1,
-		ErrorHandler:  p.upstreamError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Transport:    transport,
+		BufferPool:   newBufferPool(),
+		ErrorHandler: p.upstreamError,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return p
 }

@@ -52,7 +52,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		Store:    "sqlite://" + filepath.Join(dir, "idem.db"),
 		Lease:    gateway.Duration(10 * time.Second),
 	}.WithDefaults()
-	log := newLogger(e.stderr, "text")
+	log := newLogger(e.stderr, "text", "info")
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
 	return serve(ctx, second, cfg, log, func(gw string) {

@@ -46,6 +46,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	str(&c.ScopeHeader, "scope-header", "header naming the tenant, hashed into the key scope (a stable identity such as an API key, not a rotating token)")
 	str(&c.MetricsListen, "metrics-listen", "address for /metrics, /healthz and /readyz (default: none)")
 	str(&c.LogFormat, "log-format", "text or json (default text)")
+	str(&c.LogLevel, "log-level", "debug, info (default: a line per processed request), warn or error")
 	str(&c.Uncertain, "uncertain", "when the upstream got the request but did not answer: expire (default), release or hold")
 	fs.Func("ttl", "how long responses are replayed (default 24h) (env IDEM_TTL)", durationFlag(&c.TTL))
 	fs.Func("lease", "how long a claim holds before another gateway may take over (default 30s) (env IDEM_LEASE)", durationFlag(&c.Lease))
@@ -142,6 +143,7 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.Listen, c.Upstream, c.Store = s(over.Listen, base.Listen), s(over.Upstream, base.Upstream), s(over.Store, base.Store)
 	c.ScopeHeader, c.MetricsListen = s(over.ScopeHeader, base.ScopeHeader), s(over.MetricsListen, base.MetricsListen)
 	c.LogFormat, c.Uncertain = s(over.LogFormat, base.LogFormat), s(over.Uncertain, base.Uncertain)
+	c.LogLevel = s(over.LogLevel, base.LogLevel)
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
 	if over.Cache != 0 {
@@ -162,11 +164,14 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	return c
 }
 
-func newLogger(w io.Writer, format string) *slog.Logger {
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // validated by Config.Validate; "" is info
+	opt := &slog.HandlerOptions{Level: l}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+		return slog.New(slog.NewJSONHandler(w, opt))
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	return slog.New(slog.NewTextHandler(w, opt))
 }
 
 func runServe(ctx context.Context, e *env, args []string) error {
@@ -186,7 +191,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	log := newLogger(e.stderr, cfg.LogFormat)
+	log := newLogger(e.stderr, cfg.LogFormat, cfg.LogLevel)
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
 	return serve(ctx, second, cfg, log, nil)
