@@ -367,3 +367,36 @@ func TestBinaryThreeGatewaysSQLite(t *testing.T) {
 	t.Parallel()
 	sharedStoreTest(t, sqliteStore(t))
 }
+
+// Two tenants using the same key through --scope-header never see or block each other.
+func TestBinaryTenantsAreApart(t *testing.T) {
+	t.Parallel()
+	api, up := upstream(t)
+	g := startGateway(t, "--upstream", up, "--store", sqliteStore(t), "--scope-header", "X-API-Key")
+	send := func(tenant, body string) answer {
+		req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/charges", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "same-key")
+		req.Header.Set("X-API-Key", tenant)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return answer{resp.StatusCode, resp.Header, string(b)}
+	}
+	a1 := send("tenant-a", charge)
+	b1 := send("tenant-b", `{"amount":5,"currency":"usd"}`) // another payload: no 422 across tenants
+	if a1.status != 201 || b1.status != 201 || a1.body == b1.body || api.Count() != 2 {
+		t.Fatalf("a %d %s, b %d %s, charges %d", a1.status, a1.body, b1.status, b1.body, api.Count())
+	}
+	if a2 := send("tenant-a", charge); a2.body != a1.body || a2.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("tenant a's replay: %d %s", a2.status, a2.body)
+	}
+	if b2 := send("tenant-b", `{"amount":5,"currency":"usd"}`); b2.body != b1.body || api.Count() != 2 {
+		t.Fatalf("tenant b's replay: %d %s (charges %d)", b2.status, b2.body, api.Count())
+	}
+	if strings.Contains(g.log(), "tenant-a") {
+		t.Error("the scope header's value (a secret) reached the log")
+	}
+}
