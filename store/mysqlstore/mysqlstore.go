@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
 var (
@@ -51,18 +52,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-func validName(s string) bool {
-	if s == "" || len(s) > 48 || ('0' <= s[0] && s[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// validName is the SQL backends' shared rule for table, schema and database names.
+var validName = sqlmigrate.ValidName
 
 // quote quotes a name already checked by validName.
 func quote(name string) string { return "`" + name + "`" }

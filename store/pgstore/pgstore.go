@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
 var (
@@ -58,18 +59,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-func validName(s string) bool {
-	if s == "" || len(s) > 48 || ('0' <= s[0] && s[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// validName is the SQL backends' shared rule for table, schema and database names.
+var validName = sqlmigrate.ValidName
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("pgstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
