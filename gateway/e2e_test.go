@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // binary is the idem command built once for the end-to-end tests.
@@ -398,5 +399,49 @@ func TestBinaryTenantsAreApart(t *testing.T) {
 	}
 	if strings.Contains(g.log(), "tenant-a") {
 		t.Error("the scope header's value (a secret) reached the log")
+	}
+}
+
+// pgStore returns a PostgreSQL store URL with a table of the test's own.
+func pgStore(t *testing.T) string {
+	u := testenv.PostgresURL(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return fmt.Sprintf("%s%stable=gw_%d", u, sep, time.Now().UnixNano())
+}
+
+// redisStore returns a Redis store URL with a key prefix of the test's own.
+func redisStore(t *testing.T) string {
+	return fmt.Sprintf("redis://%s/0?prefix=gw%d:", testenv.RedisAddr(t), time.Now().UnixNano())
+}
+
+func TestBinaryThreeGatewaysPostgres(t *testing.T) {
+	t.Parallel()
+	sharedStoreTest(t, pgStore(t))
+}
+
+func TestBinaryThreeGatewaysRedis(t *testing.T) {
+	t.Parallel()
+	sharedStoreTest(t, redisStore(t))
+}
+
+// The seed scenario on the network stores, through the binary.
+func TestBinarySeedScenarioNetworkStores(t *testing.T) {
+	t.Parallel()
+	for name, store := range map[string]func(*testing.T) string{"postgres": pgStore, "redis": redisStore} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			api, up := upstream(t)
+			g := startGateway(t, "--upstream", up, "--store", store(t))
+			first, second := post(t, g.url, "order-1", charge), post(t, g.url, "order-1", charge)
+			if first.status != 201 || second.status != 201 || first.body != second.body || second.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("first %d %q, second %d %q", first.status, first.body, second.status, second.body)
+			}
+			if other := post(t, g.url, "order-1", `{"amount":7,"currency":"eur"}`); other.status != 422 || api.Count() != 1 {
+				t.Fatalf("other body: %d, charges %d", other.status, api.Count())
+			}
+		})
 	}
 }
