@@ -226,7 +226,9 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		go func() { errc <- admin.Serve(mln) }()
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
-	go sweeper(ctx, g, log)
+	if needsSweep(cfg.Store) {
+		go sweeper(ctx, g, log)
+	}
 	log.Info("idem gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", redact(cfg.Store))
 	if ready != nil {
 		ready(ln.Addr().String())
@@ -257,6 +259,17 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// needsSweep reports whether the store keeps expired records until someone deletes them.
+// Redis and DynamoDB delete them by their own storage TTL; a DynamoDB Sweep is a paid Scan.
+func needsSweep(store string) bool {
+	scheme, _, _ := strings.Cut(store, "://")
+	switch strings.ToLower(scheme) {
+	case "redis", "rediss", "redis+cluster", "rediss+cluster", "dynamodb":
+		return false
+	}
+	return true
 }
 
 // sweeper deletes expired records every few minutes, with jitter, while the gateway runs.
