@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,82 +224,4 @@ func TestSweepBatches(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sw.Stop()
-}
-
-// A Reserve that loses must return a record that could not be claimed at its time, even while
-// the row changes between Reserve's statements. Here the record changes all the time (claimed, released,
-// claimed again, completed and swept) while others reserve it; every record a loser gets must
-// be one that, at its time, could not be claimed.
-func TestReserveReturnsBlockingRecord(t *testing.T) {
-	t.Parallel()
-	st := newStore(t, mysqlstore.Options{})
-	ctx := context.Background()
-	fpA, fpB := idem.Fingerprint([]byte("a")), idem.Fingerprint([]byte("b"))
-	const lease, window = time.Minute, time.Hour
-	stop := make(chan struct{})
-	var churn sync.WaitGroup
-	// Writers: claim, then release or complete with a short window, as fast as they can.
-	for w := range 2 {
-		churn.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				now := time.Now()
-				res, err := st.Reserve(ctx, "hot", fpA, now, lease, window)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !res.Claimed {
-					continue
-				}
-				if (i+w)%2 == 0 {
-					_ = st.Release(ctx, "hot", res.Record.Token)
-				} else {
-					_ = st.Complete(ctx, "hot", res.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Millisecond))
-				}
-			}
-		})
-	}
-	churn.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_, _ = st.Sweep(ctx, time.Now(), 10)
-		}
-	})
-	var checked atomic.Int64
-	var readers sync.WaitGroup
-	for range 6 {
-		readers.Go(func() {
-			for range 300 {
-				now := time.Now()
-				res, err := st.Reserve(ctx, "hot", fpB, now, lease, window)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Claimed {
-					// We hold it now: let the writers go on.
-					_ = st.Release(ctx, "hot", res.Record.Token)
-					continue
-				}
-				checked.Add(1)
-				if rec := res.Record; rec.Expired(now) {
-					t.Errorf("loser got a record that was expired at its time: %+v (now %v)", rec, now)
-					return
-				}
-			}
-		})
-	}
-	readers.Wait()
-	close(stop)
-	churn.Wait()
-	t.Logf("%d losing reservations checked", checked.Load())
 }

@@ -84,6 +84,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"CancelledContext", s.cancelledContext},
 		{"CompleteRacesTakeover", s.completeRacesTakeover},
 		{"ManyKeysConcurrently", s.manyKeys},
+		{"LoserGetsBlockingRecord", s.loserGetsBlockingRecord},
 		{"Delete", s.delete},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
@@ -745,4 +746,79 @@ func (s suite) delete(t *testing.T, b *bundle) {
 	if res := mustReserve(t, b.store, k, fpB, b.base); !res.Claimed {
 		t.Fatal("a deleted key cannot be claimed again")
 	}
+}
+
+// loserGetsBlockingRecord: a Reserve that loses returns the record that blocked it, never an
+// older version (one read from a snapshot, or between the statements of a multi-step claim).
+// The record changes all the time (claimed, released, claimed again, completed with a short
+// window and swept) while others reserve it; every record a loser gets must be one that, at
+// its time, could not be claimed.
+func (s suite) loserGetsBlockingRecord(t *testing.T, b *bundle) {
+	c := ctx(t)
+	k := b.key("hot")
+	const lease, window = time.Minute, time.Hour
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	for w := range 2 {
+		churn.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := time.Now()
+				res, err := b.store.Reserve(c, k, fpA, now, lease, window)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !res.Claimed {
+					continue
+				}
+				if (i+w)%2 == 0 {
+					_ = b.store.Release(c, k, res.Record.Token)
+				} else {
+					_ = b.store.Complete(c, k, res.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Millisecond))
+				}
+			}
+		})
+	}
+	churn.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = b.store.Sweep(c, time.Now(), 10)
+		}
+	})
+	var checked atomic.Int64
+	var readers sync.WaitGroup
+	for range 6 {
+		readers.Go(func() {
+			for range 100 {
+				now := time.Now()
+				res, err := b.store.Reserve(c, k, fpB, now, lease, window)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Claimed {
+					_ = b.store.Release(c, k, res.Record.Token) // let the writers go on
+					continue
+				}
+				checked.Add(1)
+				if rec := res.Record; rec.Expired(now) {
+					t.Errorf("loser got a record that was expired at its time: %+v (now %v)", rec, now)
+					return
+				}
+			}
+		})
+	}
+	readers.Wait()
+	close(stop)
+	churn.Wait()
+	t.Logf("%d losing reservations checked", checked.Load())
 }
