@@ -15,7 +15,7 @@ services: ## Start every service the tests need (idempotent; quick when all is u
 test: services ## Run all tests with the race detector, against real services.
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
-test-short: ## Run the tests without starting services (integration tests skip).
+test-short: ## Run the tests (-short) without starting services: a test whose service is down skips.
 	$(GO) test -count=1 -short $(PKGS)
 
 test-race: test ## Same as test (the race detector is always on).
