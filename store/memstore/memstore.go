@@ -20,12 +20,19 @@ var (
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 type Store struct {
 	mu     sync.Mutex
-	recs   map[string]*idem.Record
+	recs   map[string]*entry
 	closed bool
 }
 
+// entry is a record with its response kept encoded (idem.EncodeResponse): one allocation and
+// no pointers for the garbage collector to follow, however many headers the response has.
+type entry struct {
+	idem.Record // Response is always nil here
+	resp        []byte
+}
+
 // New returns an empty Store.
-func New() *Store { return &Store{recs: make(map[string]*idem.Record)} }
+func New() *Store { return &Store{recs: make(map[string]*entry)} }
 
 // Close makes every later call fail with idem.ErrStoreUnavailable. It is safe to call twice.
 func (s *Store) Close() error {
@@ -85,7 +92,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			return idem.Reservation{Record: clone(old)}, nil
 		}
 	}
-	rec := &idem.Record{
+	rec := &entry{Record: idem.Record{
 		Key:         key,
 		Fingerprint: fingerprint,
 		State:       idem.StateInProgress,
@@ -94,7 +101,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		Attempts:    attempts,
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(window).Truncate(time.Microsecond),
-	}
+	}}
 	if takeover {
 		rec.CreatedAt = old.CreatedAt
 	}
@@ -103,7 +110,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 }
 
 // held returns the record for key if it is in progress with token.
-func (s *Store) held(key string, token int64) (*idem.Record, error) {
+func (s *Store) held(key string, token int64) (*entry, error) {
 	rec, ok := s.recs[key]
 	if !ok || rec.State != idem.StateInProgress || rec.Token != token || rec.ExpiresAt.Equal(released) {
 		return nil, idem.ErrLeaseLost
@@ -121,9 +128,8 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	if err != nil {
 		return err
 	}
-	r := cloneResponse(resp)
 	rec.State = idem.StateCompleted
-	rec.Response = &r
+	rec.resp = idem.EncodeResponse(resp)
 	rec.CompletedAt = now.Truncate(time.Microsecond)
 	rec.ExpiresAt = expiresAt.Truncate(time.Microsecond)
 	return nil
@@ -205,23 +211,13 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 	return n, nil
 }
 
-func clone(r *idem.Record) idem.Record {
-	c := *r
-	if r.Response != nil {
-		resp := cloneResponse(*r.Response)
-		c.Response = &resp
-	}
-	return c
-}
-
-func cloneResponse(r idem.Response) idem.Response {
-	c := r
-	c.Body = append([]byte(nil), r.Body...)
-	if r.Header != nil {
-		c.Header = make(map[string][]string, len(r.Header))
-		for k, v := range r.Header {
-			c.Header[k] = append([]string(nil), v...)
-		}
+// clone returns the record with its own copy of the response: callers may keep or change it.
+func clone(e *entry) idem.Record {
+	c := e.Record
+	if e.resp != nil {
+		// The bytes were written by EncodeResponse, so they always decode.
+		r, _ := idem.DecodeResponse(e.resp)
+		c.Response = &r
 	}
 	return c
 }
