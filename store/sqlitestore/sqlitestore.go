@@ -154,12 +154,31 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("sqlitestore: open %s: is a directory", path)
 	}
-	s := &Store{path: abs, table: o.Table, known: newHint(o.KnownKeys)}
-	if err := s.open(ctx, o); err != nil {
+	// SQLite answers some lock conflicts at once with SQLITE_BUSY instead of waiting out the
+	// busy timeout (switching a fresh file to WAL while another opener holds it, say), so an
+	// open that meets another process's open is retried, within BusyTimeout.
+	deadline := time.Now().Add(o.BusyTimeout)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		s := &Store{path: abs, table: o.Table, known: newHint(o.KnownKeys)}
+		err := s.open(ctx, o)
+		if err == nil {
+			return s, nil
+		}
 		s.closeAll()
-		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+		if !isBusy(err) || ctx.Err() != nil || time.Now().Add(pause).After(deadline) {
+			return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+		}
+		time.Sleep(pause)
 	}
-	return s, nil
+}
+
+// isBusy reports whether err is SQLite's "database is locked" (SQLITE_BUSY).
+func isBusy(err error) bool {
+	var se interface{ Code() int }
+	if errors.As(err, &se) && se.Code()&0xff == 5 {
+		return true
+	}
+	return strings.Contains(err.Error(), "SQLITE_BUSY")
 }
 
 // Migrate brings the schema of the file at path up to SchemaVersion, as Open does, and closes
