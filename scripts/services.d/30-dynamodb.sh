@@ -25,10 +25,11 @@ if ! port_open "${IDEM_DYNAMODB_PORT:-8000}"; then
 		mv "$ddb_dir/$ddb_version.tmp" "$ddb_dir/$ddb_version"
 	fi
 	echo "services: starting DynamoDB Local" >&2
-	# Started like fauxqs: setsid, every stream redirected, no subshell left waiting on it, so
-	# nothing keeps the caller's stdout open (a CI runner reading it to the end would hang).
-	setsid nohup java -Xmx512m -Djava.library.path="$ddb_home/DynamoDBLocal_lib" \
-		-jar "$ddb_home/DynamoDBLocal.jar" -inMemory -sharedDb -disableTelemetry -port "${IDEM_DYNAMODB_PORT:-8000}" \
+	# Started detached: the subshell execs into setsid/java, every stream redirected, so no
+	# shell is left waiting on it with the caller's stdout (a CI runner reading the output to
+	# its end would hang). Its working directory is the emulator's, where it writes metadata.
+	(cd "$ddb_home" && exec setsid nohup java -Xmx512m -Djava.library.path=./DynamoDBLocal_lib \
+		-jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry -port "${IDEM_DYNAMODB_PORT:-8000}") \
 		>"$IDEM_SERVICES_DIR/dynamodb-local.log" 2>&1 </dev/null &
 	echo $! >"$IDEM_SERVICES_DIR/dynamodb-local.pid"
 	wait_port "${IDEM_DYNAMODB_PORT:-8000}" 60 "DynamoDB Local"
