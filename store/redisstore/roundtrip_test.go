@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -59,14 +60,20 @@ func TestRoundTrips(t *testing.T) {
 			ctx := context.Background()
 			now := time.Now()
 			fp := idem.Fingerprint([]byte("rt"))
-			// Warm up: load every script (EVALSHA falls back to EVAL once) and the slot map.
-			w, err := st.Reserve(ctx, "warm", fp, now, time.Minute, time.Hour)
-			if err != nil {
-				t.Fatal(err)
+			// Warm up: load every script on every node (EVALSHA falls back to EVAL once per
+			// node; a freshly created cluster has none) and the slot map. 64 keys spread over
+			// the shards reach every node of a small cluster.
+			for i := range 64 {
+				wk := fmt.Sprintf("warm-%d", i)
+				w, err := st.Reserve(ctx, wk, fp, now, time.Minute, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = st.Extend(ctx, wk, w.Record.Token, now.Add(2*time.Minute))
+				_ = st.Complete(ctx, wk, w.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
+				_ = st.Release(ctx, wk, w.Record.Token)
+				_ = st.Delete(ctx, wk)
 			}
-			_ = st.Extend(ctx, "warm", w.Record.Token, now.Add(2*time.Minute))
-			_ = st.Complete(ctx, "warm", w.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
-			_ = st.Release(ctx, "warm", w.Record.Token)
 
 			rt := func(what string, want int64, fn func() error) {
 				t.Helper()
