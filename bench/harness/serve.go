@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/idemkit/idem/bench/targets"
@@ -59,7 +61,21 @@ func ServeBareProxy(ctx context.Context, listen, upstream string) error {
 
 // ServeTarget serves one of the middleware comparison's targets (TargetNetHTTP and the
 // others) on listen until ctx ends.
+//
+// With IDEMBENCH_CPUPROFILE_DIR set, the target writes a CPU profile of its whole run to
+// DIR/TARGET-PID.prof, for `go tool pprof`.
 func ServeTarget(ctx context.Context, listen, target string) error {
+	if dir := os.Getenv("IDEMBENCH_CPUPROFILE_DIR"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.prof", target, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	switch target {
 	case TargetNetHTTP:
 		return serveHTTP(ctx, listen, targets.BareHandler())
