@@ -6,6 +6,7 @@ package memstore
 
 import (
 	"context"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -20,19 +21,30 @@ var (
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 type Store struct {
 	mu     sync.Mutex
-	recs   map[string]*entry
+	recs   map[string]entry
 	closed bool
 }
 
-// entry is a record with its response kept encoded (idem.EncodeResponse): one allocation and
-// no pointers for the garbage collector to follow, however many headers the response has.
+// entry is a record kept compact: times as Unix microseconds, a hex fingerprint as its 32
+// bytes, the response encoded (idem.EncodeResponse). It sits in the map by value, so a record
+// costs no allocation of its own and the garbage collector follows at most two pointers in it
+// (the response and an unusual fingerprint), however many headers the response has: a store
+// holding a day of records adds little to every collection.
 type entry struct {
-	idem.Record // Response is always nil here
-	resp        []byte
+	fp       [32]byte
+	fpOther  string // a fingerprint that is not 64 lowercase hex digits (direct Store users); else ""
+	state    idem.State
+	attempts int32
+	token    int64
+	lease    int64 // Unix µs; 0 once released
+	expires  int64 // Unix µs; 0 once released
+	created  int64 // Unix µs
+	done     int64 // completed_at, Unix µs; 0 while in progress
+	resp     []byte
 }
 
 // New returns an empty Store.
-func New() *Store { return &Store{recs: make(map[string]*entry)} }
+func New() *Store { return &Store{recs: make(map[string]entry)} }
 
 // Close makes every later call fail with idem.ErrStoreUnavailable. It is safe to call twice.
 func (s *Store) Close() error {
@@ -61,9 +73,6 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-// released marks a released record: expired since the epoch, its token dead.
-var released = time.Unix(0, 0)
-
 var errClosed = &closedError{}
 
 type closedError struct{}
@@ -71,51 +80,97 @@ type closedError struct{}
 func (*closedError) Error() string        { return "memstore: closed" }
 func (*closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
 
+// micros returns t as Unix microseconds (t is truncated to the microsecond).
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// setFingerprint keeps fp in e: as 32 bytes when it is 64 lowercase hex digits, as a string else.
+func (e *entry) setFingerprint(fp string) {
+	e.fpOther = ""
+	if !idem.ValidFingerprint(fp) {
+		e.fpOther = fp
+		return
+	}
+	if _, err := hex.Decode(e.fp[:], []byte(fp)); err != nil {
+		e.fpOther = fp // not reached: a valid fingerprint decodes
+	}
+}
+
+// hasFingerprint reports whether e was claimed with fingerprint fp, without allocating.
+func (e *entry) hasFingerprint(fp string) bool {
+	if e.fpOther != "" || !idem.ValidFingerprint(fp) {
+		return e.fpOther == fp
+	}
+	for i := range e.fp {
+		if hexByte(fp[2*i], fp[2*i+1]) != e.fp[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func hexByte(hi, lo byte) byte { return unhex(hi)<<4 | unhex(lo) }
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+func (e *entry) fingerprint() string {
+	if e.fpOther != "" {
+		return e.fpOther
+	}
+	return hex.EncodeToString(e.fp[:])
+}
+
+func (e *entry) expired(now int64) bool { return e.expires <= now }
+func (e *entry) leaseExpired(now int64) bool {
+	return e.state == idem.StateInProgress && e.lease <= now
+}
+
 // Reserve implements idem.Store.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.lock(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
 	defer s.mu.Unlock()
-	now = now.Truncate(time.Microsecond)
+	n := micros(now)
 	old, exists := s.recs[key]
 	takeover := false
 	var prev int64
-	attempts := 1
+	attempts := int32(1)
+	created := n
 	if exists {
 		switch {
-		case old.Expired(now):
-			prev = old.Token
-		case old.LeaseExpired(now) && old.Fingerprint == fingerprint:
-			prev, takeover, attempts = old.Token, true, old.Attempts+1
+		case old.expired(n):
+			prev = old.token
+		case old.leaseExpired(n) && old.hasFingerprint(fingerprint):
+			prev, takeover, attempts, created = old.token, true, old.attempts+1, old.created
 		default:
-			return idem.Reservation{Record: clone(old)}, nil
+			return idem.Reservation{Record: record(key, &old)}, nil
 		}
 	}
-	rec := &entry{Record: idem.Record{
-		Key:         key,
-		Fingerprint: fingerprint,
-		State:       idem.StateInProgress,
-		Token:       idem.NextToken(prev, now),
-		LeaseUntil:  now.Add(lease).Truncate(time.Microsecond),
-		Attempts:    attempts,
-		CreatedAt:   now,
-		ExpiresAt:   now.Add(window).Truncate(time.Microsecond),
-	}}
-	if takeover {
-		rec.CreatedAt = old.CreatedAt
+	e := entry{
+		state:    idem.StateInProgress,
+		token:    idem.NextToken(prev, now),
+		lease:    micros(now.Add(lease)),
+		expires:  micros(now.Add(window)),
+		attempts: attempts,
+		created:  created,
 	}
-	s.recs[key] = rec
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: clone(rec)}, nil
+	e.setFingerprint(fingerprint)
+	s.recs[key] = e
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: record(key, &e)}, nil
 }
 
 // held returns the record for key if it is in progress with token.
-func (s *Store) held(key string, token int64) (*entry, error) {
-	rec, ok := s.recs[key]
-	if !ok || rec.State != idem.StateInProgress || rec.Token != token || rec.ExpiresAt.Equal(released) {
-		return nil, idem.ErrLeaseLost
+func (s *Store) held(key string, token int64) (entry, error) {
+	e, ok := s.recs[key]
+	if !ok || e.state != idem.StateInProgress || e.token != token || e.expires == 0 {
+		return entry{}, idem.ErrLeaseLost
 	}
-	return rec, nil
+	return e, nil
 }
 
 // Complete implements idem.Store.
@@ -124,14 +179,15 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		return err
 	}
 	defer s.mu.Unlock()
-	rec, err := s.held(key, token)
+	e, err := s.held(key, token)
 	if err != nil {
 		return err
 	}
-	rec.State = idem.StateCompleted
-	rec.resp = idem.EncodeResponse(resp)
-	rec.CompletedAt = now.Truncate(time.Microsecond)
-	rec.ExpiresAt = expiresAt.Truncate(time.Microsecond)
+	e.state = idem.StateCompleted
+	e.resp = idem.EncodeResponse(resp)
+	e.done = micros(now)
+	e.expires = micros(expiresAt)
+	s.recs[key] = e
 	return nil
 }
 
@@ -141,13 +197,13 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	rec, err := s.held(key, token)
+	e, err := s.held(key, token)
 	if err != nil {
 		return err
 	}
 	// Keep the record, expired, so the next claim's token is larger than this one.
-	rec.ExpiresAt = released
-	rec.LeaseUntil = released
+	e.expires, e.lease = 0, 0
+	s.recs[key] = e
 	return nil
 }
 
@@ -157,15 +213,13 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 		return err
 	}
 	defer s.mu.Unlock()
-	rec, err := s.held(key, token)
+	e, err := s.held(key, token)
 	if err != nil {
 		return err
 	}
-	until = until.Truncate(time.Microsecond)
-	rec.LeaseUntil = until
-	if until.After(rec.ExpiresAt) {
-		rec.ExpiresAt = until
-	}
+	e.lease = micros(until)
+	e.expires = max(e.expires, e.lease)
+	s.recs[key] = e
 	return nil
 }
 
@@ -175,11 +229,11 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	defer s.mu.Unlock()
-	rec, ok := s.recs[key]
+	e, ok := s.recs[key]
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return clone(rec), nil
+	return record(key, &e), nil
 }
 
 // Delete removes key's record whatever its state (idem.Deleter).
@@ -198,12 +252,12 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	n := 0
-	for k, rec := range s.recs {
+	n, at := 0, micros(now)
+	for k, e := range s.recs {
 		if n >= batch {
 			break
 		}
-		if rec.Expired(now) {
+		if e.expired(at) {
 			delete(s.recs, k)
 			n++
 		}
@@ -211,13 +265,26 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 	return n, nil
 }
 
-// clone returns the record with its own copy of the response: callers may keep or change it.
-func clone(e *entry) idem.Record {
-	c := e.Record
+// record returns e as an idem.Record, with its own copy of the response: callers may keep or
+// change it.
+func record(key string, e *entry) idem.Record {
+	r := idem.Record{
+		Key:         key,
+		Fingerprint: e.fingerprint(),
+		State:       e.state,
+		Token:       e.token,
+		LeaseUntil:  time.UnixMicro(e.lease),
+		Attempts:    int(e.attempts),
+		CreatedAt:   time.UnixMicro(e.created),
+		ExpiresAt:   time.UnixMicro(e.expires),
+	}
+	if e.done != 0 {
+		r.CompletedAt = time.UnixMicro(e.done)
+	}
 	if e.resp != nil {
 		// The bytes were written by EncodeResponse, so they always decode.
-		r, _ := idem.DecodeResponse(e.resp)
-		c.Response = &r
+		resp, _ := idem.DecodeResponse(e.resp)
+		r.Response = &resp
 	}
-	return c
+	return r
 }
