@@ -26,7 +26,9 @@ type Store interface {
 
 	// Complete stores resp and marks the record completed, with CompletedAt = now and the given
 	// expiresAt, if the record is in progress with this token; otherwise it returns
-	// ErrLeaseLost and changes nothing.
+	// ErrLeaseLost and changes nothing. The store keeps its own copy of what it stores: resp's
+	// body, header map and slices are the caller's again once Complete returns (callers reuse
+	// their buffers).
 	Complete(ctx context.Context, key string, token int64, resp Response, now, expiresAt time.Time) error
 
 	// Release gives up the claim if the record is in progress with this token, so that the key

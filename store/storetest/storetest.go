@@ -361,8 +361,14 @@ func (s suite) completeAndReplay(t *testing.T, b *bundle) {
 	if err := b.store.Complete(c, k, claim.Token, resp, done, exp); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
+	// The caller may reuse its buffers once Complete returns (idemhttp does): the store must
+	// have kept its own copy. Scribble over everything the caller handed in.
+	kept := idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
+	copy(resp.Body, "XXXXXXXX")
+	resp.Header["Content-Type"][0] = "text/plain"
+	resp.Header["X-Added"] = []string{"later"}
 	want := claim
-	want.State, want.Response, want.CompletedAt, want.ExpiresAt = idem.StateCompleted, &resp, done, exp
+	want.State, want.Response, want.CompletedAt, want.ExpiresAt = idem.StateCompleted, &kept, done, exp
 	checkSame(t, "Get after Complete", mustGet(t, b.store, k), want)
 	// Reserve returns the completed record, even long after the lease and with another fp.
 	for _, fp := range []string{fpA, fpB} {
