@@ -140,7 +140,7 @@ func (c *captureWriter) commit() {
 	c.committed = true
 	h := c.w.Header()
 	c.sniff(h)
-	c.stored = c.m.storedHeader(h)
+	c.stored = c.m.storedHeader(h, false) // a snapshot: h may change after it is sent
 	if c.m.opt.ExpiresHeader && c.m.keeps(c.status) {
 		h[ExpiresHeader] = []string{c.m.now().Add(c.m.ttl).UTC().Format(http.TimeFormat)}
 	}

@@ -71,21 +71,34 @@ func (m *middleware) keeps(status int) bool {
 }
 
 // storedHeader returns the headers of h to store: all but hop-by-hop, denied and
-// Connection-named ones. The value slices are shared with h, capped so an append to h cannot
+// Connection-named ones. When share is true and none of those is present it returns h itself, which the caller
+// must not change until the store has copied it (Store.Complete copies before it returns);
+// otherwise a new map whose value slices are shared with h, capped so an append to h cannot
 // write into them.
-func (m *middleware) storedHeader(h http.Header) http.Header {
+func (m *middleware) storedHeader(h http.Header, share bool) http.Header {
 	conn := h["Connection"]
+	drop := !share
+	for k, v := range h {
+		if m.drops(k, v, conn) {
+			drop = true
+			break
+		}
+	}
+	if !drop {
+		return h
+	}
 	out := make(http.Header, len(h))
 	for k, v := range h {
-		if m.skip[k] || len(v) == 0 || len(k) > 8 && k[:8] == "Trailer:" {
-			continue
+		if !m.drops(k, v, conn) {
+			out[k] = v[:len(v):len(v)]
 		}
-		if len(conn) > 0 && namedIn(conn, k) {
-			continue
-		}
-		out[k] = v[:len(v):len(v)]
 	}
 	return out
+}
+
+// drops reports whether header k (values v) is not stored; conn is the Connection header.
+func (m *middleware) drops(k string, v, conn []string) bool {
+	return m.skip[k] || len(v) == 0 || len(k) > 8 && k[:8] == "Trailer:" || len(conn) > 0 && namedIn(conn, k)
 }
 
 // namedIn reports whether the Connection header values name k.
@@ -331,13 +344,16 @@ func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
 		c.status = http.StatusOK // a handler that never writes answers 200 with no body
 	}
 	if !c.committed {
+		// Nothing changes the header map until the engine has stored the response.
 		h := c.w.Header()
 		c.sniff(h)
-		c.stored = c.m.storedHeader(h)
+		c.stored = c.m.storedHeader(h, true)
 	}
 	resp := idem.Response{Status: c.status, Header: c.stored, BodyOmitted: c.omitted}
 	if !c.omitted && len(*c.buf) > 0 {
-		resp.Body = append([]byte(nil), *c.buf...) // owned by the record (and the engine's cache)
+		// Not copied: the store copies what it keeps before Complete returns, and the buffer
+		// goes back to its pool only after the answer is written.
+		resp.Body = *c.buf
 	}
 	switch c.mark {
 	case markFailed:

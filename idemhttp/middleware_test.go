@@ -649,3 +649,36 @@ func TestOptionsValidation(t *testing.T) {
 		}
 	}
 }
+
+// Headers changed after a response is committed (its body outgrew MaxResponseBody) were never
+// sent: the replay carries the headers as they were sent.
+func TestHeaderChangedAfterCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 16, ExpiresHeader: true},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-A", "1")
+			io.WriteString(w, strings.Repeat("a", 32)) // over the limit: sent now
+			w.Header().Set("X-Late", "never sent")
+			w.Header().Set("X-A", "2")
+			io.WriteString(w, "more")
+		}))
+	r1 := b.do("POST", "/", "k", "x")
+	r2 := b.do("POST", "/", "k", "x")
+	if r1.Err != nil || r2.Err != nil {
+		t.Fatal(r1.Err, r2.Err)
+	}
+	for i, r := range []reply{r1, r2} {
+		if got := r.Header.Get("X-A"); got != "1" {
+			t.Errorf("reply %d: X-A = %q, want 1", i+1, got)
+		}
+		if got := r.Header.Values("X-Late"); len(got) != 0 {
+			t.Errorf("reply %d: X-Late = %q, want none", i+1, got)
+		}
+		if got := r.Header.Values(idemhttp.ExpiresHeader); len(got) != 1 {
+			t.Errorf("reply %d: %s = %q, want one value", i+1, idemhttp.ExpiresHeader, got)
+		}
+	}
+	if r2.Header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("second reply not replayed: %v", r2.Header)
+	}
+}
