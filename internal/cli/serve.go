@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -177,6 +178,11 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 func runServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "serve", "--upstream URL [flags]")
 	f := bindServe(e, fs)
+	usage := fs.Usage
+	fs.Usage = func() {
+		usage()
+		fmt.Fprintln(e.stderr, "\nProfiling (off by default): IDEM_CPUPROFILE=FILE writes a CPU profile of the whole run\nto FILE at exit, for go tool pprof.")
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -192,9 +198,35 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return usageError("%v", err)
 	}
 	log := newLogger(e.stderr, cfg.LogFormat, cfg.LogLevel)
+	if path := e.getenv("IDEM_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		log.Info("writing a CPU profile until exit", "file", path)
+	}
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
 	return serve(ctx, second, cfg, log, nil)
+}
+
+// startCPUProfile profiles the process's CPU into the file at path until the returned func
+// is called (at exit, after the drain). It is for finding where a request's CPU goes in the
+// real gateway (`go tool pprof bin/idem FILE`); off unless IDEM_CPUPROFILE names a file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("IDEM_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("IDEM_CPUPROFILE: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // serve runs the gateway until ctx ends (first signal), then drains: it stops accepting,
