@@ -61,6 +61,7 @@ type Gateway struct {
 	routes   []route
 	fallback http.Handler
 	engines  []*idem.Engine
+	failures *failures // upstream failures, from the proxy to the event hook
 }
 
 type route struct {
@@ -104,6 +105,7 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		transport = upstreamTransport()
 	}
 	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics)
+	g.failures = px.failures
 
 	if g.fallback, err = g.protect(instrumented, px, Route{}); err != nil {
 		g.Close()
@@ -191,30 +193,34 @@ func cmpOr(a, b string) string {
 // bypass proxies without idempotency, still counting the request.
 func (g *Gateway) bypass(px http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.metrics.Requests.WithLabelValues(string(idemhttp.OutcomeBypass)).Inc()
 		px.ServeHTTP(w, r)
+		outcome := idemhttp.OutcomeBypass
+		if g.failures.take(r.URL) != 0 {
+			outcome = outcomeUpstreamError
+		}
+		g.metrics.request(outcome)
 	})
 }
 
 // event turns the middleware's report of a request into a metric and a log line.
 func (g *Gateway) event(ev idemhttp.Event) {
-	outcome := string(ev.Outcome)
-	if f := upstreamFailureOf(ev.Request); f != nil && *f != 0 {
-		outcome = "upstream_error"
+	outcome := ev.Outcome
+	if g.failures.take(ev.Request.URL) != 0 {
+		outcome = outcomeUpstreamError
 	}
-	g.metrics.Requests.WithLabelValues(outcome).Inc()
+	g.metrics.request(outcome)
 	if ev.Outcome == idemhttp.OutcomeBypass {
 		return
 	}
 	level := slog.LevelInfo
-	if ev.Err != nil || outcome == "upstream_error" || ev.Outcome == idemhttp.OutcomeStoreError {
+	if ev.Err != nil || outcome == outcomeUpstreamError || ev.Outcome == idemhttp.OutcomeStoreError {
 		level = slog.LevelWarn
 	}
 	if !g.log.Enabled(ev.Request.Context(), level) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("outcome", outcome), slog.String("method", ev.Request.Method),
+		slog.String("outcome", string(outcome)), slog.String("method", ev.Request.Method),
 		slog.String("path", ev.Request.URL.Path), slog.Int("status", ev.Status),
 		slog.String("key", ev.Key), slog.Duration("duration", ev.Duration),
 	}
@@ -238,14 +244,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.readyz(w, r)
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), failureKey{}, new(upstreamFailure)))
+	h := g.fallback
 	for i := range g.routes {
 		if g.routes[i].rule.match(r.Method, r.URL.Path) {
-			g.routes[i].handler.ServeHTTP(w, r)
-			return
+			h = g.routes[i].handler
+			break
 		}
 	}
-	g.fallback.ServeHTTP(w, r)
+	h.ServeHTTP(w, r)
+	g.failures.take(r.URL) // normally taken by the event hook already; never left behind
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {

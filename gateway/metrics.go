@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,6 +20,43 @@ type Metrics struct {
 	InFlight prometheus.Gauge
 	// UpstreamSeconds is the latency of upstream calls, by result (ok, error).
 	UpstreamSeconds *prometheus.HistogramVec
+
+	// Pre-resolved children, so a request looks up no label: every outcome's counter (each
+	// series is exported from the start, at 0) and the upstream observers.
+	outcomes   map[string]prometheus.Counter
+	upstreamOK prometheus.Observer
+	upstreamKO prometheus.Observer
+}
+
+// outcomeUpstreamError labels a request whose upstream call failed (nothing sent, or sent
+// without an answer).
+const outcomeUpstreamError = "upstream_error"
+
+// requestOutcomes are the label values of Requests: the middleware's outcomes and
+// upstream_error.
+var requestOutcomes = []idemhttp.Outcome{
+	idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeUncertain, idemhttp.OutcomeOversize,
+	idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict, idemhttp.OutcomeMismatch, idemhttp.OutcomeBypass,
+	idemhttp.OutcomeFailOpen, idemhttp.OutcomeStoreError, idemhttp.OutcomeInvalidKey, idemhttp.OutcomeMissingKey,
+	idemhttp.OutcomeTooLarge, idemhttp.OutcomeError, outcomeUpstreamError,
+}
+
+// request counts one request with the outcome.
+func (m *Metrics) request(outcome idemhttp.Outcome) {
+	if c, ok := m.outcomes[string(outcome)]; ok {
+		c.Inc()
+		return
+	}
+	m.Requests.WithLabelValues(string(outcome)).Inc() // an outcome added to idemhttp later
+}
+
+// upstream observes one upstream call.
+func (m *Metrics) upstream(took time.Duration, failed bool) {
+	if failed {
+		m.upstreamKO.Observe(took.Seconds())
+		return
+	}
+	m.upstreamOK.Observe(took.Seconds())
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -39,6 +77,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"result"}),
 	}
+	m.outcomes = make(map[string]prometheus.Counter, len(requestOutcomes))
+	for _, o := range requestOutcomes {
+		m.outcomes[string(o)] = m.Requests.WithLabelValues(string(o))
+	}
+	m.upstreamOK, m.upstreamKO = m.UpstreamSeconds.WithLabelValues("ok"), m.UpstreamSeconds.WithLabelValues("error")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.UpstreamSeconds} {
 			if err := reg.Register(c); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,23 +75,62 @@ func classify(err error) upstreamFailure {
 // proxy is the handler behind the idempotency middleware: it forwards to the upstream,
 // detached from the client's connection.
 type proxy struct {
-	rp      *httputil.ReverseProxy
-	timeout time.Duration
-	log     *slog.Logger
-	metrics *Metrics
+	rp       *httputil.ReverseProxy
+	timeout  time.Duration
+	log      *slog.Logger
+	metrics  *Metrics
+	failures *failures
 }
 
-// failureKey is the context key of the *upstreamFailure the gateway puts in each request, so
-// the proxy can say how the upstream call failed and the event hook can count it.
-type failureKey struct{}
+// upstreamCall is the request's context with a slot for the failure the error handler saw,
+// if any. The proxy detaches it (context.WithoutCancel) before the call, so the gateway adds
+// no context of its own to a request, and a value lookup passes through without allocating.
+type upstreamCall struct {
+	context.Context // the request's context
+	failure         upstreamFailure
+}
 
-func upstreamFailureOf(r *http.Request) *upstreamFailure {
-	f, _ := r.Context().Value(failureKey{}).(*upstreamFailure)
-	return f
+// callKey is the context key under which an upstreamCall finds itself.
+type callKey struct{}
+
+// Value returns the call itself for callKey, and the request's values otherwise.
+func (c *upstreamCall) Value(key any) any {
+	if key == (callKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// failures hands the failure of an upstream call from the proxy to the event hook, which
+// labels the request upstream_error. The hook sees the request the middleware got, the proxy
+// a copy made by WithContext: both share the *url.URL the server parsed for that request,
+// unique among requests in flight, so it is the key. Only failures are stored: on the usual
+// path the hook reads one atomic counter and nothing else.
+type failures struct {
+	n atomic.Int64
+	m sync.Map // *url.URL → upstreamFailure
+}
+
+func (f *failures) record(u *url.URL, x upstreamFailure) {
+	f.m.Store(u, x)
+	f.n.Add(1)
+}
+
+// take returns and forgets the failure recorded for u (0: none).
+func (f *failures) take(u *url.URL) upstreamFailure {
+	if f.n.Load() == 0 {
+		return 0
+	}
+	v, ok := f.m.LoadAndDelete(u)
+	if !ok {
+		return 0
+	}
+	f.n.Add(-1)
+	return v.(upstreamFailure)
 }
 
 func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Duration, log *slog.Logger, m *Metrics) *proxy {
-	p := &proxy{timeout: timeout, log: log, metrics: m}
+	p := &proxy{timeout: timeout, log: log, metrics: m, failures: &failures{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -116,17 +156,17 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Durat
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Detached: a client that disconnects or times out does not cancel the upstream call,
 	// so the effect's response is still stored and the client's retry gets it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
+	call := &upstreamCall{Context: r.Context()}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(call), p.timeout)
 	defer cancel()
 	start := time.Now()
 	p.metrics.InFlight.Inc()
 	defer p.metrics.InFlight.Dec()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
-	result := "ok"
-	if f := upstreamFailureOf(r); f != nil && *f != 0 {
-		result = "error"
+	p.metrics.upstream(time.Since(start), call.failure != 0)
+	if call.failure != 0 {
+		p.failures.record(r.URL, call.failure)
 	}
-	p.metrics.UpstreamSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 }
 
 // upstreamError answers when the upstream call failed: 502, or 504 on a timeout. A request
@@ -134,8 +174,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // without an answer is marked uncertain (the claim is held: never a silent second execution).
 func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	f := classify(err)
-	if fp := upstreamFailureOf(r); fp != nil {
-		*fp = f
+	if call, ok := r.Context().Value(callKey{}).(*upstreamCall); ok {
+		call.failure = f
 	}
 	status, title := http.StatusBadGateway, "The upstream could not be reached; nothing was sent."
 	if f == uncertain {
