@@ -249,20 +249,20 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 	token := res.Record.Token
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopBeat := e.heartbeat(fnCtx, cancel, key, token)
+	hb := e.heartbeat(fnCtx, cancel, key, token)
 	finished := false
 	defer func() {
 		if finished {
 			return
 		}
 		// fn panicked: release the claim, then let the panic go on.
-		stopBeat()
+		hb.stop()
 		e.release(ctx, key, token)
 		e.wake.done(key)
 	}()
 	resp, ferr := fn(fnCtx)
 	finished = true
-	stopBeat()
+	hb.stop()
 	defer e.wake.done(key)
 
 	result = Result{Response: resp, Executed: true, Takeover: res.Takeover}
@@ -377,19 +377,28 @@ func (e *Engine) hold(ctx context.Context, key string, token int64, expires time
 }
 
 // heartbeat extends the lease every Heartbeat while fn runs. If the claim is lost, fn's
-// context is cancelled with cause ErrLeaseLost. It costs one timer, not a goroutine, per call;
-// the returned func stops it and waits for an extension under way, so no late extension can
-// reach the store after the claim is completed or released.
-func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, key string, token int64) (stop func()) {
+// context is cancelled with cause ErrLeaseLost. It costs one timer, not a goroutine, per call,
+// and the timers are reused; stop (nil-safe) stops it and waits for an extension under way, so
+// no late extension can reach the store after the claim is completed or released.
+func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, key string, token int64) *beat {
 	if e.opt.Heartbeat <= 0 {
-		return func() {}
+		return nil
 	}
-	b := &beat{e: e, ctx: ctx, cancel: cancel, key: key, token: token}
+	b, _ := beats.Get().(*beat)
+	if b == nil {
+		b = new(beat)
+		b.t = time.AfterFunc(time.Hour, b.fire)
+		b.t.Stop()
+	}
 	b.mu.Lock()
-	b.t = time.AfterFunc(e.opt.Heartbeat, b.fire)
+	b.e, b.ctx, b.cancel, b.key, b.token, b.stopped = e, ctx, cancel, key, token, false
+	b.t.Reset(e.opt.Heartbeat)
 	b.mu.Unlock()
-	return b.stop
+	return b
 }
+
+// beats holds stopped heartbeats for reuse: a timer and its callback cost two allocations.
+var beats sync.Pool
 
 type beat struct {
 	e      *Engine
@@ -400,7 +409,7 @@ type beat struct {
 
 	mu      sync.Mutex // held across an extension, so stop waits for it
 	stopped bool
-	t       *time.Timer
+	t       *time.Timer // calls fire
 }
 
 func (b *beat) fire() {
@@ -422,8 +431,17 @@ func (b *beat) fire() {
 }
 
 func (b *beat) stop() {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	b.stopped = true
-	b.t.Stop()
+	// Stop reports true only when fire was pending and now never runs; otherwise fire may
+	// still be on its way to the lock, and b must not be reused under it.
+	idle := b.t.Stop()
+	b.e, b.ctx, b.cancel, b.key = nil, nil, nil, ""
 	b.mu.Unlock()
+	if idle {
+		beats.Put(b)
+	}
 }

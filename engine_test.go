@@ -669,3 +669,67 @@ func TestCacheBoundedByBytes(t *testing.T) {
 		t.Fatal("the oldest record was not evicted to keep within CacheBytes")
 	}
 }
+
+// extendSpy records Extend calls that do not belong to a claim running now.
+type extendSpy struct {
+	idem.Store
+	mu      sync.Mutex
+	active  map[string]int64 // key → token of the execution running now
+	extends int
+	wrong   []string
+}
+
+func (s *extendSpy) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	s.mu.Lock()
+	s.extends++
+	if tok, ok := s.active[key]; !ok || tok != token {
+		s.wrong = append(s.wrong, fmt.Sprintf("Extend(%s, %d) with active token %d (%t)", key, token, tok, ok))
+	}
+	s.mu.Unlock()
+	return s.Store.Extend(ctx, key, token, until)
+}
+
+// Heartbeat timers are reused from one execution to the next: an extension must only ever
+// reach the claim running now, with its own token, never a finished one.
+func TestHeartbeatsReusedSafely(t *testing.T) {
+	t.Parallel()
+	spy := &extendSpy{Store: memstore.New(), active: map[string]int64{}}
+	eng, err := idem.New(spy, idem.Options{Lease: 60 * time.Millisecond, Heartbeat: 3 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				key := fmt.Sprintf("g%d-%d", g, i)
+				_, err := eng.Do(context.Background(), key, fp1, func(ctx context.Context) (idem.Response, error) {
+					rec, err := spy.Store.Get(ctx, key)
+					if err != nil {
+						return idem.Response{}, err
+					}
+					spy.mu.Lock()
+					spy.active[key] = rec.Token
+					spy.mu.Unlock()
+					time.Sleep(time.Duration(i%4) * 4 * time.Millisecond)
+					return idem.Response{Status: 200}, nil
+				})
+				spy.mu.Lock()
+				delete(spy.active, key) // Do returns only after its heartbeat stopped
+				spy.mu.Unlock()
+				if err != nil {
+					t.Errorf("Do(%s): %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(spy.wrong) > 0 {
+		t.Fatalf("%d stray extensions, first: %s", len(spy.wrong), spy.wrong[0])
+	}
+	if spy.extends == 0 {
+		t.Fatal("no heartbeat ran: the test proves nothing")
+	}
+	t.Logf("%d extensions, all to the running claim", spy.extends)
+}

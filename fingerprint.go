@@ -29,11 +29,19 @@ func ValidFingerprint(fp string) bool {
 	if len(fp) != FingerprintLen {
 		return false
 	}
+	var bad byte
 	for i := 0; i < len(fp); i++ {
-		c := fp[i]
+		bad |= notLowerHex[fp[i]] // no branch per byte: this runs on every request
+	}
+	return bad == 0
+}
+
+// notLowerHex is 1 for every byte that is not a lowercase hex digit.
+var notLowerHex = func() (t [256]byte) {
+	for c := range t {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
+			t[c] = 1
 		}
 	}
-	return true
-}
+	return t
+}()

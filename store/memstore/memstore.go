@@ -32,7 +32,8 @@ type Store struct {
 // holding a day of records adds little to every collection.
 type entry struct {
 	fp       [32]byte
-	fpOther  string // a fingerprint that is not 64 lowercase hex digits (direct Store users); else ""
+	fpOther  string // a fingerprint that is not 64 lowercase hex digits (direct Store users)
+	isOther  bool   // the fingerprint is fpOther, not fp
 	state    idem.State
 	attempts int32
 	token    int64
@@ -85,40 +86,54 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 // setFingerprint keeps fp in e: as 32 bytes when it is 64 lowercase hex digits, as a string else.
 func (e *entry) setFingerprint(fp string) {
-	e.fpOther = ""
-	if !idem.ValidFingerprint(fp) {
+	var ok bool
+	e.fp, ok = parseHex(fp)
+	e.fpOther, e.isOther = "", !ok
+	if !ok {
 		e.fpOther = fp
-		return
-	}
-	if _, err := hex.Decode(e.fp[:], []byte(fp)); err != nil {
-		e.fpOther = fp // not reached: a valid fingerprint decodes
 	}
 }
 
 // hasFingerprint reports whether e was claimed with fingerprint fp, without allocating.
 func (e *entry) hasFingerprint(fp string) bool {
-	if e.fpOther != "" || !idem.ValidFingerprint(fp) {
+	if e.isOther {
 		return e.fpOther == fp
 	}
-	for i := range e.fp {
-		if hexByte(fp[2*i], fp[2*i+1]) != e.fp[i] {
-			return false
+	b, ok := parseHex(fp)
+	return ok && b == e.fp
+}
+
+// parseHex decodes a fingerprint of 64 lowercase hex digits, in one pass.
+func parseHex(fp string) (b [32]byte, ok bool) {
+	if len(fp) != 64 {
+		return b, false
+	}
+	var bad byte
+	for i := range b {
+		hi, lo := hexVal[fp[2*i]], hexVal[fp[2*i+1]]
+		bad |= (hi | lo) & 0x10
+		b[i] = hi<<4 | lo&0xf
+	}
+	return b, bad == 0
+}
+
+// hexVal maps a lowercase hex digit to its value and every other byte to 0x10.
+var hexVal = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case '0' <= c && c <= '9':
+			t[c] = byte(c - '0')
+		case 'a' <= c && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = 0x10
 		}
 	}
-	return true
-}
-
-func hexByte(hi, lo byte) byte { return unhex(hi)<<4 | unhex(lo) }
-
-func unhex(c byte) byte {
-	if c <= '9' {
-		return c - '0'
-	}
-	return c - 'a' + 10
-}
+	return t
+}()
 
 func (e *entry) fingerprint() string {
-	if e.fpOther != "" {
+	if e.isOther {
 		return e.fpOther
 	}
 	return hex.EncodeToString(e.fp[:])
@@ -148,7 +163,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		case old.leaseExpired(n) && old.hasFingerprint(fingerprint):
 			prev, takeover, attempts, created = old.token, true, old.attempts+1, old.created
 		default:
-			return idem.Reservation{Record: record(key, &old)}, nil
+			return idem.Reservation{Record: record(key, &old, "")}, nil
 		}
 	}
 	e := entry{
@@ -161,7 +176,8 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	}
 	e.setFingerprint(fingerprint)
 	s.recs[key] = e
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: record(key, &e)}, nil
+	rec := record(key, &e, fingerprint)
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: rec}, nil
 }
 
 // held returns the record for key if it is in progress with token.
@@ -233,7 +249,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return record(key, &e), nil
+	return record(key, &e, ""), nil
 }
 
 // Delete removes key's record whatever its state (idem.Deleter).
@@ -266,11 +282,14 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 }
 
 // record returns e as an idem.Record, with its own copy of the response: callers may keep or
-// change it.
-func record(key string, e *entry) idem.Record {
+// change it. fp is e's fingerprint when the caller has it as a string, else "".
+func record(key string, e *entry, fp string) idem.Record {
+	if fp == "" {
+		fp = e.fingerprint()
+	}
 	r := idem.Record{
 		Key:         key,
-		Fingerprint: e.fingerprint(),
+		Fingerprint: fp,
 		State:       e.state,
 		Token:       e.token,
 		LeaseUntil:  time.UnixMicro(e.lease),

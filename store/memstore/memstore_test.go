@@ -22,7 +22,7 @@ func TestFingerprintForms(t *testing.T) {
 	st := memstore.New()
 	now := time.Now()
 	hexFP := idem.Fingerprint([]byte("x"))
-	for _, fp := range []string{"not-hex", strings.ToUpper(hexFP), hexFP, hexFP[:63] + "g"} {
+	for _, fp := range []string{"", "not-hex", strings.ToUpper(hexFP), hexFP, hexFP[:63] + "g"} {
 		key := "k-" + fp
 		res, err := st.Reserve(ctx, key, fp, now, time.Second, time.Minute)
 		if err != nil || !res.Claimed || res.Record.Fingerprint != fp {
