@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -154,7 +155,11 @@ func (g *gatewayRun) bareProxy(ctx context.Context, name string, up *Proc) (*Pro
 
 func (g *gatewayRun) gateway(ctx context.Context, name string, up *Proc, store string, extra ...string) (*Proc, error) {
 	args := append([]string{"serve", "--listen", "{addr}", "--upstream", up.URL(""), "--store", store}, extra...)
-	return startProc(ctx, g.dir, name, g.opt.ProxyProcs, "/healthz", g.opt.IdemBin, args...)
+	var env []string
+	if dir := os.Getenv("IDEMBENCH_CPUPROFILE_DIR"); dir != "" {
+		env = append(env, "IDEM_CPUPROFILE="+filepath.Join(dir, name+".prof"))
+	}
+	return startProcEnv(ctx, g.dir, name, g.opt.ProxyProcs, env, "/healthz", g.opt.IdemBin, args...)
 }
 
 func (g *gatewayRun) load(url string, mode load.Mode, clients int) load.Options {
@@ -162,33 +167,66 @@ func (g *gatewayRun) load(url string, mode load.Mode, clients int) load.Options 
 }
 
 // memory: bare hop vs gateway on the memory store, all three modes, interleaved.
+//
+// Every case of every round gets a proxy process of its own, started before its warm-up and
+// stopped after its run: the memory store keeps every record in the gateway's heap, so a
+// gateway shared by the cases would make each case pay the garbage collection of the records
+// the new-key runs before it left behind (hundreds of thousands after a few rounds), and the
+// figures would depend on the order of the cases. A new-key run still pays for the records it
+// stores itself, as a real gateway does from its start. The upstream is stateless and shared.
 func (g *gatewayRun) memory(ctx context.Context) error {
-	fmt.Fprintln(g.progress, "gateway: memory store against the bare hop")
+	fmt.Fprintln(g.progress, "gateway: memory store against the bare hop (a fresh proxy process for every case and round)")
 	up, err := g.upstream(ctx, "upstream", 0)
 	if err != nil {
 		return err
 	}
 	defer up.Stop()
-	bare, err := g.bareProxy(ctx, "bareproxy", up)
-	if err != nil {
-		return err
+	bare := func(ctx context.Context) (*Proc, error) { return g.bareProxy(ctx, "bareproxy", up) }
+	gw := func(ctx context.Context) (*Proc, error) { return g.gateway(ctx, "gateway-memory", up, "memory://") }
+	cases := []freshCase{
+		{name: "bare hop (tuned ReverseProxy)", mode: load.NoKey, start: bare},
+		{name: "gateway, no key (pass-through)", mode: load.NoKey, start: gw},
+		{name: "gateway, new key, memory store", mode: load.NewKey, start: gw},
+		{name: "gateway, replay, memory store", mode: load.Replay, start: gw},
 	}
-	defer bare.Stop()
-	gw, err := g.gateway(ctx, "gateway-memory", up, "memory://")
-	if err != nil {
-		return err
-	}
-	defer gw.Stop()
-	path := "/v1/charges"
-	cpu := func(p *Proc) []*Proc { return []*Proc{p, up} }
-	cases := []kase{
-		{name: "bare hop (tuned ReverseProxy)", opt: g.load(bare.URL(path), load.NoKey, g.opt.Clients), cpu: cpu(bare)},
-		{name: "gateway, no key (pass-through)", opt: g.load(gw.URL(path), load.NoKey, g.opt.Clients), cpu: cpu(gw)},
-		{name: "gateway, new key, memory store", opt: g.load(gw.URL(path), load.NewKey, g.opt.Clients), cpu: cpu(gw)},
-		{name: "gateway, replay, memory store", opt: g.load(gw.URL(path), load.Replay, g.opt.Clients), cpu: cpu(gw)},
-	}
-	g.mem, err = rounds(ctx, g.opt.Rounds, cases, g.progress)
+	g.mem, err = g.freshRounds(ctx, cases, up)
 	return err
+}
+
+// freshCase is a case measured on a proxy process started for it alone.
+type freshCase struct {
+	name  string
+	mode  load.Mode
+	start func(context.Context) (*Proc, error)
+}
+
+// freshRounds runs every case once per round, in order, each on a new proxy process (named
+// the same every time, so its CPU adds up under one name), charging the proxy's and up's CPU.
+func (g *gatewayRun) freshRounds(ctx context.Context, cases []freshCase, up *Proc) ([]*figure, error) {
+	const path = "/v1/charges"
+	figs := make([]*figure, len(cases))
+	for i, c := range cases {
+		figs[i] = &figure{name: c.name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
+	}
+	for r := range g.opt.Rounds {
+		fmt.Fprintf(g.progress, "round %d/%d\n", r+1, g.opt.Rounds)
+		for i, c := range cases {
+			px, err := c.start(ctx)
+			if err != nil {
+				return nil, err
+			}
+			k := kase{name: c.name, opt: g.load(px.URL(path), c.mode, g.opt.Clients), cpu: []*Proc{px, up}}
+			err = runOnce(ctx, k, figs[i], g.progress)
+			px.Stop()
+			if err != nil {
+				return nil, err
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return figs, nil
 }
 
 // pgSchema is the schema the PostgreSQL figures work in; dropped at the end.

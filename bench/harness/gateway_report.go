@@ -27,7 +27,8 @@ func (g *gatewayRun) report(out io.Writer) error {
 		"a 32 KiB buffer pool; GOMAXPROCS=%d); the gateway, the `idem serve` binary with default flags and its text log to a file "+
 		"(GOMAXPROCS=%d); the in-repo load generator (`bench/load`, GOMAXPROCS=%d, %d keep-alive clients, each POSTing a "+
 		"53-byte JSON body one request after another). Each case runs %s after a %s warm-up, %d rounds interleaved "+
-		"(bare, pass-through, new key, replay, then again); a ratio is the median over rounds of the two rates measured in the "+
+		"(bare, pass-through, new key, replay, then again), each case of each round on a proxy process started for it "+
+		"(so no case pays the garbage collection of records another case left in the memory store; a new-key run pays for its own); a ratio is the median over rounds of the two rates measured in the "+
 		"same round, latencies are over all rounds. The machine's 2 cores are shared by the load generator, the proxy, the "+
 		"upstream and other work, so absolute rates are low and noisy: read the ratios.\n\n",
 		o.UpstreamProcs, o.ProxyProcs, o.ProxyProcs, loadProcs(), o.Clients, o.Duration, o.Warmup, o.Rounds)

@@ -55,6 +55,11 @@ func freeAddr() (string, error) {
 // It returns once ready answers 2xx (GET http://addr+ready), or accepts a TCP connection
 // when ready is "", within 30 seconds.
 func startProc(ctx context.Context, dir, name string, procs int, ready string, bin string, args ...string) (*Proc, error) {
+	return startProcEnv(ctx, dir, name, procs, nil, ready, bin, args...)
+}
+
+// startProcEnv is startProc with env added to the process's environment.
+func startProcEnv(ctx context.Context, dir, name string, procs int, env []string, ready string, bin string, args ...string) (*Proc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -76,6 +81,7 @@ func startProc(ctx context.Context, dir, name string, procs int, ready string, b
 	if procs > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(procs))
 	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("harness: start %s: %w", name, err)
