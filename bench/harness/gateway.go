@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,8 +55,10 @@ type GatewayOptions struct {
 	// gateway gets 2 × PGConns HTTP clients so its pool stays busy. Default 16.
 	PGConns int
 	// InFlight lists the numbers of concurrent in-flight keys at which peak memory is
-	// measured. Default 2000, 5000, 9900 (each in-flight request holds two sockets in the
-	// gateway: keep the largest under half the file descriptor limit).
+	// measured. Default 2000, 5000, 10000. Each in-flight request holds two sockets in the
+	// proxy: the harness raises its limit on open files (inherited by the proxies) as far as
+	// it may, and a number that still does not fit is lowered to the largest that does, and
+	// reported as such.
 	InFlight []int
 	// InFlightDelay is how long the slow upstream holds each request in the memory test.
 	// Default 10s.
@@ -74,7 +77,7 @@ func (o GatewayOptions) withDefaults() (GatewayOptions, error) {
 	o.PGConns = cmp.Or(o.PGConns, 16)
 	o.InFlightDelay = cmp.Or(o.InFlightDelay, 10*time.Second)
 	if o.InFlight == nil {
-		o.InFlight = []int{2000, 5000, 9900}
+		o.InFlight = []int{2000, 5000, 10000}
 	}
 	o.Command = cmp.Or(o.Command, strings.Join(os.Args, " "))
 	switch {
@@ -108,6 +111,7 @@ type gatewayRun struct {
 	pgNote   string
 	pgbench  []pgbenchRun
 	inflight []inflightRun
+	nofile   fdLimit
 }
 
 // RunGateway measures the idem gateway (the idem serve binary) against a bare, tuned
@@ -381,7 +385,8 @@ func (g *gatewayRun) runPgbench(ctx context.Context, script string) (pgbenchRun,
 }
 
 type inflightRun struct {
-	n                    int
+	n                    int // keys in flight measured
+	asked                int // keys in flight asked for (more than n when n is what fits)
 	gwIdle, gwPeak       int64
 	bareIdle, barePeak   int64
 	gwMaxUp, bareMaxUp   int64 // the most requests the upstream held at once
@@ -391,15 +396,20 @@ type inflightRun struct {
 // memoryInFlight measures peak RSS (VmHWM) of the gateway, and of the bare hop, while n
 // requests with distinct keys wait on a slow upstream at once.
 func (g *gatewayRun) memoryInFlight(ctx context.Context) error {
-	for _, n := range g.opt.InFlight {
-		fmt.Fprintf(g.progress, "gateway: peak memory with %d keys in flight (upstream delay %s)\n", n, g.opt.InFlightDelay)
-		r := inflightRun{n: n}
+	if len(g.opt.InFlight) == 0 {
+		return nil
+	}
+	g.nofile = raiseNofile(slices.Max(g.opt.InFlight))
+	fmt.Fprintf(g.progress, "gateway: %s\n", g.nofile)
+	for _, asked := range g.opt.InFlight {
+		fmt.Fprintf(g.progress, "gateway: peak memory with %d keys in flight (upstream delay %s)\n", asked, g.opt.InFlightDelay)
+		r := inflightRun{asked: asked}
 		var err error
-		r.gwIdle, r.gwPeak, r.gwMaxUp, r.gwResult, err = g.burst(ctx, n, true)
+		r.n, r.gwIdle, r.gwPeak, r.gwMaxUp, r.gwResult, err = g.burst(ctx, asked, true)
 		if err != nil {
 			return err
 		}
-		r.bareIdle, r.barePeak, r.bareMaxUp, r.bareResult, err = g.burst(ctx, n, false)
+		_, r.bareIdle, r.barePeak, r.bareMaxUp, r.bareResult, err = g.burst(ctx, r.n, false)
 		if err != nil {
 			return err
 		}
@@ -408,7 +418,10 @@ func (g *gatewayRun) memoryInFlight(ctx context.Context) error {
 	return nil
 }
 
-func (g *gatewayRun) burst(ctx context.Context, n int, gateway bool) (idle, peak, maxUp int64, res *load.Result, err error) {
+// burst sends n requests with new keys at once through a new proxy (the gateway, or the bare
+// hop) to a slow upstream, fewer if n do not fit under the limit on open files (measured is
+// how many were sent).
+func (g *gatewayRun) burst(ctx context.Context, n int, gateway bool) (measured int, idle, peak, maxUp int64, res *load.Result, err error) {
 	up, err := g.upstream(ctx, "upstream-slow", g.opt.InFlightDelay)
 	if err != nil {
 		return
@@ -429,6 +442,14 @@ func (g *gatewayRun) burst(ctx context.Context, n int, gateway bool) (idle, peak
 		return
 	}
 	idle = m.RSS
+	fds, err := openFDs(px.Pid())
+	if err != nil {
+		return
+	}
+	if measured = g.nofile.fits(n, fds); measured < n {
+		fmt.Fprintf(g.progress, "  %d requests do not fit under the limit on open files (%d open at idle, 2 per request): %d instead\n", n, fds, measured)
+		n = measured
+	}
 	res, err = load.Run(ctx, load.Options{URL: px.URL("/v1/charges"), Mode: load.NewKey, Clients: n, Requests: int64(n),
 		Duration: g.opt.InFlightDelay + 60*time.Second, Timeout: g.opt.InFlightDelay + 50*time.Second})
 	if err != nil {
