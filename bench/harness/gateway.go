@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/bench/load"
+	"github.com/idemkit/idem/bench/procstat"
 	"github.com/idemkit/idem/bench/targets"
 )
 
@@ -105,13 +106,16 @@ type gatewayRun struct {
 	started  time.Time
 	machine  string
 
-	mem      []*figure // bare, nokey, newkey, replay
-	pg       []*figure // pgbench, gateway newkey, gateway replay
-	pgHost   string    // "idem serve" or the fallback
-	pgNote   string
-	pgbench  []pgbenchRun
-	inflight []inflightRun
-	nofile   fdLimit
+	mem     []*figure // bare, nokey, newkey, replay
+	pg      []*figure // pgbench, gateway newkey, gateway replay
+	pgHost  string    // "idem serve" or the fallback
+	pgNote  string
+	pgbench []pgbenchRun
+	pgCPU   []pgCPU // pgbench, then the gateway's cases
+	// pgCPUSeen: the PostgreSQL server's processes are visible here, so its CPU is measured.
+	pgCPUSeen bool
+	inflight  []inflightRun
+	nofile    fdLimit
 }
 
 // RunGateway measures the idem gateway (the idem serve binary) against a bare, tuned
@@ -296,19 +300,41 @@ func (g *gatewayRun) postgres(ctx context.Context) error {
 	for i, c := range cases {
 		figs[i] = &figure{name: c.name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
 	}
+	// Where the CPU goes, per operation, in each case: what it takes on 2 shared cores.
+	g.pgCPU = make([]pgCPU, 1+len(cases))
+	_, g.pgCPUSeen = postgresCPU()
 	for r := range g.opt.Rounds {
 		fmt.Fprintf(g.progress, "round %d/%d\n", r+1, g.opt.Rounds)
+		srv0, _ := postgresCPU()
 		pr, err := g.runPgbench(ctx, script)
 		if err != nil {
 			return err
 		}
+		time.Sleep(200 * time.Millisecond) // the postmaster reaps pgbench's backends
+		srv1, _ := postgresCPU()
+		g.pgCPU[0].server += srv1 - srv0
+		g.pgCPU[0].client += pr.cpu
+		g.pgCPU[0].ops += float64(pr.transactions)
 		g.pgbench = append(g.pgbench, pr)
 		pgb.rates = append(pgb.rates, pr.tps)
 		fmt.Fprintf(g.progress, "  %-40s %.0f TPS, average latency %.3f ms\n", pgb.name, pr.tps, pr.latencyMS)
 		for i, c := range cases {
+			srv0, _ := postgresCPU()
+			self0, _ := procstat.CPU(0)
+			gw0, up0 := figs[i].cpu[gw.Name], figs[i].cpu[up.Name]
+			n0 := figs[i].requests
 			if err := runOnce(ctx, c, figs[i], g.progress); err != nil {
 				return err
 			}
+			srv1, _ := postgresCPU()
+			self1, _ := procstat.CPU(0)
+			x := &g.pgCPU[1+i]
+			x.server += srv1 - srv0
+			x.client += self1 - self0
+			x.gateway += figs[i].cpu[gw.Name] - gw0
+			x.up += figs[i].cpu[up.Name] - up0
+			// The CPU times cover the warm-up too: count its requests, at the measured rate.
+			x.ops += float64(figs[i].requests-n0) * float64(g.opt.Warmup+g.opt.Duration) / float64(g.opt.Duration)
 		}
 	}
 	g.pg = append([]*figure{pgb}, figs...)
@@ -318,6 +344,7 @@ func (g *gatewayRun) postgres(ctx context.Context) error {
 type pgbenchRun struct {
 	tps, latencyMS float64
 	transactions   int64
+	cpu            time.Duration // pgbench's own CPU time
 }
 
 // pgbenchScript writes the pgbench script of the new-key path: the same two statements
@@ -367,6 +394,9 @@ func (g *gatewayRun) runPgbench(ctx context.Context, script string) (pgbenchRun,
 		return pgbenchRun{}, fmt.Errorf("harness: pgbench: %w\n%s", err, outb)
 	}
 	var r pgbenchRun
+	if ps := cmd.ProcessState; ps != nil {
+		r.cpu = ps.UserTime() + ps.SystemTime()
+	}
 	m := tpsRe.FindSubmatch(outb)
 	if m == nil {
 		return r, fmt.Errorf("harness: pgbench printed no tps:\n%s", outb)

@@ -85,6 +85,9 @@ func (g *gatewayRun) report(out io.Writer) error {
 		p("| %s | %.0f req/s | %.2f | ≥ 0.60 %s | %s | %s | %d |\n", nk.name, nk.rate(), r, verdict(r >= barPostgres), us(nk.lat.Quantile(0.5)), us(nk.lat.Quantile(0.99)), nk.errors)
 		p("| %s | %.0f req/s | %.2f | (no bar) | %s | %s | %d |\n", rp.name, rp.rate(), ratio(rp, pgb), us(rp.lat.Quantile(0.5)), us(rp.lat.Quantile(0.99)), rp.errors)
 		p("\nRates per round: pgbench %s TPS; gateway new key %s req/s; replay %s req/s.\n\n", rates(pgb.rates), rates(nk.rates), rates(rp.rates))
+		if len(g.pgCPU) == 3 {
+			g.reportPGCPU(p)
+		}
 		for _, f := range []*figure{nk, rp} {
 			if f.firstErr != "" {
 				p("First error in %s: `%s` (statuses %v).\n\n", f.name, f.firstErr, f.status)
@@ -134,4 +137,43 @@ func rates(xs []float64) string {
 		s[i] = fmt.Sprintf("%.0f", x)
 	}
 	return strings.Join(s, ", ")
+}
+
+// reportPGCPU writes where the CPU goes per new key in the PostgreSQL cases: on a machine
+// whose cores the load generator, the gateway, the upstream and PostgreSQL share, it bounds
+// the ratio to pgbench.
+func (g *gatewayRun) reportPGCPU(p func(string, ...any)) {
+	pb, nk, rp := &g.pgCPU[0], &g.pgCPU[1], &g.pgCPU[2]
+	server := func(c *pgCPU) string {
+		if !g.pgCPUSeen {
+			return "not visible"
+		}
+		return c.per(c.server)
+	}
+	p("CPU time per operation (a new key, or one pgbench run of the two statements; warm-ups included in both the time "+
+		"and the count), summed over the processes of each part. PostgreSQL's is every `postgres` process's, exited "+
+		"backends included; the client is pgbench, or the in-repo load generator.\n\n")
+	p("| case | PostgreSQL | client | gateway | upstream | total |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, row := range []struct {
+		name string
+		c    *pgCPU
+	}{{"pgbench, the same two statements", pb}, {"gateway, new key, PostgreSQL", nk}, {"gateway, replay, PostgreSQL", rp}} {
+		total := "?"
+		if g.pgCPUSeen {
+			total = row.c.per(row.c.total())
+		}
+		gw, up := row.c.per(row.c.gateway), row.c.per(row.c.up)
+		if row.c == pb {
+			gw, up = "", ""
+		}
+		p("| %s | %s | %s | %s | %s | %s |\n", row.name, server(row.c), row.c.per(row.c.client), gw, up, total)
+	}
+	if g.pgCPUSeen && pb.ops > 0 && nk.ops > 0 && nk.total() > 0 {
+		bound := (float64(pb.total()) / pb.ops) / (float64(nk.total()) / nk.ops)
+		p("\nWhen the cores are the limit, the rate goes as the inverse of the CPU per operation: with these figures the gateway's "+
+			"new-key rate can reach about %.2f of pgbench's (pgbench's total over the gateway path's total), whatever the "+
+			"gateway's latency.\n\n", bound)
+	} else {
+		p("\n")
+	}
 }
