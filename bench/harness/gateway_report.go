@@ -150,8 +150,8 @@ func (g *gatewayRun) reportPGCPU(p func(string, ...any)) {
 		}
 		return c.per(c.server)
 	}
-	p("CPU time per operation (a new key, or one pgbench run of the two statements; warm-ups included in both the time "+
-		"and the count), summed over the processes of each part. PostgreSQL's is every `postgres` process's, exited "+
+	p("CPU time per operation (a new key, or one pgbench run of the two statements; warm-ups included in both the time " +
+		"and the count), summed over the processes of each part. PostgreSQL's is every `postgres` process's, exited " +
 		"backends included; the client is pgbench, or the in-repo load generator.\n\n")
 	p("| case | PostgreSQL | client | gateway | upstream | total |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, row := range []struct {
