@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -217,10 +218,8 @@ func checkArgs(key, fingerprint string, fn Func) error {
 	case fn == nil:
 		return invalid("nil function")
 	}
-	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
-			return invalid("key contains a NUL byte")
-		}
+	if strings.IndexByte(key, 0) >= 0 {
+		return invalid("key contains a NUL byte")
 	}
 	return nil
 }
@@ -247,9 +246,9 @@ func inFlight(rec *Record, now time.Time) error {
 // execute runs fn under the claim in res and records its outcome.
 func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Func) (result Result, err error) {
 	token := res.Record.Token
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	hb := e.heartbeat(fnCtx, cancel, key, token)
+	fnCtx := newEffectContext(ctx)
+	defer fnCtx.finish()
+	hb := e.heartbeat(fnCtx, key, token)
 	finished := false
 	defer func() {
 		if finished {
@@ -380,7 +379,7 @@ func (e *Engine) hold(ctx context.Context, key string, token int64, expires time
 // context is cancelled with cause ErrLeaseLost. It costs one timer, not a goroutine, per call,
 // and the timers are reused; stop (nil-safe) stops it and waits for an extension under way, so
 // no late extension can reach the store after the claim is completed or released.
-func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, key string, token int64) *beat {
+func (e *Engine) heartbeat(ctx *effectContext, key string, token int64) *beat {
 	if e.opt.Heartbeat <= 0 {
 		return nil
 	}
@@ -391,7 +390,7 @@ func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 		b.t.Stop()
 	}
 	b.mu.Lock()
-	b.e, b.ctx, b.cancel, b.key, b.token, b.stopped = e, ctx, cancel, key, token, false
+	b.e, b.ctx, b.key, b.token, b.stopped = e, ctx, key, token, false
 	b.t.Reset(e.opt.Heartbeat)
 	b.mu.Unlock()
 	return b
@@ -401,11 +400,10 @@ func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 var beats sync.Pool
 
 type beat struct {
-	e      *Engine
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	key    string
-	token  int64
+	e     *Engine
+	ctx   *effectContext
+	key   string
+	token int64
 
 	mu      sync.Mutex // held across an extension, so stop waits for it
 	stopped bool
@@ -424,7 +422,7 @@ func (b *beat) fire() {
 	c()
 	if errors.Is(err, ErrLeaseLost) {
 		e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", b.key)
-		b.cancel(ErrLeaseLost)
+		b.ctx.lose()
 		return
 	}
 	b.t.Reset(e.opt.Heartbeat)
@@ -439,7 +437,7 @@ func (b *beat) stop() {
 	// Stop reports true only when fire was pending and now never runs; otherwise fire may
 	// still be on its way to the lock, and b must not be reused under it.
 	idle := b.t.Stop()
-	b.e, b.ctx, b.cancel, b.key = nil, nil, nil, ""
+	b.e, b.ctx, b.key = nil, nil, ""
 	b.mu.Unlock()
 	if idle {
 		beats.Put(b)

@@ -6,7 +6,6 @@ package memstore
 
 import (
 	"context"
-	"encoding/hex"
 	"sync"
 	"time"
 
@@ -25,15 +24,13 @@ type Store struct {
 	closed bool
 }
 
-// entry is a record kept compact: times as Unix microseconds, a hex fingerprint as its 32
-// bytes, the response encoded (idem.EncodeResponse). It sits in the map by value, so a record
-// costs no allocation of its own and the garbage collector follows at most two pointers in it
-// (the response and an unusual fingerprint), however many headers the response has: a store
-// holding a day of records adds little to every collection.
+// entry is a record kept compact: times as Unix microseconds, the response encoded
+// (idem.EncodeResponse). It sits in the map by value, so a record costs no allocation of its
+// own and the garbage collector follows two pointers in it (the fingerprint and the response,
+// neither of which holds pointers), however many headers the response has: a store holding a
+// day of records adds little to every collection.
 type entry struct {
-	fp       [32]byte
-	fpOther  string // a fingerprint that is not 64 lowercase hex digits (direct Store users)
-	isOther  bool   // the fingerprint is fpOther, not fp
+	fp       string
 	state    idem.State
 	attempts int32
 	token    int64
@@ -84,61 +81,6 @@ func (*closedError) Is(target error) bool { return target == idem.ErrStoreUnavai
 // micros returns t as Unix microseconds (t is truncated to the microsecond).
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
-// setFingerprint keeps fp in e: as 32 bytes when it is 64 lowercase hex digits, as a string else.
-func (e *entry) setFingerprint(fp string) {
-	var ok bool
-	e.fp, ok = parseHex(fp)
-	e.fpOther, e.isOther = "", !ok
-	if !ok {
-		e.fpOther = fp
-	}
-}
-
-// hasFingerprint reports whether e was claimed with fingerprint fp, without allocating.
-func (e *entry) hasFingerprint(fp string) bool {
-	if e.isOther {
-		return e.fpOther == fp
-	}
-	b, ok := parseHex(fp)
-	return ok && b == e.fp
-}
-
-// parseHex decodes a fingerprint of 64 lowercase hex digits, in one pass.
-func parseHex(fp string) (b [32]byte, ok bool) {
-	if len(fp) != 64 {
-		return b, false
-	}
-	var bad byte
-	for i := range b {
-		hi, lo := hexVal[fp[2*i]], hexVal[fp[2*i+1]]
-		bad |= (hi | lo) & 0x10
-		b[i] = hi<<4 | lo&0xf
-	}
-	return b, bad == 0
-}
-
-// hexVal maps a lowercase hex digit to its value and every other byte to 0x10.
-var hexVal = func() (t [256]byte) {
-	for c := range t {
-		switch {
-		case '0' <= c && c <= '9':
-			t[c] = byte(c - '0')
-		case 'a' <= c && c <= 'f':
-			t[c] = byte(c - 'a' + 10)
-		default:
-			t[c] = 0x10
-		}
-	}
-	return t
-}()
-
-func (e *entry) fingerprint() string {
-	if e.isOther {
-		return e.fpOther
-	}
-	return hex.EncodeToString(e.fp[:])
-}
-
 func (e *entry) expired(now int64) bool { return e.expires <= now }
 func (e *entry) leaseExpired(now int64) bool {
 	return e.state == idem.StateInProgress && e.lease <= now
@@ -160,13 +102,14 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		switch {
 		case old.expired(n):
 			prev = old.token
-		case old.leaseExpired(n) && old.hasFingerprint(fingerprint):
+		case old.leaseExpired(n) && old.fp == fingerprint:
 			prev, takeover, attempts, created = old.token, true, old.attempts+1, old.created
 		default:
-			return idem.Reservation{Record: record(key, &old, "")}, nil
+			return idem.Reservation{Record: record(key, &old)}, nil
 		}
 	}
 	e := entry{
+		fp:       fingerprint,
 		state:    idem.StateInProgress,
 		token:    idem.NextToken(prev, now),
 		lease:    micros(now.Add(lease)),
@@ -174,10 +117,8 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		attempts: attempts,
 		created:  created,
 	}
-	e.setFingerprint(fingerprint)
 	s.recs[key] = e
-	rec := record(key, &e, fingerprint)
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: rec}, nil
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: record(key, &e)}, nil
 }
 
 // held returns the record for key if it is in progress with token.
@@ -249,7 +190,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return record(key, &e, ""), nil
+	return record(key, &e), nil
 }
 
 // Delete removes key's record whatever its state (idem.Deleter).
@@ -282,14 +223,11 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 }
 
 // record returns e as an idem.Record, with its own copy of the response: callers may keep or
-// change it. fp is e's fingerprint when the caller has it as a string, else "".
-func record(key string, e *entry, fp string) idem.Record {
-	if fp == "" {
-		fp = e.fingerprint()
-	}
+// change it.
+func record(key string, e *entry) idem.Record {
 	r := idem.Record{
 		Key:         key,
-		Fingerprint: fp,
+		Fingerprint: e.fp,
 		State:       e.state,
 		Token:       e.token,
 		LeaseUntil:  time.UnixMicro(e.lease),

@@ -15,8 +15,8 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) idem.Store { return memstore.New() })
 }
 
-// A fingerprint that is not 64 lowercase hex digits (a direct Store user's) is kept as given
-// and compared exactly; a hex one is kept as bytes and comes back the same.
+// Fingerprints of any form (a direct Store user may pass one that is not hex SHA-256) are kept
+// as given and compared exactly.
 func TestFingerprintForms(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New()
