@@ -152,8 +152,8 @@ func (g *gatewayRun) reportPGCPU(p func(string, ...any)) {
 	}
 	p("CPU time per operation (a new key, or one pgbench run of the two statements; warm-ups included in both the time " +
 		"and the count), summed over the processes of each part. PostgreSQL's is every `postgres` process's, exited " +
-		"backends included: the whole server, so other clients' work on a shared server counts too, and a backend that exits "+
-		"between two readings may be missed (a near-zero or negative figure); read it as indicative. The client is pgbench, "+
+		"backends included: the whole server, so other clients' work on a shared server counts too, and a backend that exits " +
+		"between two readings may be missed (a near-zero or negative figure); read it as indicative. The client is pgbench, " +
 		"or the in-repo load generator.\n\n")
 	p("| case | PostgreSQL | client | gateway | upstream | total |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, row := range []struct {
