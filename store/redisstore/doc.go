@@ -4,29 +4,35 @@
 //	st, err := redisstore.New(redisstore.Options{Client: rdb})
 //	eng, err := idem.New(st, idem.Options{})
 //
-// # One round trip per operation
+// # Round trips
 //
-// Reserve, Complete, Release, Extend and Delete are each one Lua script (EVALSHA, falling
-// back to EVAL once when Redis does not know the script yet), so the check and the write are
-// one atomic step on the server: a claim, a takeover of a stale lease and the token fencing of
-// Complete, Release and Extend cannot interleave with another client's. Get is one HGETALL.
-// A duplicate of a completed key (a replay) costs one round trip: the Reserve script returns
-// the stored record, response included.
+// Reserve of a new key is one SET <record> PX <ttl> NX GET: Redis writes the claim if the key
+// has no record and otherwise returns the record untouched, so a new key, a duplicate in
+// flight and a replay of a completed key (the response comes back with the record) each cost
+// one round trip and no script. Only when that record may be claimable (past its expires_at,
+// released, or a stale lease of the same fingerprint to take over) does Reserve make a second
+// round trip, the reserve script, which decides atomically on the record it finds then; those
+// cases are a retry after a failure, a key reused after its window, and a takeover.
+//
+// Complete, Release and Extend are each one Lua script (EVALSHA, falling back to EVAL once
+// when Redis does not know the script yet), so the token check and the write are one atomic
+// step on the server and cannot interleave with another client's claim or takeover. Get is one
+// GET and Delete one DEL.
 //
 // # Records
 //
-// A record is a hash: fingerprint, state, token, lease_until, attempts, created_at,
-// completed_at, expires_at and the response as one field holding idem.EncodeResponse bytes.
-// Times are Unix microseconds and tokens are idem.NextToken values; both are integers below
-// 2^53, which Lua's doubles hold exactly. The script compares expires_at with the caller's
-// now: a record past it counts as absent (invariant 5), whatever Redis still holds. Release
-// sets expires_at and lease_until to 0 and keeps the token, so the next claim's token is
-// larger.
+// A record is one Redis string: state, token, lease_until, attempts, created_at, completed_at,
+// expires_at, the id of the call that last wrote it, the fingerprint and, once completed, the
+// response as idem.EncodeResponse bytes (the layout is described in scripts.go). Times are
+// Unix microseconds and tokens are idem.NextToken values; both are integers below 2^53, which
+// Lua's doubles hold exactly. expires_at is compared with the caller's now: a record past it
+// counts as absent (invariant 5), whatever Redis still holds. Release sets expires_at and
+// lease_until to 0 and keeps the token, so the next claim's token is larger.
 //
-// Every write also sets a storage TTL (PEXPIRE) of expires_at − now + Options.TTLMargin, so
-// Redis deletes old records by itself. It is relative to the caller's now, not an absolute
-// PEXPIREAT, so a Redis clock behind idem's cannot delete a record before its window ends;
-// Extend moves it by as much as it moves expires_at. The TTL is for cost only.
+// Every write sets the record with a storage TTL (PX) of expires_at − now + Options.TTLMargin,
+// so Redis deletes old records by itself. It is relative to the caller's now, not an absolute
+// PXAT, so a Redis clock behind idem's cannot delete a record before its window ends; Extend
+// moves it by as much as it moves expires_at. The TTL is for cost only.
 //
 // A call that go-redis retries because its reply was lost (a broken connection) carries the
 // same operation id, stored in the record: the retry answers as the first run did, so a lost
@@ -36,23 +42,19 @@
 // # Keys and Redis Cluster
 //
 // The record of key is <Prefix>{sss}r:<key>, where {sss} is a hash tag naming one of Shards
-// (1024) groups, FNV-1a(key) mod 1024. Each group also has an expiry index,
-// <Prefix>{sss}x, a sorted set of its keys scored by expires_at. A record and its index share
-// the hash tag, hence the slot, so every script touches one slot and runs unchanged on a
-// Cluster; the 1024 groups spread over the cluster's slots, and so over its masters. MOVED and
-// ASK redirects during resharding are followed by go-redis (raise ClusterOptions.MaxRedirects
-// for long migrations).
+// (1024) groups, FNV-1a(key) mod 1024: a key's own braces cannot choose its slot, and the
+// groups spread over the cluster's slots, and so over its masters. Every command and script
+// touches that one key, so all run unchanged on a Cluster. MOVED and ASK redirects during
+// resharding are followed by go-redis (raise ClusterOptions.MaxRedirects for long migrations).
 //
 // # Sweep
 //
-// Redis deletes expired records by their storage TTL, so Sweep is optional. When called, it
-// deletes expired records without scanning live ones: it reads each group's expiry index
-// (pipelined, 128 groups per round trip) and runs one script per group that has expired
-// entries, re-checking each record's expires_at before deleting it. A call stops after batch
-// deletions and the next one continues at the group where it stopped. Index entries of
-// records that Redis already deleted are dropped by Sweep, and, without any Sweep, by one
-// claim in eight (up to 16 entries more than TTLMargin past their expiry), so the index stays
-// bounded either way.
+// Redis deletes expired records by their storage TTL, so Sweep is optional (idem serve does
+// not sweep Redis). Nothing indexes records by expiry, which would cost a write on every call
+// of the hot path: Sweep scans the prefix's keys on every master (SCAN MATCH), reads the head
+// of each page's records (pipelined) and deletes the expired ones with a pipelined script that
+// re-checks expires_at. Its cost grows with the number of keys in Redis. A call stops after
+// batch deletions and the next one resumes each node's scan where it stopped.
 //
 // # Durability and failures
 //

@@ -8,6 +8,3 @@ func Shard(key string) int { return shard(key) }
 
 // Tag returns a shard's hash tag.
 func Tag(sh int) string { return tag(sh) }
-
-// IndexKey returns the Redis key of a shard's expiry index.
-func IndexKey(s *Store, sh int) string { return s.indexKey(sh) }

@@ -3,46 +3,42 @@ package redisstore
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
 
-// FuzzDecodeRecord feeds stored hashes, as a damaged or foreign Redis could return them, to the
+// FuzzDecodeRecord feeds stored values, as a damaged or foreign Redis could return them, to the
 // record decoder. It must not panic; it returns a whole record or an error matching
 // idem.ErrCorruptRecord, never a half-filled record; a completed record always has a
-// response, the one the stored bytes encode.
+// response, the one the stored bytes encode. A claim Reserve writes decodes to itself.
 func FuzzDecodeRecord(f *testing.F) {
-	good := idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Location": {"/x"}}, Body: []byte("ok")})
-	f.Add(uint16(0x1ff), "fp", "2", "1767225600000000", "1767225602000000", "1", "1767225600000000", "1767225601000000", "1767312000000000", good)
-	f.Add(uint16(0x1ff), "fp", "1", "5", "10", "2", "0", "0", "20", []byte(nil))
-	f.Add(uint16(0x0ff), "fp", "2", "5", "10", "1", "0", "0", "20", []byte(nil)) // completed, no response
-	f.Add(uint16(0x1ff), "fp", "3", "5", "10", "1", "0", "0", "20", good)        // unknown state
-	f.Add(uint16(0x1ff), "fp", "2", "x", "10", "1", "0", "0", "20", good)        // bad token
-	f.Add(uint16(0x1ff), "fp", "2", "5", "10", "1", "0", "0", "20", []byte{1, 0, 0x80})
-	f.Add(uint16(0x001), "fp", "", "", "", "", "", "", "", []byte(nil))
-	names := []string{"fp", "st", "tok", "lease", "att", "crt", "cmp", "exp", "resp"}
-	f.Fuzz(func(t *testing.T, present uint16, fp, st, tok, lease, att, crt, cmp, exp string, resp []byte) {
-		values := []string{fp, st, tok, lease, att, crt, cmp, exp, string(resp)}
-		fields := func(yield func(name, value string) bool) {
-			for i, n := range names {
-				if present&(1<<i) != 0 && !yield(n, values[i]) {
-					return
-				}
-			}
-		}
-		rec, err := decode("k", fields)
+	good := string(idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Location": {"/x"}}, Body: []byte("ok")}))
+	f.Add("2|1767225600000000|1767225602000000|1|1767225600000000|1767225601000000|1767312000000000|op|2|fp" + good)
+	f.Add("1|5|10|2|0||20|op|2|fp")
+	f.Add("2|5|10|1|0|0|20|op|2|fp")        // completed, no response
+	f.Add("3|5|10|1|0|0|20|op|2|fp" + good) // unknown state
+	f.Add("2|x|10|1|0|0|20|op|2|fp" + good) // bad token
+	f.Add("2|5|10|1|0|0|20|op|2|fp\x01\x00\x80")
+	f.Add("1|5|10|1|0||20|op|99|fp") // fingerprint longer than the value
+	f.Add("1|5|10|1|0||20|op|-1|fp")
+	f.Add("1|")
+	f.Fuzz(func(t *testing.T, v string) {
+		rec, op, err := decode("k", v)
 		if err != nil {
 			if !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Fatalf("error %v does not match ErrCorruptRecord", err)
 			}
-			if rec.Key != "" || rec.State != 0 || rec.Response != nil {
+			if rec.Key != "" || rec.State != 0 || rec.Response != nil || op != "" {
 				t.Fatalf("half-filled record with an error: %+v", rec)
 			}
 			return
 		}
-		if rec.Key != "k" || rec.Fingerprint != fp {
-			t.Fatalf("key or fingerprint lost: %+v", rec)
+		f := strings.SplitN(v, "|", 10)
+		if n, _ := strconv.ParseInt(f[8], 10, 64); rec.Key != "k" || int(n) != len(rec.Fingerprint) || !strings.HasPrefix(f[9], rec.Fingerprint) {
+			t.Fatalf("key or fingerprint lost: %+v from %q", rec, v)
 		}
 		switch rec.State {
 		case idem.StateInProgress:
@@ -50,15 +46,29 @@ func FuzzDecodeRecord(f *testing.F) {
 				t.Fatalf("in-progress record with a response: %+v", rec)
 			}
 		case idem.StateCompleted:
-			want, derr := idem.DecodeResponse(resp)
+			want, derr := idem.DecodeResponse([]byte(f[9][len(rec.Fingerprint):]))
 			if rec.Response == nil || derr != nil || !rec.Response.Equal(want) {
 				t.Fatalf("completed record's response %+v, stored bytes decode to %+v (%v)", rec.Response, want, derr)
 			}
 		default:
 			t.Fatalf("state %v accepted", rec.State)
 		}
-		if n, err := strconv.ParseInt(tok, 10, 64); err != nil || rec.Token != n {
-			t.Fatalf("token %q decoded as %d", tok, rec.Token)
+		if n, err := strconv.ParseInt(f[1], 10, 64); err != nil || rec.Token != n {
+			t.Fatalf("token %q decoded as %d", f[1], rec.Token)
+		}
+		if op != f[7] {
+			t.Fatalf("op %q decoded as %q", f[7], op)
+		}
+		// What Reserve writes for a claim of this record's fields reads back as written.
+		if rec.State == idem.StateInProgress && !strings.Contains(op, "|") {
+			claim := rec
+			claim.Attempts, claim.CompletedAt = 1, time.Time{}
+			back, backOp, err := decode("k", string(encodeClaim(claim, op)))
+			if err != nil || backOp != op || back.Token != claim.Token || back.Fingerprint != claim.Fingerprint ||
+				!back.LeaseUntil.Equal(claim.LeaseUntil) || !back.ExpiresAt.Equal(claim.ExpiresAt) ||
+				!back.CreatedAt.Equal(claim.CreatedAt) || back.Attempts != 1 || !back.CompletedAt.IsZero() {
+				t.Fatalf("claim %+v read back as %+v, %q, %v", claim, back, backOp, err)
+			}
 		}
 	})
 }

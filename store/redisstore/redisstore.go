@@ -24,8 +24,9 @@ var (
 )
 
 // Shards is how many hash-tag groups the records of one Prefix are spread over. A record's
-// group is FNV-1a(key) mod Shards; each group is one Redis Cluster slot and has its own expiry
-// index. It is part of the key layout, hence a constant.
+// group is FNV-1a(key) mod Shards, written as a hash tag in the record's Redis key, so a key
+// that itself contains braces cannot choose its slot. It is part of the key layout, hence a
+// constant.
 const Shards = 1024
 
 // MaxKeyBytes is the longest key the store accepts.
@@ -55,8 +56,8 @@ type Store struct {
 	opt    Options
 	closed atomic.Bool
 
-	sweepMu   sync.Mutex
-	sweepNext int // the shard the next Sweep starts at
+	sweepMu sync.Mutex
+	cursors map[string]uint64 // per node address, the SCAN cursor the next Sweep resumes at
 }
 
 // New returns a Store. It fails with an error wrapping idem.ErrInvalidInput, naming the field,
@@ -154,37 +155,27 @@ func (s *Store) recordKey(sh int, key string) string {
 	return s.opt.Prefix + tag(sh) + "r:" + key
 }
 
-// indexKey is the Redis key of a shard's expiry index: <prefix>{sss}x, a sorted set of keys
-// scored by expires_at.
-func (s *Store) indexKey(sh int) string { return s.opt.Prefix + tag(sh) + "x" }
-
-// keys returns the record and index keys of key.
-func (s *Store) keys(key string) []string {
-	sh := shard(key)
-	return []string{s.recordKey(sh, key), s.indexKey(sh)}
-}
-
 func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
-// ttlMillis is the storage TTL of a record whose business window ends d from now.
-func (s *Store) ttlMillis(d time.Duration) string {
+// ttl is the storage TTL of a record whose business window ends d from now, in whole
+// milliseconds.
+func (s *Store) ttl(d time.Duration) time.Duration {
 	ms := (max(d, 0) + s.opt.TTLMargin + time.Millisecond - 1) / time.Millisecond
-	return strconv.FormatInt(int64(max(ms, 1)), 10)
+	return max(ms, 1) * time.Millisecond
 }
 
-// trimBelow tells one claim in eight to drop up to 16 index entries of records whose storage
-// TTL has run out (scored more than TTLMargin before now), so the index stays bounded when
-// nobody calls Sweep; the others pass "" and skip it.
-func (s *Store) trimBelow(now time.Time) string {
-	if rand.IntN(8) != 0 {
-		return ""
-	}
-	return micros(now.Add(-s.opt.TTLMargin))
+// ttlMillis is ttl in milliseconds, as the scripts take it.
+func (s *Store) ttlMillis(d time.Duration) string {
+	return strconv.FormatInt(int64(s.ttl(d)/time.Millisecond), 10)
 }
 
 func opID() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
-// Reserve implements idem.Store in one round trip (one script).
+// Reserve implements idem.Store. A new key, an in-flight key and a replay cost one round
+// trip: one SET … PX … NX GET, which writes a new claim if the key has no record and otherwise
+// returns the record, untouched. Only when that record may be claimable (past expires_at,
+// released, or a stale lease of the same fingerprint to take over) does Reserve make a second
+// round trip, the reserve script, which decides atomically on the record it finds then.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.begin(ctx, "reserve", key); err != nil {
 		return idem.Reservation{}, err
@@ -198,22 +189,57 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	now = now.Truncate(time.Microsecond)
 	leaseUntil := now.Add(lease).Truncate(time.Microsecond)
 	expires := now.Add(window).Truncate(time.Microsecond)
-	v, err := reserveScript.Run(ctx, s.rdb, s.keys(key),
-		key, fingerprint, micros(now), micros(leaseUntil), micros(expires),
-		s.ttlMillis(window), s.trimBelow(now), opID()).Slice()
+	rk := s.recordKey(shard(key), key)
+	op := opID()
+	claim := idem.Reservation{
+		Claimed: true,
+		Record: idem.Record{
+			Key:         key,
+			Fingerprint: fingerprint,
+			State:       idem.StateInProgress,
+			Token:       idem.NextToken(0, now),
+			LeaseUntil:  leaseUntil,
+			Attempts:    1,
+			CreatedAt:   now,
+			ExpiresAt:   expires,
+		},
+	}
+	old, err := s.rdb.SetArgs(ctx, rk, encodeClaim(claim.Record, op), redis.SetArgs{
+		Mode: "NX", Get: true, TTL: s.ttl(window)}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return claim, nil // there was no record: the claim is written
+	case err != nil:
+		return idem.Reservation{}, wrap("reserve", err)
+	}
+	rec, recOp, err := decode(key, old)
 	if err != nil {
 		return idem.Reservation{}, wrap("reserve", err)
 	}
-	if len(v) == 10 {
+	if rec.ExpiresAt.After(now) {
+		switch {
+		case rec.State == idem.StateInProgress && recOp == op:
+			// go-redis resent this very SET after a lost reply: the claim is ours.
+			return claim, nil
+		case rec.State != idem.StateInProgress || rec.LeaseUntil.After(now) || rec.Fingerprint != fingerprint:
+			return idem.Reservation{Record: rec}, nil
+		}
+	}
+	return s.reserveScript(ctx, rk, key, fingerprint, now, leaseUntil, expires, window, op)
+}
+
+// reserveScript is the second round trip of a Reserve that met a record it may claim.
+func (s *Store) reserveScript(ctx context.Context, rk, key, fingerprint string, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
+	v, err := reserveScript.Run(ctx, s.rdb, []string{rk},
+		fingerprint, micros(now), micros(leaseUntil), micros(expires),
+		s.ttlMillis(window), op).Slice()
+	if err != nil {
+		return idem.Reservation{}, wrap("reserve", err)
+	}
+	if len(v) == 2 {
 		if kind, _ := v[0].(int64); kind == 0 {
-			names := [...]string{"fp", "st", "tok", "lease", "att", "crt", "cmp", "exp", "resp"}
-			rec, err := decode(key, func(yield func(string, string) bool) {
-				for i, n := range names {
-					if val, ok := v[i+1].(string); ok && !yield(n, val) {
-						return
-					}
-				}
-			})
+			old, _ := v[1].(string)
+			rec, _, err := decode(key, old)
 			if err != nil {
 				return idem.Reservation{}, wrap("reserve", err)
 			}
@@ -248,7 +274,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 
 // fenced runs a token-fenced script and maps its 0 answer to idem.ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, op string, script *redis.Script, key string, args ...any) error {
-	n, err := script.Run(ctx, s.rdb, s.keys(key), args...).Int64()
+	n, err := script.Run(ctx, s.rdb, []string{s.recordKey(shard(key), key)}, args...).Int64()
 	switch {
 	case err != nil:
 		return wrap(op, err)
@@ -266,7 +292,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	now = now.Truncate(time.Microsecond)
 	expiresAt = expiresAt.Truncate(time.Microsecond)
 	return s.fenced(ctx, "complete", completeScript, key,
-		key, strconv.FormatInt(token, 10), idem.EncodeResponse(resp), micros(now), micros(expiresAt),
+		strconv.FormatInt(token, 10), idem.EncodeResponse(resp), micros(now), micros(expiresAt),
 		s.ttlMillis(expiresAt.Sub(now)), opID())
 }
 
@@ -276,7 +302,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 	if err := s.begin(ctx, "release", key); err != nil {
 		return err
 	}
-	return s.fenced(ctx, "release", releaseScript, key, key, strconv.FormatInt(token, 10), opID())
+	return s.fenced(ctx, "release", releaseScript, key, strconv.FormatInt(token, 10), opID())
 }
 
 // Extend implements idem.Store in one round trip (one script).
@@ -284,99 +310,109 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 	if err := s.begin(ctx, "extend", key); err != nil {
 		return err
 	}
-	return s.fenced(ctx, "extend", extendScript, key, key, strconv.FormatInt(token, 10), micros(until.Truncate(time.Microsecond)))
+	return s.fenced(ctx, "extend", extendScript, key, strconv.FormatInt(token, 10), micros(until.Truncate(time.Microsecond)))
 }
 
-// Get implements idem.Store with one HGETALL.
+// Get implements idem.Store with one GET.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if err := s.begin(ctx, "get", key); err != nil {
 		return idem.Record{}, err
 	}
-	m, err := s.rdb.HGetAll(ctx, s.keys(key)[0]).Result()
-	if err != nil {
+	v, err := s.rdb.Get(ctx, s.recordKey(shard(key), key)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return idem.Record{}, idem.ErrNotFound
+	case err != nil:
 		return idem.Record{}, wrap("get", err)
 	}
-	if len(m) == 0 {
-		return idem.Record{}, idem.ErrNotFound
-	}
-	rec, err := decode(key, func(yield func(string, string) bool) {
-		for n, v := range m {
-			if !yield(n, v) {
-				return
-			}
-		}
-	})
+	rec, _, err := decode(key, v)
 	if err != nil {
 		return idem.Record{}, wrap("get", err)
 	}
 	return rec, nil
 }
 
-// Delete removes key's record whatever its state (idem.Deleter), in one round trip.
+// Delete removes key's record whatever its state (idem.Deleter), with one DEL.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.begin(ctx, "delete", key); err != nil {
 		return err
 	}
-	return wrap("delete", deleteScript.Run(ctx, s.rdb, s.keys(key), key).Err())
+	return wrap("delete", s.rdb.Del(ctx, s.recordKey(shard(key), key)).Err())
 }
 
-// decode builds a record from its hash fields. A missing or malformed field is an error
-// wrapping idem.ErrCorruptRecord, never a half-filled record.
-func decode(key string, fields func(yield func(name, value string) bool)) (idem.Record, error) {
-	rec := idem.Record{Key: key}
-	var resp []byte
-	var hasResp, hasTok, hasExp, hasLease, hasFP bool
+// encodeClaim is the stored form of a new claim (see scripts.go for the layout).
+func encodeClaim(rec idem.Record, op string) []byte {
+	b := make([]byte, 0, 96+len(op)+len(rec.Fingerprint))
+	b = append(b, "1|"...)
+	b = strconv.AppendInt(b, rec.Token, 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, rec.LeaseUntil.UnixMicro(), 10)
+	b = append(b, "|1|"...)
+	b = strconv.AppendInt(b, rec.CreatedAt.UnixMicro(), 10)
+	b = append(b, "||"...)
+	b = strconv.AppendInt(b, rec.ExpiresAt.UnixMicro(), 10)
+	b = append(b, '|')
+	b = append(b, op...)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(len(rec.Fingerprint)), 10)
+	b = append(b, '|')
+	return append(b, rec.Fingerprint...)
+}
+
+// decode reads a stored record, and the id of the call that last wrote it. Anything else is
+// an error wrapping idem.ErrCorruptRecord, never a half-filled record.
+func decode(key, v string) (idem.Record, string, error) {
+	var f [9]string
+	rest := v
+	for i := range f {
+		var ok bool
+		if f[i], rest, ok = strings.Cut(rest, "|"); !ok {
+			return idem.Record{}, "", fmt.Errorf("%w: %d fields, want 9 and the fingerprint", idem.ErrCorruptRecord, i)
+		}
+	}
 	var err error
-	num := func(name, v string) int64 {
-		n, e := strconv.ParseInt(v, 10, 64)
-		if e != nil && err == nil {
-			err = fmt.Errorf("%w: field %s = %.40q", idem.ErrCorruptRecord, name, v)
+	num := func(i int, name string, empty bool) int64 {
+		if empty && f[i] == "" {
+			return 0
+		}
+		n, e := strconv.ParseInt(f[i], 10, 64)
+		if (e != nil || n < 0) && err == nil {
+			err = fmt.Errorf("%w: %s = %.40q", idem.ErrCorruptRecord, name, f[i])
 		}
 		return n
 	}
-	for name, v := range fields {
-		switch name {
-		case "fp":
-			rec.Fingerprint, hasFP = v, true
-		case "st":
-			switch v {
-			case "1":
-				rec.State = idem.StateInProgress
-			case "2":
-				rec.State = idem.StateCompleted
-			default:
-				return idem.Record{}, fmt.Errorf("%w: state %.40q", idem.ErrCorruptRecord, v)
-			}
-		case "tok":
-			rec.Token, hasTok = num(name, v), true
-		case "lease":
-			rec.LeaseUntil, hasLease = time.UnixMicro(num(name, v)), true
-		case "att":
-			rec.Attempts = int(num(name, v))
-		case "crt":
-			rec.CreatedAt = time.UnixMicro(num(name, v))
-		case "cmp":
-			rec.CompletedAt = time.UnixMicro(num(name, v))
-		case "exp":
-			rec.ExpiresAt, hasExp = time.UnixMicro(num(name, v)), true
-		case "resp":
-			resp, hasResp = []byte(v), true
-		}
+	rec := idem.Record{
+		Key:         key,
+		Token:       num(1, "token", false),
+		LeaseUntil:  time.UnixMicro(num(2, "lease_until", false)),
+		Attempts:    int(num(3, "attempts", false)),
+		CreatedAt:   time.UnixMicro(num(4, "created_at", false)),
+		CompletedAt: time.UnixMicro(num(5, "completed_at", true)),
+		ExpiresAt:   time.UnixMicro(num(6, "expires_at", false)),
 	}
+	fpLen := num(8, "fingerprint length", false)
 	switch {
 	case err != nil:
-		return idem.Record{}, err
-	case rec.State == 0 || !hasTok || !hasExp || !hasLease || !hasFP:
-		return idem.Record{}, fmt.Errorf("%w: missing fields", idem.ErrCorruptRecord)
-	case rec.State == idem.StateCompleted && !hasResp:
-		return idem.Record{}, fmt.Errorf("%w: completed without a response", idem.ErrCorruptRecord)
+		return idem.Record{}, "", err
+	case fpLen > int64(len(rest)):
+		return idem.Record{}, "", fmt.Errorf("%w: fingerprint of %d bytes in %d", idem.ErrCorruptRecord, fpLen, len(rest))
 	}
-	if hasResp && rec.State == idem.StateCompleted {
-		r, err := idem.DecodeResponse(resp)
+	rec.Fingerprint, rest = rest[:fpLen], rest[fpLen:]
+	switch f[0] {
+	case "1":
+		rec.State = idem.StateInProgress
+	case "2":
+		rec.State = idem.StateCompleted
+		r, err := idem.DecodeResponse([]byte(rest))
 		if err != nil {
-			return idem.Record{}, err
+			return idem.Record{}, "", err
 		}
 		rec.Response = &r
+	default:
+		return idem.Record{}, "", fmt.Errorf("%w: state %.40q", idem.ErrCorruptRecord, f[0])
 	}
-	return rec, nil
+	if f[5] == "" {
+		rec.CompletedAt = time.Time{}
+	}
+	return rec, f[7], nil
 }

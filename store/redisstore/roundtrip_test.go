@@ -36,7 +36,8 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // TestRoundTrips counts the commands each operation sends: one each, and a replay through the
-// engine is exactly one.
+// engine is exactly one. The exceptions are counted too: a Reserve that meets a released,
+// expired or stale record it may claim costs two.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, target := range []struct {
@@ -100,6 +101,29 @@ func TestRoundTrips(t *testing.T) {
 			rt("Get", 1, func() error { _, err := st.Get(ctx, "k"); return err })
 			res, _ = st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
 			rt("Release", 1, func() error { return st.Release(ctx, "r", res.Record.Token) })
+			// The documented exceptions: a Reserve whose SET … NX GET meets a record it may
+			// claim runs the reserve script too.
+			rt("Reserve after a Release", 2, func() (err error) {
+				res, err = st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+				if err == nil && !res.Claimed {
+					err = errors.New("not claimed")
+				}
+				return err
+			})
+			rt("Reserve taking over a stale lease", 2, func() (err error) {
+				res, err = st.Reserve(ctx, "r", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+				if err == nil && !res.Takeover {
+					err = errors.New("not taken over")
+				}
+				return err
+			})
+			rt("Reserve of an expired key", 2, func() (err error) {
+				res, err = st.Reserve(ctx, "k", fp, now.Add(2*time.Hour), time.Minute, time.Hour)
+				if err == nil && (!res.Claimed || res.Takeover) {
+					err = errors.New("not claimed afresh")
+				}
+				return err
+			})
 			rt("Delete", 1, func() error { return st.Delete(ctx, "r") })
 
 			// Through the engine: a new key is reserve + complete, a replay one round trip.
@@ -243,8 +267,15 @@ func TestLostReply(t *testing.T) {
 	if err := st.Release(ctx, "r", r2.Record.Token); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("second Release: %v, want ErrLeaseLost", err)
 	}
-	if p.dropped.Load() != 3 {
-		t.Fatalf("the proxy dropped %d replies, want 3", p.dropped.Load())
+	// A claim of the released key (SET … NX GET meets the released record, then the reserve
+	// script) whose first reply is lost.
+	p.dropNext.Store(true)
+	r3, err := st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+	if err != nil || !r3.Claimed || r3.Takeover || r3.Record.Token <= r2.Record.Token {
+		t.Fatalf("Reserve of a released key whose first reply was lost: %+v, %v; want a new claim", r3, err)
+	}
+	if p.dropped.Load() != 4 {
+		t.Fatalf("the proxy dropped %d replies, want 4", p.dropped.Load())
 	}
 }
 
@@ -312,15 +343,18 @@ func TestCorruptRecord(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	fp := idem.Fingerprint([]byte("c"))
-	for i, fields := range [][]any{
-		{"st", "9", "fp", fp, "tok", "1", "lease", "1", "exp", "99999999999999999"},
-		{"st", "2", "fp", fp, "tok", "1", "lease", "1", "exp", "99999999999999999", "resp", "\x07junk"},
-		{"st", "2", "fp", fp, "tok", "1", "lease", "1", "exp", "99999999999999999"},
-		{"st", "1", "fp", fp, "tok", "x", "lease", "1", "exp", "99999999999999999"},
-		{"st", "1"},
+	good := "|1|1|1|1||99999999999999999|op|" + fmt.Sprint(len(fp)) + "|" + fp
+	for i, v := range []string{
+		"9" + good,
+		"2" + good + "\x07junk",
+		"2" + good,
+		"1|x|1|1|1||99999999999999999|op|64|" + fp,
+		"1|1|1|1|1||99999999999999999|op|65|" + fp,
+		"1|",
+		"x",
 	} {
 		key := "corrupt-" + string(rune('a'+i))
-		if err := rdb.HSet(ctx, redisstore.RecordKey(st, key), fields...).Err(); err != nil {
+		if err := rdb.Set(ctx, redisstore.RecordKey(st, key), v, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		_, err := st.Get(ctx, key)
@@ -333,10 +367,10 @@ func TestCorruptRecord(t *testing.T) {
 		}
 	}
 	// Another type under the record's key: WRONGTYPE, a store error.
-	if err := rdb.Set(ctx, redisstore.RecordKey(st, "string"), "x", time.Minute).Err(); err != nil {
+	if err := rdb.HSet(ctx, redisstore.RecordKey(st, "hash"), "st", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Reserve(ctx, "string", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
-		t.Errorf("Reserve over a string key: %v, want a store error", err)
+	if _, err := st.Reserve(ctx, "hash", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Errorf("Reserve over a hash key: %v, want a store error", err)
 	}
 }
