@@ -272,8 +272,9 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 			// back to the caller.
 			break
 		}
-		expires := e.opt.Now().Add(e.opt.TTL)
-		if err := e.complete(ctx, key, token, resp, expires); err != nil {
+		now := e.opt.Now()
+		expires := now.Add(e.opt.TTL)
+		if err := e.complete(ctx, key, token, resp, now, expires); err != nil {
 			return result, err
 		}
 		// The cache is filled by the first replay read from the store, not here: most keys
@@ -299,11 +300,11 @@ func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(context.WithoutCancel(ctx), e.opt.StoreTimeout)
 }
 
-func (e *Engine) complete(ctx context.Context, key string, token int64, resp Response, expires time.Time) error {
+func (e *Engine) complete(ctx context.Context, key string, token int64, resp Response, now, expires time.Time) error {
 	// First with the caller's context while it lasts (no allocation on the common path);
 	// if that fails for any reason but a lost lease, again detached and bounded.
 	if ctx.Err() == nil {
-		err := e.store.Complete(ctx, key, token, resp, e.opt.Now(), expires)
+		err := e.store.Complete(ctx, key, token, resp, now, expires)
 		if err == nil {
 			return nil
 		}

@@ -40,9 +40,11 @@ type middleware struct {
 	skip    map[string]bool // response headers never stored
 	retry   []string        // Retry-After for 503
 	methods []string
+	checkFP bool // Options.Fingerprint is the caller's: check what it returns
 }
 
 func newMiddleware(opt Options) (*middleware, error) {
+	checkFP := opt.Fingerprint != nil
 	opt, err := opt.withDefaults()
 	if err != nil {
 		return nil, err
@@ -50,9 +52,9 @@ func newMiddleware(opt Options) (*middleware, error) {
 	eo := opt.Engine.Options()
 	m := &middleware{
 		opt: opt, eng: opt.Engine, policy: eo.Policy, ttl: eo.TTL, now: eo.Now,
-		methods: opt.Methods,
-		retry:   retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
-		skip:    make(map[string]bool),
+		methods: opt.Methods, checkFP: checkFP,
+		retry: retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
+		skip:  make(map[string]bool),
 	}
 	for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", ReplayedHeader, ExpiresHeader} {
@@ -207,7 +209,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fp, err := m.opt.Fingerprint(r, body)
-	if err == nil && !idem.ValidFingerprint(fp) {
+	if err == nil && m.checkFP && !idem.ValidFingerprint(fp) {
 		m.opt.Logger.Error("idemhttp: Options.Fingerprint returned an invalid fingerprint", "fingerprint", fp)
 		probInternal.write(w, nil)
 		m.emit(Event{Outcome: OutcomeError, Request: r, Key: key, Status: 500, Start: start, Err: errors.New("idemhttp: invalid fingerprint")})
