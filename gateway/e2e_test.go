@@ -397,6 +397,14 @@ func TestBinaryTenantsAreApart(t *testing.T) {
 	if b2 := send("tenant-b", `{"amount":5,"currency":"usd"}`); b2.body != b1.body || api.Count() != 2 {
 		t.Fatalf("tenant b's replay: %d %s (charges %d)", b2.status, b2.body, api.Count())
 	}
+	// The four requests' log lines are written (within the log's flush interval) before the
+	// check, so it looks at them.
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(g.log(), "msg=request") < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the four requests' log lines did not appear:\n%s", g.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if strings.Contains(g.log(), "tenant-a") {
 		t.Error("the scope header's value (a secret) reached the log")
 	}

@@ -181,6 +181,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
+		fmt.Fprintln(e.stderr, "\nLogs go to stderr: info lines in batches, at most 100ms late; warnings and errors at once.")
 		fmt.Fprintln(e.stderr, "\nProfiling (off by default): IDEM_CPUPROFILE=FILE writes a CPU profile of the whole run\nto FILE at exit, for go tool pprof.")
 	}
 	if err := parse(fs, args); err != nil {
@@ -197,7 +198,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	log := newLogger(e.stderr, cfg.LogFormat, cfg.LogLevel)
+	buf := newLogBuffer(e.stderr)
+	stopFlush := buf.start()
+	defer stopFlush()
+	log := newLogger(buf, cfg.LogFormat, cfg.LogLevel)
+	log = slog.New(flushHandler{log.Handler(), buf})
 	if path := e.getenv("IDEM_CPUPROFILE"); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {

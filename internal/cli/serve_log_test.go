@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the flusher goroutine and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestLogBuffer: info lines wait (at most the flush interval), a warning is written at once
+// with the lines before it, and stopping writes the rest.
+func TestLogBuffer(t *testing.T) {
+	t.Parallel()
+	out := &lockedBuffer{}
+	buf := newLogBuffer(out)
+	log := newLogger(buf, "text", "info")
+	log = slog.New(flushHandler{log.Handler(), buf}).With("component", "test")
+
+	log.Info("first")
+	if s := out.String(); s != "" {
+		t.Fatalf("an info line was written at once: %q", s)
+	}
+	log.Warn("second")
+	if s := out.String(); !strings.Contains(s, "msg=first") || !strings.Contains(s, "msg=second") || !strings.Contains(s, "component=test") {
+		t.Fatalf("a warning did not write itself and what preceded it: %q", s)
+	}
+
+	stop := buf.start()
+	log.Info("third")
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "msg=third") {
+		if time.Now().After(deadline) {
+			t.Fatalf("an info line was not flushed within 5s (interval %s)", logFlushEvery)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	log.Info("fourth")
+	stop()
+	if s := out.String(); !strings.Contains(s, "msg=fourth") {
+		t.Fatalf("stop did not flush: %q", s)
+	}
+}
