@@ -1,0 +1,215 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storetest"
+)
+
+// startReplicatedCluster starts a private cluster of one master, which holds every slot, and
+// one replica of it, and waits until the replica is in sync.
+func startReplicatedCluster(t *testing.T) (master, replica *clusterNode) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		testenv.Missing(t, "redis-cli is not installed (Debian: redis-tools): %v", err)
+	}
+	ctx := context.Background()
+	var nodes []*clusterNode
+	for range 2 {
+		srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--appendonly", "no")
+		c := redis.NewClient(&redis.Options{Addr: srv.addr()})
+		t.Cleanup(func() { c.Close() })
+		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, &clusterNode{srv: srv, c: c, id: id})
+	}
+	master, replica = nodes[0], nodes[1]
+	if err := master.c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(master.srv.port)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replica to learn of the master", func() bool {
+		return replica.c.Do(ctx, "CLUSTER", "REPLICATE", master.id).Err() == nil
+	})
+	waitFor(t, "the replica to be in sync and the cluster ok", func() bool {
+		return inSync(ctx, replica) && clusterOK(ctx, master) && clusterOK(ctx, replica)
+	})
+	return master, replica
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for i := 0; !ok(); i++ {
+		if i > 300 {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func clusterOK(ctx context.Context, n *clusterNode) bool {
+	info, _ := n.c.ClusterInfo(ctx).Result()
+	return strings.Contains(info, "cluster_state:ok")
+}
+
+// inSync reports whether n is a replica whose link to its master is up.
+func inSync(ctx context.Context, n *clusterNode) bool {
+	info, _ := n.c.Info(ctx, "replication").Result()
+	return strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+}
+
+func isMaster(ctx context.Context, n *clusterNode) bool {
+	info, _ := n.c.Info(ctx, "replication").Result()
+	return strings.Contains(info, "role:master")
+}
+
+// TestFailoverUnderLoad runs effects through the engine on many goroutines while the replica
+// takes over from its master with CLUSTER FAILOVER, and then the old master takes back over
+// the same way. A manual failover loses no acknowledged write, so: no key's effect runs twice,
+// every call that reported "executed and kept" is stored, completed, with its response, errors
+// during the switch are store errors or in-flight answers (fail closed), and the same client
+// carries on against the new master. Then the conformance suite runs on the failed-over
+// cluster.
+func TestFailoverUnderLoad(t *testing.T) {
+	t.Parallel()
+	master, replica := startReplicatedCluster(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{master.srv.addr(), replica.srv.addr()}, PoolSize: 32, MaxRedirects: 8,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "failover:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := idem.New(st, idem.Options{Lease: 5 * time.Minute, StoreTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nkeys, workers = 2000, 16
+	fp := idem.Fingerprint([]byte("failover"))
+	var effects [nkeys]atomic.Int32
+	var executed [nkeys]atomic.Int32
+	var calls, storeErrs, inflight, replays atomic.Int64
+	var mu sync.Mutex
+	var unexpected []error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := rand.IntN(nkeys)
+				key := "key-" + strconv.Itoa(i)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res, err := eng.Do(ctx, key, fp, func(context.Context) (idem.Response, error) {
+					effects[i].Add(1)
+					return idem.Response{Status: 201, Body: []byte(key)}, nil
+				})
+				cancel()
+				calls.Add(1)
+				switch {
+				case err == nil && res.Replayed:
+					replays.Add(1)
+					if string(res.Response.Body) != key {
+						mu.Lock()
+						unexpected = append(unexpected, fmt.Errorf("%s replayed %q", key, res.Response.Body))
+						mu.Unlock()
+					}
+				case err == nil:
+					executed[i].Add(1)
+				case errors.Is(err, idem.ErrInFlight):
+					inflight.Add(1)
+				case errors.Is(err, idem.ErrStoreUnavailable):
+					storeErrs.Add(1)
+					time.Sleep(5 * time.Millisecond)
+				default:
+					mu.Lock()
+					unexpected = append(unexpected, fmt.Errorf("%s: %w", key, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	ctx := context.Background()
+	// failover makes n the master with CLUSTER FAILOVER and waits until the client's calls
+	// go through again.
+	failover := func(n, old *clusterNode) {
+		t.Helper()
+		before := calls.Load()
+		if err := n.c.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+			t.Fatalf("CLUSTER FAILOVER on %s: %v", n.srv.addr(), err)
+		}
+		waitFor(t, n.srv.addr()+" to become the master", func() bool {
+			return isMaster(ctx, n) && inSync(ctx, old) && clusterOK(ctx, n)
+		})
+		waitFor(t, "calls after the failover", func() bool { return calls.Load() > before+200 })
+	}
+	time.Sleep(300 * time.Millisecond)
+	failover(replica, master)
+	time.Sleep(300 * time.Millisecond)
+	failover(master, replica)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	for _, err := range unexpected {
+		t.Error(err)
+	}
+	var ran, kept int
+	for i := range nkeys {
+		key := "key-" + strconv.Itoa(i)
+		n := effects[i].Load()
+		if n > 1 {
+			t.Errorf("%s: effect ran %d times", key, n)
+		}
+		ran += int(n)
+		if executed[i].Load() == 0 {
+			continue
+		}
+		kept++
+		rec, err := st.Get(ctx, key)
+		if err != nil || rec.State != idem.StateCompleted || rec.Response == nil || !bytes.Equal(rec.Response.Body, []byte(key)) {
+			t.Errorf("%s reported executed and kept, but the store has %+v, %v", key, rec, err)
+		}
+	}
+	if kept == 0 || replays.Load() == 0 {
+		t.Fatalf("executed and kept %d, replays %d: the workload did not run", kept, replays.Load())
+	}
+	t.Logf("calls %d: effects %d, executed and kept %d, replays %d, in flight %d, store errors %d",
+		calls.Load(), ran, kept, replays.Load(), inflight.Load(), storeErrs.Load())
+
+	// The cluster after two failovers still passes the whole contract.
+	var seq atomic.Int32
+	storetest.Run(t, func(t *testing.T) idem.Store {
+		st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: fmt.Sprintf("after%d:", seq.Add(1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
+}
