@@ -34,6 +34,9 @@ bench-gateway: services ## Gateway load benchmark against a tuned ReverseProxy â
 test-bench-module: ## Vet and test the separate benchmark module (bench/, which brings Fiber).
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+bench-instructions: ## Instructions per request (callgrind) of idemhttp and Fiber against their bare servers â†’ docs/bench/instructions.md (~3 min).
+	bash scripts/bench-instructions.sh
+
 bench-pgbench: services ## pgstore against pgbench running the same statements, same session.
 	bash scripts/bench-pgbench.sh
 
@@ -63,4 +66,4 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
-.PHONY: help services test test-short test-race lint bench bench-gateway test-bench-module bench-pgbench bench-redis chaos chaos-short fuzz demo
+.PHONY: help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short fuzz demo

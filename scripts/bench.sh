@@ -74,9 +74,18 @@ bash scripts/bench-gateway.sh
 # 4. idemhttp and Fiber's idempotency middleware, side by side (docs/bench/fiber.md).
 echo "bench: bin/idembench middleware --out docs/bench/fiber.md" >&2
 timeout --kill-after=30s 10m bin/idembench middleware --out docs/bench/fiber.md
+# 5. The same four servers' instructions per request under callgrind: reproducible whatever the
+# machine's load (docs/bench/instructions.md).
+if command -v valgrind >/dev/null; then
+	echo "bench: scripts/bench-instructions.sh" >&2
+	timeout --kill-after=30s 15m bash scripts/bench-instructions.sh >/dev/null ||
+		echo "bench: scripts/bench-instructions.sh exited with status $?" >&2
+else
+	echo "bench: valgrind not installed: docs/bench/instructions.md not refreshed" >&2
+fi
 machine "end" >"$work/machine-end.md"
 
-# 5. Assemble docs/benchmarks.md.
+# 6. Assemble docs/benchmarks.md.
 # demote FILE: prints FILE with every Markdown heading outside code fences one level down.
 demote() { awk '/^```/ { fence = !fence } !fence && /^#{1,5} / { $0 = "#" $0 } { print }' "$1"; }
 {
@@ -99,10 +108,11 @@ demote() { awk '/^```/ { fence = !fence } !fence && /^#{1,5} / { $0 = "#" $0 } {
 	echo "$pgbench_cmd"
 	echo "scripts/bench-gateway.sh   # bin/idembench gateway --idem bin/idem --postgres \$IDEM_POSTGRES_URL --out docs/bench/gateway.md"
 	echo "bin/idembench middleware --out docs/bench/fiber.md"
+	echo "scripts/bench-instructions.sh   # callgrind: instructions per request → docs/bench/instructions.md"
 	echo '```'
 	echo
 	# The per-area reports, gateway and Fiber first, each heading one level down.
-	for f in docs/bench/gateway.md docs/bench/fiber.md docs/bench/*.md; do
+	for f in docs/bench/gateway.md docs/bench/fiber.md docs/bench/instructions.md docs/bench/*.md; do
 		case " ${seen:-} " in *" $f "*) continue ;; esac
 		seen="${seen:-} $f"
 		[ -f "$f" ] || continue
