@@ -4,6 +4,9 @@
 //	st, err := redisstore.New(redisstore.Options{Client: rdb})
 //	eng, err := idem.New(st, idem.Options{})
 //
+// It needs Redis 7.0 or later (SET with both NX and GET); against an older server every
+// Reserve fails with a store error, so nothing runs.
+//
 // # Round trips
 //
 // Reserve of a new key is one SET <record> PX <ttl> NX GET: Redis writes the claim if the key
