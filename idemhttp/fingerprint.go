@@ -48,8 +48,23 @@ func fingerprint(r *http.Request, body []byte) string {
 
 // fingerprintParts hashes method, path, query, then mode (if not nil) and body.
 func fingerprintParts(r *http.Request, mode, body []byte) string {
+	n := 40 + len(r.Method) + len(r.URL.Path) + len(r.URL.RawQuery) + len(mode) + len(body)
+	if n <= 512 {
+		// Most requests: lay the parts out on the stack, not in a pooled buffer.
+		var small [512]byte
+		fp, _ := hashParts(small[:0], r, mode, body)
+		return fp
+	}
 	buf := getBuf()
-	b := appendPart((*buf)[:0], r.Method)
+	fp, b := hashParts((*buf)[:0], r, mode, body)
+	*buf = b // keep the grown buffer
+	putBuf(buf)
+	return fp
+}
+
+// hashParts lays the parts out in b and returns their hex SHA-256, and b.
+func hashParts(b []byte, r *http.Request, mode, body []byte) (string, []byte) {
+	b = appendPart(b, r.Method)
 	b = appendPart(b, r.URL.Path)
 	b = appendPart(b, r.URL.RawQuery)
 	if mode != nil {
@@ -59,11 +74,9 @@ func fingerprintParts(r *http.Request, mode, body []byte) string {
 	b = binary.BigEndian.AppendUint64(b, uint64(len(body)))
 	b = append(b, body...)
 	sum := sha256.Sum256(b)
-	*buf = b
-	putBuf(buf)
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], sum[:])
-	return string(out[:])
+	return string(out[:]), b
 }
 
 func appendPart(b []byte, s string) []byte {
