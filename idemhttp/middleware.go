@@ -177,7 +177,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := captures.Get().(*captureWriter)
 	c.m = m
 	c.w = w
-	c.buf = getBuf()
+	if c.buf == nil {
+		c.buf = getBuf()
+	}
 	reqBuf := getBuf()
 	body, status := m.readBody(r, reqBuf)
 	if status != 0 {
@@ -320,11 +322,17 @@ func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
 	return b, 0
 }
 
-// release returns the capture and the request buffer to their pools.
+// release returns the capture and the request buffer to their pools. The capture keeps its
+// response buffer (emptied) unless it grew too large to pool.
 func (c *captureWriter) release(reqBuf *[]byte) {
 	putBuf(reqBuf)
-	putBuf(c.buf)
-	*c = captureWriter{}
+	buf := c.buf
+	if cap(*buf) > maxPooled {
+		buf = nil // a fresh one from the pool next time
+	} else {
+		*buf = (*buf)[:0]
+	}
+	*c = captureWriter{buf: buf}
 	captures.Put(c)
 }
 
