@@ -106,12 +106,13 @@ type gatewayRun struct {
 	started  time.Time
 	machine  string
 
-	mem     []*figure // bare, nokey, newkey, replay
-	pg      []*figure // pgbench, gateway newkey, gateway replay
-	pgHost  string    // "idem serve" or the fallback
-	pgNote  string
-	pgbench []pgbenchRun
-	pgCPU   []pgCPU // pgbench, then the gateway's cases
+	mem      []*figure // bare (every run), nokey, newkey, replay
+	memPairs []*figure // for each of mem, the bare runs made just before its runs (nil for bare)
+	pg       []*figure // pgbench, gateway newkey, gateway replay
+	pgHost   string    // "idem serve" or the fallback
+	pgNote   string
+	pgbench  []pgbenchRun
+	pgCPU    []pgCPU // pgbench, then the gateway's cases
 	// pgCPUSeen: the PostgreSQL server's processes are visible here, so its CPU is measured.
 	pgCPUSeen bool
 	inflight  []inflightRun
@@ -174,7 +175,8 @@ func (g *gatewayRun) load(url string, mode load.Mode, clients int) load.Options 
 	return load.Options{URL: url, Mode: mode, Clients: clients, Duration: g.opt.Duration, Warmup: g.opt.Warmup, Timeout: 30 * time.Second}
 }
 
-// memory: bare hop vs gateway on the memory store, all three modes, interleaved.
+// memory: bare hop vs gateway on the memory store, all three modes, each right after a run of
+// the bare hop, interleaved.
 //
 // Every case of every round gets a proxy process of its own, started before its warm-up and
 // stopped after its run: the memory store keeps every record in the gateway's heap, so a
@@ -192,13 +194,18 @@ func (g *gatewayRun) memory(ctx context.Context) error {
 	bare := func(ctx context.Context) (*Proc, error) { return g.bareProxy(ctx, "bareproxy", up) }
 	gw := func(ctx context.Context) (*Proc, error) { return g.gateway(ctx, "gateway-memory", up, "memory://") }
 	cases := []freshCase{
-		{name: "bare hop (tuned ReverseProxy)", mode: load.NoKey, start: bare},
 		{name: "gateway, no key (pass-through)", mode: load.NoKey, start: gw},
 		{name: "gateway, new key, memory store", mode: load.NewKey, start: gw},
 		{name: "gateway, replay, memory store", mode: load.Replay, start: gw},
 	}
-	g.mem, err = g.freshRounds(ctx, cases, up)
-	return err
+	baseline := freshCase{name: "bare hop (tuned ReverseProxy)", mode: load.NoKey, start: bare}
+	figs, pairs, err := g.pairedRounds(ctx, baseline, cases, up)
+	if err != nil {
+		return err
+	}
+	g.mem = append([]*figure{mergeFigures(baseline.name, pairs)}, figs...)
+	g.memPairs = append([]*figure{nil}, pairs...)
+	return nil
 }
 
 // freshCase is a case measured on a proxy process started for it alone.
@@ -208,33 +215,67 @@ type freshCase struct {
 	start func(context.Context) (*Proc, error)
 }
 
-// freshRounds runs every case once per round, in order, each on a new proxy process (named
-// the same every time, so its CPU adds up under one name), charging the proxy's and up's CPU.
-func (g *gatewayRun) freshRounds(ctx context.Context, cases []freshCase, up *Proc) ([]*figure, error) {
+// pairedRounds runs, in every round, each case right after a run of the baseline, each run on
+// a new proxy process (named the same every time, so its CPU adds up under one name), and
+// charges the proxy's and up's CPU. A case's ratio is then taken against the baseline run
+// just before it, seconds apart, which on a shared machine whose load drifts is the closest
+// comparison. It returns the cases' figures and, for each, its baseline runs.
+func (g *gatewayRun) pairedRounds(ctx context.Context, baseline freshCase, cases []freshCase, up *Proc) (figs, pairs []*figure, err error) {
 	const path = "/v1/charges"
-	figs := make([]*figure, len(cases))
-	for i, c := range cases {
-		figs[i] = &figure{name: c.name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
+	newFig := func(name string) *figure {
+		return &figure{name: name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
+	}
+	for _, c := range cases {
+		figs = append(figs, newFig(c.name))
+		pairs = append(pairs, newFig(baseline.name))
+	}
+	run := func(c freshCase, f *figure) error {
+		px, err := c.start(ctx)
+		if err != nil {
+			return err
+		}
+		k := kase{name: c.name, opt: g.load(px.URL(path), c.mode, g.opt.Clients), cpu: []*Proc{px, up}}
+		err = runOnce(ctx, k, f, g.progress)
+		px.Stop()
+		if err != nil {
+			return err
+		}
+		return ctx.Err()
 	}
 	for r := range g.opt.Rounds {
 		fmt.Fprintf(g.progress, "round %d/%d\n", r+1, g.opt.Rounds)
 		for i, c := range cases {
-			px, err := c.start(ctx)
-			if err != nil {
-				return nil, err
+			if err := run(baseline, pairs[i]); err != nil {
+				return nil, nil, err
 			}
-			k := kase{name: c.name, opt: g.load(px.URL(path), c.mode, g.opt.Clients), cpu: []*Proc{px, up}}
-			err = runOnce(ctx, k, figs[i], g.progress)
-			px.Stop()
-			if err != nil {
-				return nil, err
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
+			if err := run(c, figs[i]); err != nil {
+				return nil, nil, err
 			}
 		}
 	}
-	return figs, nil
+	return figs, pairs, nil
+}
+
+// mergeFigures returns one figure holding every run of figs.
+func mergeFigures(name string, figs []*figure) *figure {
+	m := &figure{name: name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
+	for _, f := range figs {
+		m.rates = append(m.rates, f.rates...)
+		m.lat.Merge(&f.lat)
+		m.requests += f.requests
+		m.errors += f.errors
+		m.replayed += f.replayed
+		if m.firstErr == "" {
+			m.firstErr = f.firstErr
+		}
+		for k, v := range f.cpu {
+			m.cpu[k] += v
+		}
+		for k, v := range f.status {
+			m.status[k] += v
+		}
+	}
+	return m
 }
 
 // pgSchema is the schema the PostgreSQL figures work in; dropped at the end.

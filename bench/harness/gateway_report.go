@@ -27,9 +27,10 @@ func (g *gatewayRun) report(out io.Writer) error {
 		"a 32 KiB buffer pool; GOMAXPROCS=%d); the gateway, the `idem serve` binary with default flags and its text log to a file "+
 		"(GOMAXPROCS=%d); the in-repo load generator (`bench/load`, GOMAXPROCS=%d, %d keep-alive clients, each POSTing a "+
 		"53-byte JSON body one request after another). Each case runs %s after a %s warm-up, %d rounds interleaved "+
-		"(bare, pass-through, new key, replay, then again), each case of each round on a proxy process started for it "+
-		"(so no case pays the garbage collection of records another case left in the memory store; a new-key run pays for its own); a ratio is the median over rounds of the two rates measured in the "+
-		"same round, latencies are over all rounds. The machine's 2 cores are shared by the load generator, the proxy, the "+
+		"(bare, pass-through, bare, new key, bare, replay, then again), each run on a proxy process started for it "+
+		"(so no case pays the garbage collection of records another case left in the memory store; a new-key run pays for its own); "+
+		"a gateway case's ratio is the median over rounds of its rate over the rate of the bare run just before it "+
+		"(the bare hop's row is over all its runs), latencies are over all rounds. The machine's 2 cores are shared by the load generator, the proxy, the "+
 		"upstream and other work, so absolute rates are low and noisy: read the ratios.\n\n",
 		o.UpstreamProcs, o.ProxyProcs, o.ProxyProcs, loadProcs(), o.Clients, o.Duration, o.Warmup, o.Rounds)
 
@@ -44,6 +45,9 @@ func (g *gatewayRun) report(out io.Writer) error {
 		procs := []string{"bareproxy", "gateway-memory", "gateway-memory", "gateway-memory"}
 		for i, f := range g.mem {
 			r := ratio(f, bare)
+			if i < len(g.memPairs) && g.memPairs[i] != nil {
+				r = ratio(f, g.memPairs[i])
+			}
 			barCol := "baseline"
 			if i > 0 {
 				barCol = bars[i].name + " " + verdict(r >= bars[i].bar)
