@@ -18,7 +18,7 @@ type lru struct {
 }
 
 func newLRU(max int, maxBytes int64) *lru {
-	return &lru{max: max, maxBytes: maxBytes, order: list.New(), byKey: make(map[string]*list.Element, min(max, 1<<16))}
+	return &lru{max: max, maxBytes: maxBytes, order: list.New(), byKey: make(map[string]*list.Element)}
 }
 
 // size approximates the memory a cached record holds.
