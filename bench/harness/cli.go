@@ -65,7 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&o.UpstreamProcs, "upstream-procs", 0, "GOMAXPROCS of the upstream (default 1)")
 		fs.StringVar(&o.PostgresURL, "postgres", "", "PostgreSQL URL for the PostgreSQL figures (default: none)")
 		fs.IntVar(&o.PGConns, "pg-conns", 0, "connections of the gateway's pool and of pgbench (default 16)")
-		inflight := fs.String("inflight", "", "comma-separated numbers of keys in flight for the memory test (default 2000,5000,9900; 0 skips it)")
+		inflight := fs.String("inflight", "", "comma-separated numbers of keys in flight for the memory test (default 2000,5000,10000; 0 skips it)")
 		fs.DurationVar(&o.InFlightDelay, "inflight-delay", 0, "upstream delay in the memory test (default 10s)")
 		if err := fs.Parse(args); err != nil {
 			return err

@@ -7,9 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/idemkit/idem/bench/load"
@@ -103,26 +101,6 @@ func runOnce(ctx context.Context, c kase, f *figure, progress io.Writer) error {
 	return nil
 }
 
-// rounds runs every case once per round, in order, for n rounds.
-func rounds(ctx context.Context, n int, cases []kase, progress io.Writer) ([]*figure, error) {
-	figs := make([]*figure, len(cases))
-	for i, c := range cases {
-		figs[i] = &figure{name: c.name, cpu: map[string]time.Duration{}, status: map[int]int64{}}
-	}
-	for r := range n {
-		fmt.Fprintf(progress, "round %d/%d\n", r+1, n)
-		for i, c := range cases {
-			if err := runOnce(ctx, c, figs[i], progress); err != nil {
-				return nil, err
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return figs, nil
-}
-
 // Machine describes the machine and its load right now, in one Markdown paragraph.
 func Machine() string {
 	model := "unknown CPU"
@@ -176,12 +154,3 @@ func verdict(ok bool) string {
 }
 
 func loadProcs() int { return runtime.GOMAXPROCS(0) }
-
-// nofile returns the soft limit on open files, as text.
-func nofile() string {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return "?"
-	}
-	return strconv.FormatUint(l.Cur, 10)
-}
