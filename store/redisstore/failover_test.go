@@ -1,15 +1,11 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,61 +121,13 @@ func TestFailoverUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const nkeys, workers = 2000, 16
-	fp := idem.Fingerprint([]byte("failover"))
-	var effects [nkeys]atomic.Int32
-	var executed [nkeys]atomic.Int32
-	var calls, storeErrs, inflight, replays atomic.Int64
-	var mu sync.Mutex
-	var unexpected []error
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := rand.IntN(nkeys)
-				key := "key-" + strconv.Itoa(i)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				res, err := eng.Do(ctx, key, fp, func(context.Context) (idem.Response, error) {
-					effects[i].Add(1)
-					return idem.Response{Status: 201, Body: []byte(key)}, nil
-				})
-				cancel()
-				calls.Add(1)
-				switch {
-				case err == nil && res.Replayed:
-					replays.Add(1)
-					if string(res.Response.Body) != key {
-						mu.Lock()
-						unexpected = append(unexpected, fmt.Errorf("%s replayed %q", key, res.Response.Body))
-						mu.Unlock()
-					}
-				case err == nil:
-					executed[i].Add(1)
-				case errors.Is(err, idem.ErrInFlight):
-					inflight.Add(1)
-				case errors.Is(err, idem.ErrStoreUnavailable):
-					storeErrs.Add(1)
-					time.Sleep(5 * time.Millisecond)
-				default:
-					mu.Lock()
-					unexpected = append(unexpected, fmt.Errorf("%s: %w", key, err))
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	w := startWorkload(eng, "failover", 2000, 16)
 	ctx := context.Background()
 	// failover makes n the master with CLUSTER FAILOVER and waits until the client's calls
 	// go through again.
 	failover := func(n, old *clusterNode) {
 		t.Helper()
-		before := calls.Load()
+		before := w.calls.Load()
 		// Redis aborts a manual failover that does not finish within its timeout (5s), which
 		// a loaded machine can exceed: ask again then.
 		for attempt := 1; ; attempt++ {
@@ -197,41 +145,19 @@ func TestFailoverUnderLoad(t *testing.T) {
 		waitFor(t, "the old master to follow "+n.srv.addr(), func() bool {
 			return inSync(ctx, old) && knowsReplica(ctx, n, old) && clusterOK(ctx, n)
 		})
-		waitFor(t, "calls after the failover", func() bool { return calls.Load() > before+200 })
+		waitFor(t, "calls after the failover", func() bool { return w.calls.Load() > before+200 })
 	}
 	time.Sleep(300 * time.Millisecond)
 	failover(replica, master)
 	time.Sleep(300 * time.Millisecond)
 	failover(master, replica)
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-
-	for _, err := range unexpected {
-		t.Error(err)
-	}
-	var ran, kept int
-	for i := range nkeys {
-		key := "key-" + strconv.Itoa(i)
-		n := effects[i].Load()
-		if n > 1 {
-			t.Errorf("%s: effect ran %d times", key, n)
-		}
-		ran += int(n)
-		if executed[i].Load() == 0 {
-			continue
-		}
-		kept++
-		rec, err := st.Get(ctx, key)
-		if err != nil || rec.State != idem.StateCompleted || rec.Response == nil || !bytes.Equal(rec.Response.Body, []byte(key)) {
-			t.Errorf("%s reported executed and kept, but the store has %+v, %v", key, rec, err)
-		}
-	}
-	if kept == 0 || replays.Load() == 0 {
-		t.Fatalf("executed and kept %d, replays %d: the workload did not run", kept, replays.Load())
+	ran, kept := w.stopAndCheck(t, st)
+	if kept == 0 || w.replays.Load() == 0 {
+		t.Fatalf("executed and kept %d, replays %d: the workload did not run", kept, w.replays.Load())
 	}
 	t.Logf("calls %d: effects %d, executed and kept %d, replays %d, in flight %d, store errors %d",
-		calls.Load(), ran, kept, replays.Load(), inflight.Load(), storeErrs.Load())
+		w.calls.Load(), ran, kept, w.replays.Load(), w.inflight.Load(), w.storeErrs.Load())
 
 	// The cluster after two failovers still passes the whole contract.
 	var seq atomic.Int32

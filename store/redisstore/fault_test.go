@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,59 +108,13 @@ func TestRestartUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const nkeys, workers = 3000, 16
-	fp := idem.Fingerprint([]byte("restart"))
-	var effects [nkeys]atomic.Int32
-	var executed [nkeys]atomic.Int32
-	var outageErrs, inflight, replays atomic.Int64
-	var unexpected []error
-	var mu sync.Mutex
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := rand.IntN(nkeys)
-				key := "key-" + strconv.Itoa(i)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				res, err := eng.Do(ctx, key, fp, func(context.Context) (idem.Response, error) {
-					effects[i].Add(1)
-					return idem.Response{Status: 201, Body: []byte(key)}, nil
-				})
-				cancel()
-				switch {
-				case err == nil && res.Replayed:
-					replays.Add(1)
-					if string(res.Response.Body) != key {
-						mu.Lock()
-						unexpected = append(unexpected, fmt.Errorf("%s replayed %q", key, res.Response.Body))
-						mu.Unlock()
-					}
-				case err == nil:
-					executed[i].Add(1)
-				case errors.Is(err, idem.ErrInFlight):
-					inflight.Add(1)
-				case errors.Is(err, idem.ErrStoreUnavailable):
-					outageErrs.Add(1)
-					time.Sleep(5 * time.Millisecond)
-				default:
-					mu.Lock()
-					unexpected = append(unexpected, fmt.Errorf("%s: %w", key, err))
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	w := startWorkload(eng, "restart", 3000, 16)
 	time.Sleep(500 * time.Millisecond)
 	srv.kill()
 	time.Sleep(2500 * time.Millisecond) // longer than go-redis's own retries ride out
 	srv.start()
 	// Recovery: the same client and engine work again, without restarting anything.
+	fp := idem.Fingerprint([]byte("restart"))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := eng.Do(context.Background(), "after-restart", fp, func(context.Context) (idem.Response, error) {
@@ -176,35 +129,12 @@ func TestRestartUnderLoad(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond) // more load after the restart
-	close(stop)
-	wg.Wait()
-
-	for _, err := range unexpected {
-		t.Error(err)
-	}
-	if outageErrs.Load() == 0 {
+	ran, kept := w.stopAndCheck(t, st)
+	if w.storeErrs.Load() == 0 {
 		t.Fatal("no call failed while Redis was down: the test did not test the outage")
 	}
-	ctx := context.Background()
-	var ran, kept int
-	for i := range nkeys {
-		key := "key-" + strconv.Itoa(i)
-		n := effects[i].Load()
-		if n > 1 {
-			t.Errorf("%s: effect ran %d times", key, n)
-		}
-		ran += int(n)
-		if executed[i].Load() == 0 {
-			continue
-		}
-		kept++
-		rec, err := st.Get(ctx, key)
-		if err != nil || rec.State != idem.StateCompleted || rec.Response == nil || !bytes.Equal(rec.Response.Body, []byte(key)) {
-			t.Errorf("%s reported executed and kept, but the store has %+v, %v", key, rec, err)
-		}
-	}
 	t.Logf("effects %d, executed and kept %d, replays %d, in flight %d, store-unavailable errors %d",
-		ran, kept, replays.Load(), inflight.Load(), outageErrs.Load())
+		ran, kept, w.replays.Load(), w.inflight.Load(), w.storeErrs.Load())
 }
 
 // clusterNode is a node of a private test cluster.
