@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,8 +298,12 @@ func TestSettle(t *testing.T) {
 			t.Errorf("%s: %s, want %s", body, got, w)
 		}
 	}
-	if got := outcomes(seen["fine;1"]); got != "[processed duplicate]" {
-		t.Errorf("fine;1: %s", got)
+	// The two copies of fine;1 may be handled at once: the duplicate's outcome can be observed
+	// before the original's. Exactly one is processed, the other answered as a duplicate.
+	fine := slices.Clone(seen["fine;1"])
+	slices.Sort(fine)
+	if want := []consumer.Outcome{consumer.Processed, consumer.Duplicate}; !slices.Equal(fine, want) {
+		t.Errorf("fine;1: %s, want one processed and one duplicate", outcomes(seen["fine;1"]))
 	}
 }
 
