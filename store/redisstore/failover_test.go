@@ -121,7 +121,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := startWorkload(eng, "failover", 2000, 16)
+	w := startWorkload(eng, "failover", 2000, 16, 10*time.Second)
 	ctx := context.Background()
 	// failover makes n the master with CLUSTER FAILOVER and waits until the client's calls
 	// go through again.

@@ -79,8 +79,16 @@ func shared(name string, mk func() redis.UniversalClient) redis.UniversalClient 
 // newStore returns a store on rdb with a fresh prefix whose keys are deleted after the test.
 func newStore(t testing.TB, rdb redis.UniversalClient) *redisstore.Store {
 	t.Helper()
+	return newStoreWith(t, redisstore.Options{Client: rdb})
+}
+
+// newStoreWith returns a store with opt and a prefix of its own, deleted at the end of the test.
+func newStoreWith(t testing.TB, opt redisstore.Options) *redisstore.Store {
+	t.Helper()
+	rdb := opt.Client
 	prefix := fmt.Sprintf("idemtest:%08x:", rand.Uint32())
-	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: prefix})
+	opt.Prefix = prefix
+	st, err := redisstore.New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +98,7 @@ func newStore(t testing.TB, rdb redis.UniversalClient) *redisstore.Store {
 
 // dropPrefix deletes every key that starts with prefix, on every master.
 func dropPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	drop := func(ctx context.Context, c *redis.Client) error {
 		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()

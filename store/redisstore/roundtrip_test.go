@@ -40,16 +40,21 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // expired or stale record it may claim costs two.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
+	mkStandalone := func(t *testing.T) redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: standalone(t).(*redis.Client).Options().Addr})
+	}
+	mkCluster := func(t *testing.T) redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t)})
+	}
 	for _, target := range []struct {
 		name string
 		mk   func(t *testing.T) redis.UniversalClient
+		ap   bool
 	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient {
-			return redis.NewClient(&redis.Options{Addr: standalone(t).(*redis.Client).Options().Addr})
-		}},
-		{"cluster", func(t *testing.T) redis.UniversalClient {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t)})
-		}},
+		{"standalone", mkStandalone, false},
+		{"cluster", mkCluster, false},
+		{"standalone/AutoPipeline", mkStandalone, true},
+		{"cluster/AutoPipeline", mkCluster, true},
 	} {
 		t.Run(target.name, func(t *testing.T) {
 			t.Parallel()
@@ -57,7 +62,7 @@ func TestRoundTrips(t *testing.T) {
 			t.Cleanup(func() { rdb.Close() })
 			var cnt counter
 			rdb.AddHook(&cnt)
-			st := newStore(t, rdb)
+			st := newStoreWith(t, redisstore.Options{Client: rdb, AutoPipeline: target.ap})
 			ctx := context.Background()
 			now := time.Now()
 			fp := idem.Fingerprint([]byte("rt"))

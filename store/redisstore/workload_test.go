@@ -34,8 +34,9 @@ type workload struct {
 
 func workloadKey(i int) string { return "key-" + strconv.Itoa(i) }
 
-// startWorkload starts workers goroutines on eng, each calling Do on random keys among nkeys.
-func startWorkload(eng *idem.Engine, name string, nkeys, workers int) *workload {
+// startWorkload starts workers goroutines on eng, each calling Do on random keys among nkeys,
+// each call with callTimeout.
+func startWorkload(eng *idem.Engine, name string, nkeys, workers int, callTimeout time.Duration) *workload {
 	w := &workload{eng: eng, effects: make([]atomic.Int32, nkeys), executed: make([]atomic.Int32, nkeys), stop: make(chan struct{})}
 	fp := idem.Fingerprint([]byte(name))
 	for range workers {
@@ -48,7 +49,7 @@ func startWorkload(eng *idem.Engine, name string, nkeys, workers int) *workload 
 				}
 				i := rand.IntN(nkeys)
 				key := workloadKey(i)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 				res, err := eng.Do(ctx, key, fp, func(context.Context) (idem.Response, error) {
 					w.effects[i].Add(1)
 					return idem.Response{Status: 201, Body: []byte(key)}, nil

@@ -43,14 +43,19 @@ func take(u *url.URL, names ...string) map[string]string {
 }
 
 // migrateFlag reads migrate=true|false (default true: the schema is brought up to date on open).
-func migrateFlag(p map[string]string) (bool, error) {
-	switch p["migrate"] {
-	case "", "true", "1":
+func migrateFlag(p map[string]string) (bool, error) { return boolParam(p, "migrate", true) }
+
+// boolParam reads the parameter name: true|1|false|0, or def when it is absent.
+func boolParam(p map[string]string, name string, def bool) (bool, error) {
+	switch v, ok := p[name]; {
+	case !ok || v == "":
+		return def, nil
+	case v == "true" || v == "1":
 		return true, nil
-	case "false", "0":
+	case v == "false" || v == "0":
 		return false, nil
 	}
-	return false, fmt.Errorf("%w: migrate=%q is neither true nor false", idem.ErrInvalidInput, p["migrate"])
+	return false, fmt.Errorf("%w: %s=%q is neither true nor false", idem.ErrInvalidInput, name, p[name])
 }
 
 // openPostgres opens postgres://user:pass@host:port/db?sslmode=…&table=…&schema=…&migrate=…
@@ -120,22 +125,23 @@ type redisStore struct {
 
 func (s redisStore) Close() error { return errors.Join(s.Store.Close(), s.client.Close()) }
 
-// openRedis opens redis://[user:pass@]host:port[/db]?prefix=… (or rediss:// for TLS; go-redis
-// parameters such as dial_timeout pass through).
+// openRedis opens redis://[user:pass@]host:port[/db]?prefix=…&autopipeline=true (or rediss://
+// for TLS; go-redis parameters such as dial_timeout pass through).
 func openRedis(ctx context.Context, u *url.URL) (Store, error) {
 	c := *u
-	p := take(&c, "prefix")
+	p := take(&c, "prefix", "autopipeline")
 	opt, err := redis.ParseURL(c.String())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidInput, err)
 	}
-	return newRedis(ctx, redis.NewClient(opt), p["prefix"])
+	return newRedis(ctx, redis.NewClient(opt), p)
 }
 
-// openRedisCluster opens redis+cluster://host1:port,host2:port?prefix=… (rediss+cluster for TLS).
+// openRedisCluster opens redis+cluster://host1:port,host2:port?prefix=…&autopipeline=true
+// (rediss+cluster for TLS).
 func openRedisCluster(ctx context.Context, u *url.URL) (Store, error) {
 	c := *u
-	p := take(&c, "prefix")
+	p := take(&c, "prefix", "autopipeline")
 	c.Scheme = strings.TrimSuffix(c.Scheme, "+cluster")
 	hosts := strings.Split(c.Host, ",")
 	c.Host = hosts[0]
@@ -144,15 +150,22 @@ func openRedisCluster(ctx context.Context, u *url.URL) (Store, error) {
 		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidInput, err)
 	}
 	opt.Addrs = hosts
-	return newRedis(ctx, redis.NewClusterClient(opt), p["prefix"])
+	return newRedis(ctx, redis.NewClusterClient(opt), p)
 }
 
-func newRedis(ctx context.Context, client redis.UniversalClient, prefix string) (Store, error) {
+// newRedis opens the store on client with the parameters p (prefix, autopipeline), closing
+// the client if it fails.
+func newRedis(ctx context.Context, client redis.UniversalClient, p map[string]string) (Store, error) {
+	ap, err := boolParam(p, "autopipeline", false)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
 		return nil, err
 	}
-	st, err := redisstore.New(redisstore.Options{Client: client, Prefix: prefix})
+	st, err := redisstore.New(redisstore.Options{Client: client, Prefix: p["prefix"], AutoPipeline: ap})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -7,8 +7,8 @@
 //	sqlite://./idem.db   sqlite:///var/idem.db    sqlitestore: a file, the embedded default
 //	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate)
 //	mysql://user:pass@host:3306/db                mysqlstore (params: table, migrate)
-//	redis://host:6379/0   rediss://…              redisstore (param: prefix)
-//	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (param: prefix)
+//	redis://host:6379/0   rediss://…              redisstore (params: prefix, autopipeline)
+//	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (same params)
 //	dynamodb://TABLE?region=eu-west-1             dynamostore (params: endpoint, region,
 //	                                              prefix, create=true to create the table)
 //

@@ -56,9 +56,13 @@ func TestOpenEachScheme(t *testing.T) {
 		roundTrip(t, "mysql://root@127.0.0.1:3306/test?table=storeurl_records")
 	})
 	t.Run("redis", func(t *testing.T) { roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:") })
+	t.Run("redis/autopipeline", func(t *testing.T) {
+		roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:&autopipeline=true")
+	})
 	t.Run("redis+cluster", func(t *testing.T) {
 		testenv.Service(t, "Redis Cluster", "IDEM_REDIS_CLUSTER_ADDRS", "127.0.0.1:7001", func(v string) string { return strings.Split(v, ",")[0] })
 		roundTrip(t, "redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003?prefix=storeurl:")
+		roundTrip(t, "redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003?prefix=storeurl:&autopipeline=1")
 	})
 	t.Run("dynamodb", func(t *testing.T) {
 		ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
@@ -74,6 +78,7 @@ func TestOpenErrors(t *testing.T) {
 		"memory://?typo=1": "unknown parameter",
 		"postgres://u:secret@127.0.0.1:1/db?migrate=maybe": "migrate",
 		"dynamodb://": "no table",
+		"redis://u:secret@127.0.0.1:1/0?autopipeline=yes": "autopipeline",
 	} {
 		_, err := storeurl.Open(ctx, raw)
 		if err == nil || !strings.Contains(err.Error(), want) {
