@@ -59,6 +59,11 @@ type Config struct {
 	// Store5xx keeps and replays upstream 5xx answers (Stripe's choice). Default false: a 5xx
 	// releases the key so a retry executes.
 	Store5xx bool `yaml:"store_5xx"`
+	// H2C makes the gateway accept HTTP/2 without TLS (prior knowledge, as load balancers and
+	// sidecars speak it to backends) besides HTTP/1.1. One connection then carries many
+	// requests at once, so thousands of requests in flight need not hold a socket each.
+	// Default false. The upstream is still called over HTTP/1.1 (or HTTP/2 for https).
+	H2C bool `yaml:"h2c"`
 	// Cache is how many completed responses each gateway keeps in memory (at most 64 MiB) to
 	// serve hot replays without a store round trip. Default 10000; -1 disables it. Safe with
 	// several gateways on one store: a completed response does not change until it expires.

@@ -453,3 +453,50 @@ func TestBinarySeedScenarioNetworkStores(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaryH2C: with --h2c, clients may speak HTTP/2 without TLS: 200 concurrent duplicates
+// of one key over HTTP/2 still charge once and get identical answers, and HTTP/1.1 clients
+// keep working.
+func TestBinaryH2C(t *testing.T) {
+	t.Parallel()
+	api, up := upstream(t)
+	api.Delay = 50 * time.Millisecond
+	g := startGateway(t, "--upstream", up, "--store", "memory://", "--h2c", "--wait", "10s")
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protocols}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	const n = 200
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, g.url+"/v1/charges", strings.NewReader(charge))
+			req.Header.Set("Idempotency-Key", "h2c-1")
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("POST over h2c: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			if resp.ProtoMajor != 2 {
+				t.Errorf("answered over %s, want HTTP/2", resp.Proto)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			answers[i] = answer{resp.StatusCode, resp.Header, string(b)}
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if a.status != 201 || a.body != answers[0].body {
+			t.Fatalf("answer %d: %d %q, want 201 %q", i, a.status, a.body, answers[0].body)
+		}
+	}
+	if api.Count() != 1 {
+		t.Fatalf("charges = %d, want 1", api.Count())
+	}
+	if a := post(t, g.url, "h2c-1", charge); a.status != 201 || a.body != answers[0].body || a.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("HTTP/1.1 retry: %d %q %q", a.status, a.body, a.header.Get("Idempotent-Replayed"))
+	}
+}

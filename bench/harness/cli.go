@@ -34,10 +34,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "serve-bareproxy":
 		addr := listen()
 		up := fs.String("upstream", "", "upstream URL (required)")
+		h2c := fs.Bool("h2c", false, "also accept HTTP/2 without TLS")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		return quiet(ServeBareProxy(ctx, *addr, *up))
+		return quiet(ServeBareProxy(ctx, *addr, *up, *h2c))
 	case "serve-target":
 		addr := listen()
 		t := fs.String("target", "", "nethttp, nethttp-idem, fiber or fiber-idem")

@@ -157,9 +157,9 @@ func (g *gatewayRun) upstream(ctx context.Context, name string, delay time.Durat
 		"serve-upstream", "--listen", "{addr}", "--delay", delay.String())
 }
 
-func (g *gatewayRun) bareProxy(ctx context.Context, name string, up *Proc) (*Proc, error) {
+func (g *gatewayRun) bareProxy(ctx context.Context, name string, up *Proc, extra ...string) (*Proc, error) {
 	return startProc(ctx, g.dir, name, g.opt.ProxyProcs, targets.StatsPath, g.opt.SelfBin,
-		"serve-bareproxy", "--listen", "{addr}", "--upstream", up.URL(""))
+		append([]string{"serve-bareproxy", "--listen", "{addr}", "--upstream", up.URL("")}, extra...)...)
 }
 
 func (g *gatewayRun) gateway(ctx context.Context, name string, up *Proc, store string, extra ...string) (*Proc, error) {
@@ -499,10 +499,12 @@ func (g *gatewayRun) burst(ctx context.Context, n int, gateway bool) (measured i
 	}
 	defer up.Stop()
 	var px *Proc
+	// The clients speak h2c to both proxies, so their requests share a few connections and
+	// each in-flight request holds one socket in the proxy (its upstream connection).
 	if gateway {
-		px, err = g.gateway(ctx, "gateway-inflight", up, "memory://")
+		px, err = g.gateway(ctx, "gateway-inflight", up, "memory://", "--h2c")
 	} else {
-		px, err = g.bareProxy(ctx, "bareproxy-inflight", up)
+		px, err = g.bareProxy(ctx, "bareproxy-inflight", up, "--h2c")
 	}
 	if err != nil {
 		return
@@ -518,11 +520,11 @@ func (g *gatewayRun) burst(ctx context.Context, n int, gateway bool) (measured i
 		return
 	}
 	if measured = g.nofile.fits(n, fds); measured < n {
-		fmt.Fprintf(g.progress, "  %d requests do not fit under the limit on open files (%d open at idle, 2 per request): %d instead\n", n, fds, measured)
+		fmt.Fprintf(g.progress, "  %d requests do not fit under the limit on open files (%d open at idle, %d per request): %d instead\n", n, fds, fdsPerRequest, measured)
 		n = measured
 	}
 	res, err = load.Run(ctx, load.Options{URL: px.URL("/v1/charges"), Mode: load.NewKey, Clients: n, Requests: int64(n),
-		Duration: g.opt.InFlightDelay + 60*time.Second, Timeout: g.opt.InFlightDelay + 50*time.Second})
+		Duration: g.opt.InFlightDelay + 60*time.Second, Timeout: g.opt.InFlightDelay + 50*time.Second, H2C: true})
 	if err != nil {
 		return
 	}

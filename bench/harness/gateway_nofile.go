@@ -16,9 +16,17 @@ type fdLimit struct {
 	err        error  // why the hard limit could not reach wanted
 }
 
-// fdsPerRequest is what one in-flight request holds in a proxy: the client's connection and
-// the upstream's (HTTP/1.1: one request at a time per connection).
-const fdsPerRequest = 2
+// fdsPerRequest is what one in-flight request holds in a proxy: the upstream's connection
+// (HTTP/1.1: one request at a time per connection). The clients of the memory test speak h2c,
+// up to streamsPerConn requests at once on one connection.
+const fdsPerRequest = 1
+
+// streamsPerConn is how many requests Go's HTTP/2 server takes at once on one connection (its
+// default MaxConcurrentStreams); the client opens another connection beyond it.
+const streamsPerConn = 250
+
+// fdsFor is what n in-flight requests hold in a proxy besides its idle descriptors.
+func fdsFor(n int) int { return fdsPerRequest*n + (n+streamsPerConn-1)/streamsPerConn }
 
 // fdSlack covers what a proxy holds besides its requests' sockets: stdio, the log file, the
 // epoll and wake-up descriptors, the listener, and a margin.
@@ -32,7 +40,7 @@ func raiseNofile(n int) fdLimit {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return fdLimit{err: err}
 	}
-	want := uint64(fdsPerRequest*n + fdSlack)
+	want := uint64(fdsFor(n) + fdSlack)
 	res := fdLimit{wanted: want}
 	if want > l.Max {
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}); err != nil {
@@ -55,8 +63,11 @@ func (l fdLimit) fits(n, idle int) int {
 	if l.soft == 0 {
 		return n
 	}
-	room := (int(l.soft) - idle - fdSlack) / fdsPerRequest
-	return max(1, min(n, room))
+	room := int(l.soft) - idle - fdSlack
+	for n > 1 && fdsFor(n) > room {
+		n--
+	}
+	return n
 }
 
 // String explains the limit for the report.

@@ -103,15 +103,17 @@ func (g *gatewayRun) report(out io.Writer) error {
 		p("## Memory with many keys in flight\n\n")
 		p("A slow upstream holds every request %s; N clients each send one request with its own new key, all at once, "+
 			"so N claims are in flight together (memory store). Peak RSS is VmHWM from /proc/PID/status after the burst; idle RSS "+
-			"is VmRSS before it. The same burst through the bare hop is the baseline. Each proxied request holds two sockets "+
-			"in the proxy (the client's connection and the upstream's: HTTP/1.1 carries one request at a time), so N keys in "+
-			"flight need 2N descriptors plus the proxy's own; the harness raised the limit on open files its proxies inherit as far "+
-			"as it could: %s.\n\n", o.InFlightDelay, g.nofile)
+			"is VmRSS before it. The same burst through the bare hop is the baseline. The clients speak HTTP/2 without TLS "+
+			"(h2c, `idem serve --h2c`; the bare hop accepts it too), so their requests share connections, up to %d at once on "+
+			"each; each proxied request holds one socket in the proxy, its upstream connection (HTTP/1.1 carries one request at "+
+			"a time). Over HTTP/1.1 from the clients it would be two, and 10,000 keys in flight would need more descriptors than "+
+			"this container allows one process. The harness raised the limit on open files its proxies inherit as far as it "+
+			"could: %s.\n\n", o.InFlightDelay, streamsPerConn, g.nofile)
 		for _, r := range g.inflight {
 			if r.n < r.asked {
 				p("**%d keys in flight could not be measured here**: %d requests need %d sockets in one proxy, more than the limit "+
 					"leaves beside the proxy's own descriptors, so the burst was %d, the most that fits. The table shows the memory per "+
-					"in-flight key is flat as N grows; no figure is extrapolated.\n\n", r.asked, r.asked, fdsPerRequest*r.asked, r.n)
+					"in-flight key is flat as N grows; no figure is extrapolated.\n\n", r.asked, r.asked, fdsFor(r.asked), r.n)
 			}
 		}
 		p("| keys in flight (N) | upstream held at once | gateway idle → peak RSS | gateway per in-flight key | bare hop idle → peak RSS | bare hop per request | errors (gateway, bare) |\n")

@@ -28,11 +28,21 @@ const (
 
 // serveHTTP serves h on listen until ctx ends, then shuts down within 5 seconds.
 func serveHTTP(ctx context.Context, listen string, h http.Handler) error {
+	return serveHTTPProtocols(ctx, listen, h, false)
+}
+
+// serveHTTPProtocols is serveHTTP, also accepting HTTP/2 without TLS when h2c is set.
+func serveHTTPProtocols(ctx context.Context, listen string, h http.Handler, h2c bool) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -50,13 +60,14 @@ func ServeUpstream(ctx context.Context, listen string, delay time.Duration) erro
 	return serveHTTP(ctx, listen, &targets.Upstream{Delay: delay})
 }
 
-// ServeBareProxy serves targets.BareProxy to upstream on listen until ctx ends.
-func ServeBareProxy(ctx context.Context, listen, upstream string) error {
+// ServeBareProxy serves targets.BareProxy to upstream on listen until ctx ends; with h2c,
+// clients may also speak HTTP/2 without TLS, as to `idem serve --h2c`.
+func ServeBareProxy(ctx context.Context, listen, upstream string, h2c bool) error {
 	u, err := url.Parse(upstream)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("%w: upstream %q is not a URL", ErrConfig, upstream)
 	}
-	return serveHTTP(ctx, listen, targets.BareProxy(u))
+	return serveHTTPProtocols(ctx, listen, targets.BareProxy(u), h2c)
 }
 
 // ServeTarget serves one of the middleware comparison's targets (TargetNetHTTP and the

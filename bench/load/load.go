@@ -68,6 +68,10 @@ type Options struct {
 	// Client sends the requests. Default: an http.Client whose Transport keeps one idle
 	// connection per client (MaxIdleConnsPerHost = Clients) and never compresses.
 	Client *http.Client
+	// H2C makes the default Client speak HTTP/2 without TLS (prior knowledge): the clients'
+	// requests then share a few connections, as many at once on each as the server allows,
+	// instead of holding one connection each. The server must accept h2c.
+	H2C bool
 }
 
 // ErrOptions reports invalid Options; the message names the field.
@@ -101,14 +105,19 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: Options.KeyPrefix %q is longer than 20 bytes", ErrOptions, o.KeyPrefix)
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{Transport: &http.Transport{
+		tr := &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 			MaxIdleConns:        o.Clients,
 			MaxIdleConnsPerHost: o.Clients,
 			IdleConnTimeout:     time.Minute,
 			DisableCompression:  true,
-		}}
+		}
+		if o.H2C {
+			tr.Protocols = new(http.Protocols)
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		}
+		o.Client = &http.Client{Transport: tr}
 	}
 	return o, nil
 }

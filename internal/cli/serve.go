@@ -78,6 +78,11 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 		f.set["store-5xx"] = true
 		return nil
 	})
+	fs.BoolFunc("h2c", "also accept HTTP/2 without TLS (prior knowledge), as a load balancer or sidecar may send it (env IDEM_H2C=1)", func(s string) error {
+		c.H2C = s == "true"
+		f.set["h2c"] = true
+		return nil
+	})
 	return f
 }
 
@@ -111,7 +116,7 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 			}
 		}
 	}
-	for name, p := range map[string]*bool{"require-key": &f.cfg.RequireKey, "store-5xx": &f.cfg.Store5xx} {
+	for name, p := range map[string]*bool{"require-key": &f.cfg.RequireKey, "store-5xx": &f.cfg.Store5xx, "h2c": &f.cfg.H2C} {
 		if v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" && !given[name] {
 			*p, f.set[name] = v == "1" || strings.EqualFold(v, "true"), true
 		}
@@ -161,6 +166,9 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	}
 	if set["store-5xx"] {
 		c.Store5xx = over.Store5xx
+	}
+	if set["h2c"] {
+		c.H2C = over.H2C
 	}
 	return c
 }
@@ -250,6 +258,11 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		return err
 	}
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if cfg.H2C {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	var admin *http.Server
