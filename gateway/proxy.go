@@ -75,30 +75,88 @@ func classify(err error) upstreamFailure {
 // proxy is the handler behind the idempotency middleware: it forwards to the upstream,
 // detached from the client's connection.
 type proxy struct {
-	rp       *httputil.ReverseProxy
-	timeout  time.Duration
-	log      *slog.Logger
-	metrics  *Metrics
-	failures *failures
+	rp        *httputil.ReverseProxy
+	deadlines *deadlines
+	log       *slog.Logger
+	metrics   *Metrics
+	failures  *failures
 }
 
-// upstreamCall is the request's context with a slot for the failure the error handler saw,
-// if any. The proxy detaches it (context.WithoutCancel) before the call, so the gateway adds
-// no context of its own to a request, and a value lookup passes through without allocating.
+// upstreamCall is the context of one upstream call: the request's values, without its
+// cancellation (a client that goes away does not cancel the call), bounded by a deadline
+// shared with the calls that started about when it did; plus a slot for the failure the error
+// handler saw, if any. It costs one allocation and no timer of its own.
 type upstreamCall struct {
-	context.Context // the request's context
+	context.Context // the request's context, for its values only
+	deadline        context.Context
 	failure         upstreamFailure
 }
 
 // callKey is the context key under which an upstreamCall finds itself.
 type callKey struct{}
 
-// Value returns the call itself for callKey, and the request's values otherwise.
+// Deadline is the shared deadline's.
+func (c *upstreamCall) Deadline() (time.Time, bool) { return c.deadline.Deadline() }
+
+// Done is the shared deadline's.
+func (c *upstreamCall) Done() <-chan struct{} { return c.deadline.Done() }
+
+// Err is the shared deadline's.
+func (c *upstreamCall) Err() error { return c.deadline.Err() }
+
+// Value returns the call itself for callKey; then what the shared deadline answers (nothing
+// but the context package's own lookup of the cancellation a derived context attaches to,
+// which therefore needs no goroutine); then the request's values.
 func (c *upstreamCall) Value(key any) any {
 	if key == (callKey{}) {
 		return c
 	}
+	if v := c.deadline.Value(key); v != nil {
+		return v
+	}
 	return c.Context.Value(key)
+}
+
+// AfterFunc arranges for f to run when the deadline passes (the method context.AfterFunc and
+// derived contexts use, so they need no goroutine either).
+func (c *upstreamCall) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.deadline, f)
+}
+
+// deadlines hands out upstream-call deadlines shared by the calls that start within the same
+// tick (1/16 of the timeout, at most a second): one timer per tick instead of one per
+// request. A call gets at least the timeout, and at most a tick more. Each shared context
+// ends by itself when its deadline passes.
+type deadlines struct {
+	timeout, tick time.Duration
+	mu            sync.Mutex
+	cur           atomic.Pointer[sharedDeadline]
+}
+
+type sharedDeadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc // kept, never called early: the calls sharing ctx still run
+	until  time.Time          // calls starting before this may share it
+}
+
+func newDeadlines(timeout time.Duration) *deadlines {
+	return &deadlines{timeout: timeout, tick: max(min(timeout/16, time.Second), time.Millisecond)}
+}
+
+// get returns the deadline context for a call starting now.
+func (d *deadlines) get(now time.Time) context.Context {
+	if sd := d.cur.Load(); sd != nil && now.Before(sd.until) {
+		return sd.ctx
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if sd := d.cur.Load(); sd != nil && now.Before(sd.until) {
+		return sd.ctx
+	}
+	until := now.Add(d.tick)
+	ctx, cancel := context.WithDeadline(context.Background(), until.Add(d.timeout))
+	d.cur.Store(&sharedDeadline{ctx: ctx, cancel: cancel, until: until})
+	return ctx
 }
 
 // failures hands the failure of an upstream call from the proxy to the event hook, which
@@ -130,7 +188,7 @@ func (f *failures) take(u *url.URL) upstreamFailure {
 }
 
 func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Duration, log *slog.Logger, m *Metrics) *proxy {
-	p := &proxy{timeout: timeout, log: log, metrics: m, failures: &failures{}}
+	p := &proxy{deadlines: newDeadlines(timeout), log: log, metrics: m, failures: &failures{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -156,13 +214,11 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Durat
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Detached: a client that disconnects or times out does not cancel the upstream call,
 	// so the effect's response is still stored and the client's retry gets it.
-	call := &upstreamCall{Context: r.Context()}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(call), p.timeout)
-	defer cancel()
 	start := time.Now()
+	call := &upstreamCall{Context: r.Context(), deadline: p.deadlines.get(start)}
 	p.metrics.InFlight.Inc()
 	defer p.metrics.InFlight.Dec()
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	p.rp.ServeHTTP(w, r.WithContext(call))
 	p.metrics.upstream(time.Since(start), call.failure != 0)
 	if call.failure != 0 {
 		p.failures.record(r.URL, call.failure)
