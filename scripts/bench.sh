@@ -67,6 +67,21 @@ else
 	echo "(scripts/bench-pgbench.sh not present)" >"$work/pgbench.txt"
 fi
 
+# 2b. redisstore against redis-benchmark, interleaved in one session (docs/bench/redis-run.md).
+redis_cmd="IDEM_REDIS_BENCH=1 go test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/"
+echo "bench: $redis_cmd" >&2
+{
+	echo "# redisstore against redis-benchmark: the latest run"
+	echo
+	echo "Measured $(date -u +'%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start."
+	echo "Command: \`$redis_cmd\` (\`make bench-redis\`); what it measures is described in the redisstore section."
+	echo
+	echo '```'
+	timeout --kill-after=30s 10m env IDEM_REDIS_BENCH=1 go test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/ 2>&1 |
+		sed -n 's/^ *bench_test.go:[0-9]*: //p; /^--- /p' || true
+	echo '```'
+} >docs/bench/redis-run.md
+
 # 3. The gateway load benchmark (docs/bench/gateway.md).
 echo "bench: scripts/bench-gateway.sh" >&2
 bash scripts/bench-gateway.sh
@@ -106,6 +121,7 @@ demote() { awk '/^```/ { fence = !fence } !fence && /^#{1,5} / { $0 = "#" $0 } {
 	echo '```sh'
 	echo "$gotest_cmd"
 	echo "$pgbench_cmd"
+	echo "$redis_cmd   # → docs/bench/redis-run.md"
 	echo "scripts/bench-gateway.sh   # bin/idembench gateway --idem bin/idem --postgres \$IDEM_POSTGRES_URL --out docs/bench/gateway.md"
 	echo "bin/idembench middleware --out docs/bench/fiber.md"
 	echo "scripts/bench-instructions.sh   # callgrind: instructions per request → docs/bench/instructions.md"
