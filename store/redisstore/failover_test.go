@@ -105,15 +105,24 @@ func isMaster(ctx context.Context, n *clusterNode) bool {
 // every call that reported "executed and kept" is stored, completed, with its response, errors
 // during the switch are store errors or in-flight answers (fail closed), and the same client
 // carries on against the new master. Then the conformance suite runs on the failed-over
-// cluster.
+// cluster. It runs with and without AutoPipeline.
 func TestFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
+	for _, ap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", ap), func(t *testing.T) {
+			t.Parallel()
+			testFailoverUnderLoad(t, ap)
+		})
+	}
+}
+
+func testFailoverUnderLoad(t *testing.T, autoPipeline bool) {
 	master, replica := startReplicatedCluster(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: []string{master.srv.addr(), replica.srv.addr()}, PoolSize: 32, MaxRedirects: 8,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { rdb.Close() })
-	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "failover:"})
+	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "failover:", AutoPipeline: autoPipeline})
 	if err != nil {
 		t.Fatal(err)
 	}
