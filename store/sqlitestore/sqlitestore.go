@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/sqlmigrate"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
@@ -29,8 +30,8 @@ const DefaultTable = "idem_records"
 
 // Options configure a Store. The zero value is a good default for every field.
 type Options struct {
-	// Table names the records table. Default DefaultTable ("idem_records"). It must be 1 to 64
-	// ASCII letters, digits and underscores, not starting with a digit or "sqlite_", and not
+	// Table names the records table. Default DefaultTable ("idem_records"). It must be 1 to 48
+	// (sqlmigrate.MaxNameLen) ASCII letters, digits and underscores, not starting with a digit or "sqlite_", and not
 	// "idem_migrations". Case does not matter to SQLite. Stores with different tables may share
 	// one file; each table has its own schema version.
 	Table string
@@ -61,7 +62,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.Synchronous = strings.ToUpper(cmp.Or(o.Synchronous, "NORMAL"))
 	switch {
 	case !validTable(o.Table):
-		return o, invalid("Options.Table %q is not a valid table name (1 to 64 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
+		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
 	case strings.EqualFold(o.Table, migrationsTable):
 		return o, invalid("Options.Table %q is the name of the migrations table", o.Table)
 	case o.BusyTimeout < time.Millisecond:
@@ -74,17 +75,10 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// validTable: the rule every SQL store follows (sqlmigrate.ValidName), and not a name SQLite
+// reserves for itself.
 func validTable(s string) bool {
-	if s == "" || len(s) > 64 || ('0' <= s[0] && s[0] <= '9') || strings.HasPrefix(strings.ToLower(s), "sqlite_") {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
+	return sqlmigrate.ValidName(s) && !strings.HasPrefix(strings.ToLower(s), "sqlite_")
 }
 
 func invalid(format string, args ...any) error {

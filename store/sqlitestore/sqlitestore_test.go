@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/idemkit/idem/store/sqlmigrate"
 	"github.com/idemkit/idem/store/storetest"
 )
 
@@ -79,6 +80,7 @@ func TestOpenErrors(t *testing.T) {
 		{"bad table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "x; DROP TABLE y"}, idem.ErrInvalidInput, "Options.Table"},
 		{"table starting with a digit", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "1t"}, idem.ErrInvalidInput, "Options.Table"},
 		{"reserved table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "sqlite_master"}, idem.ErrInvalidInput, "Options.Table"},
+		{"table name too long", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: strings.Repeat("t", sqlmigrate.MaxNameLen+1)}, idem.ErrInvalidInput, "Options.Table"},
 		{"migrations table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: "IDEM_migrations"}, idem.ErrInvalidInput, "Options.Table"},
 		{"long table", filepath.Join(dir, "a.db"), sqlitestore.Options{Table: strings.Repeat("t", 65)}, idem.ErrInvalidInput, "Options.Table"},
 		{"negative busy timeout", filepath.Join(dir, "a.db"), sqlitestore.Options{BusyTimeout: -time.Second}, idem.ErrInvalidInput, "Options.BusyTimeout"},
