@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/testenv"
 )
@@ -410,19 +413,50 @@ func TestBinaryTenantsAreApart(t *testing.T) {
 	}
 }
 
-// pgStore returns a PostgreSQL store URL with a table of the test's own.
+// pgStore returns a PostgreSQL store URL with a table of the test's own, dropped when the test
+// ends (after its gateways stopped: cleanups run last registered first).
 func pgStore(t *testing.T) string {
 	u := testenv.PostgresURL(t)
 	sep := "?"
 	if strings.Contains(u, "?") {
 		sep = "&"
 	}
-	return fmt.Sprintf("%s%stable=gw_%d", u, sep, time.Now().UnixNano())
+	table := fmt.Sprintf("gw_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			t.Logf("dropping %s: %v", table, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Logf("dropping %s: %v", table, err)
+		}
+	})
+	return u + sep + "table=" + table
 }
 
-// redisStore returns a Redis store URL with a key prefix of the test's own.
+// redisStore returns a Redis store URL with a key prefix of the test's own, whose keys are
+// deleted when the test ends.
 func redisStore(t *testing.T) string {
-	return fmt.Sprintf("redis://%s/0?prefix=gw%d:", testenv.RedisAddr(t), time.Now().UnixNano())
+	addr := testenv.RedisAddr(t)
+	prefix := fmt.Sprintf("gw%d:", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Logf("deleting %s*: %v", prefix, err)
+		}
+	})
+	return fmt.Sprintf("redis://%s/0?prefix=%s", addr, prefix)
 }
 
 func TestBinaryThreeGatewaysPostgres(t *testing.T) {

@@ -241,18 +241,8 @@ func migrateSlot(ctx context.Context, nodes []*clusterNode, slot int, src, dst *
 // key by key, while goroutines race to claim those keys, complete them and replay them. Each
 // key has exactly one winner and its completed record is readable wherever it moved; errors,
 // if go-redis runs out of redirects, are store errors (fail closed), never a second claim.
-// It runs with and without AutoPipeline.
 func TestSlotMigrationUnderLoad(t *testing.T) {
 	t.Parallel()
-	for _, ap := range []bool{false, true} {
-		t.Run(fmt.Sprintf("AutoPipeline=%v", ap), func(t *testing.T) {
-			t.Parallel()
-			testSlotMigrationUnderLoad(t, ap)
-		})
-	}
-}
-
-func testSlotMigrationUnderLoad(t *testing.T, autoPipeline bool) {
 	nodes := startCluster(t)
 	var addrs []string
 	for _, n := range nodes {
@@ -260,7 +250,7 @@ func testSlotMigrationUnderLoad(t *testing.T, autoPipeline bool) {
 	}
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRedirects: 16, PoolSize: 32})
 	t.Cleanup(func() { rdb.Close() })
-	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "mig:", AutoPipeline: autoPipeline})
+	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "mig:"})
 	if err != nil {
 		t.Fatal(err)
 	}
