@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,4 +48,20 @@ func ExampleNew_cluster() {
 		log.Fatal(err)
 	}
 	_ = st
+}
+
+// Many goroutines on one store: with AutoPipeline their commands share a connection and go
+// out together, each call still waiting for its own answer within its context's deadline.
+func ExampleNew_autoPipeline() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close() // also stops the client's pipeliner
+	st, err := redisstore.New(redisstore.Options{Client: rdb, AutoPipeline: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	eng, err := idem.New(st, idem.Options{StoreTimeout: 2 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = eng // eng.Do from as many goroutines as the service runs
 }
