@@ -1,8 +1,11 @@
 // Package redisstore is an idem.Store on Redis, standalone or Cluster, through go-redis v9.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // or redis.NewClusterClient
-//	st, err := redisstore.New(redisstore.Options{Client: rdb})
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	st, err := redisstore.New(redisstore.Options{Client: rdb}) // or redis.NewClusterClient
 //	eng, err := idem.New(st, idem.Options{})
+//
+// ContextTimeoutEnabled makes go-redis end a call at its context's deadline; without it a
+// Redis that stops answering holds each call for go-redis's ReadTimeout (see Options.Client).
 //
 // It needs Redis 7.0 or later (SET with both NX and GET); against an older server every
 // Reserve fails with a store error, so nothing runs.

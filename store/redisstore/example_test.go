@@ -15,7 +15,9 @@ import (
 // A store on a standalone Redis behind an engine: the first call runs the effect, a retry
 // with the same key replays its response in one round trip.
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	// ContextTimeoutEnabled: a call ends at its context's deadline, not at go-redis's
+	// ReadTimeout.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "payments:"})
 	if err != nil {
@@ -40,7 +42,8 @@ func Example() {
 // On Redis Cluster the store is the same; only the client differs.
 func ExampleNew_cluster() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+		Addrs:                 []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+		ContextTimeoutEnabled: true,
 	})
 	defer rdb.Close()
 	st, err := redisstore.New(redisstore.Options{Client: rdb})

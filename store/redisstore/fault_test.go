@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -434,4 +435,68 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d keys, %d slot migrations, %d store errors", len(keys), migrations.Load(), storeErrs.Load())
+}
+
+// TestFrozenServerCallsEndAtDeadline: a Redis that stops answering (SIGSTOP: connections stay
+// open, nothing comes back) must not hold a call past its context's deadline, and the error
+// must say the store is unavailable (so no effect runs) and that the deadline passed. Once the
+// server answers again, so does the same store. That takes a client with
+// ContextTimeoutEnabled (without it go-redis waited for its ReadTimeout, here a minute), or
+// AutoPipeline, which waits for the reply no longer than the context allows.
+func TestFrozenServerCallsEndAtDeadline(t *testing.T) {
+	t.Parallel()
+	for _, v := range []struct {
+		name                 string
+		ctxTimeout, autoPipe bool
+	}{{"ContextTimeoutEnabled", true, false}, {"AutoPipeline", false, true}} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			ap := v.autoPipe
+			srv := startRedis(t)
+			// Read and write timeouts far beyond the calls' deadlines: only the context ends them.
+			rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+				ContextTimeoutEnabled: v.ctxTimeout})
+			t.Cleanup(func() {
+				_ = srv.cmd.Process.Signal(syscall.SIGCONT)
+				rdb.Close()
+			})
+			st, err := redisstore.New(redisstore.Options{Client: rdb, Prefix: "frozen:", AutoPipeline: ap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fp := idem.Fingerprint([]byte("frozen"))
+			now := time.Now()
+			if _, err := st.Reserve(context.Background(), "warm", fp, now, time.Minute, time.Hour); err != nil {
+				t.Fatal(err) // connections open, scripts not needed yet
+			}
+			if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+					defer cancel()
+					start := time.Now()
+					_, err := st.Reserve(ctx, "k-"+strconv.Itoa(i), fp, now, time.Minute, time.Hour)
+					took := time.Since(start)
+					if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("call %d against a frozen server: %v, want a store error with the deadline", i, err)
+					}
+					if took > 2*time.Second {
+						t.Errorf("call %d took %v, its deadline was 300ms", i, took)
+					}
+				})
+			}
+			wg.Wait()
+			if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := st.Reserve(ctx, "after", fp, time.Now(), time.Minute, time.Hour); err != nil {
+				t.Fatalf("after the server answers again: %v", err)
+			}
+		})
+	}
 }

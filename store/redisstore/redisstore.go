@@ -37,6 +37,12 @@ type Options struct {
 	// Client is the Redis client: a *redis.Client (standalone, or through Sentinel with
 	// redis.NewFailoverClient) or a *redis.ClusterClient. Required. The caller owns it: Close
 	// does not close it.
+	//
+	// Create it with ContextTimeoutEnabled: true. Without it, go-redis ignores the deadline
+	// of a call's context and waits for its own ReadTimeout (3s by default), so a Redis that
+	// stops answering holds every call, and the engine's StoreTimeout, that long
+	// (TestFrozenServerCallsEndAtDeadline measured it). With AutoPipeline the store waits no
+	// longer than the context either way. storeurl sets it on the clients it creates.
 	Client redis.UniversalClient
 	// Prefix starts every Redis key the store writes, so one Redis can hold several stores
 	// and other data, and ACLs can grant ~prefix*. It must not contain '{' or '}' (the store

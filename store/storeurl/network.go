@@ -134,6 +134,7 @@ func openRedis(ctx context.Context, u *url.URL) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidInput, err)
 	}
+	opt.ContextTimeoutEnabled = true // calls end at their context's deadline (see redisstore.Options.Client)
 	return newRedis(ctx, redis.NewClient(opt), p)
 }
 
@@ -150,6 +151,7 @@ func openRedisCluster(ctx context.Context, u *url.URL) (Store, error) {
 		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidInput, err)
 	}
 	opt.Addrs = hosts
+	opt.ContextTimeoutEnabled = true
 	return newRedis(ctx, redis.NewClusterClient(opt), p)
 }
 

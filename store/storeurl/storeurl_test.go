@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storeurl"
 )
 
@@ -91,4 +94,33 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := storeurl.Open(ctx, "bogus://x"); !errors.Is(err, storeurl.ErrUnknownScheme) {
 		t.Errorf("unknown scheme: %v", err)
 	}
+}
+
+// The Redis clients storeurl makes end a call at its context's deadline (go-redis's
+// ContextTimeoutEnabled), as redisstore.Options.Client asks.
+func TestRedisClientsHonorDeadlines(t *testing.T) {
+	check := func(t *testing.T, raw string) {
+		st, err := storeurl.Open(context.Background(), raw)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", raw, err)
+		}
+		defer st.Close()
+		opts := st.(interface{ Options() redisstore.Options }).Options()
+		var enabled bool
+		switch c := opts.Client.(type) {
+		case *redis.Client:
+			enabled = c.Options().ContextTimeoutEnabled
+		case *redis.ClusterClient:
+			enabled = c.Options().ContextTimeoutEnabled
+		}
+		if !enabled {
+			t.Errorf("%s: a %T without ContextTimeoutEnabled", raw, opts.Client)
+		}
+	}
+	t.Run("redis", func(t *testing.T) { check(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:") })
+	t.Run("redis+cluster", func(t *testing.T) {
+		addrs := testenv.Service(t, "Redis Cluster", "IDEM_REDIS_CLUSTER_ADDRS", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
+			func(v string) string { return strings.Split(v, ",")[0] })
+		check(t, "redis+cluster://"+addrs+"?prefix=storeurl:")
+	})
 }
