@@ -162,3 +162,40 @@ func TestRunOptions(t *testing.T) {
 		t.Error("priming against a closed port succeeded")
 	}
 }
+
+// With H2C the clients speak HTTP/2 without TLS and share connections.
+func TestRunH2C(t *testing.T) {
+	t.Parallel()
+	var h2, other, conns sync.Map
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			h2.Store(r.Header.Get("Idempotency-Key"), true)
+		} else {
+			other.Store(r.Proto, true)
+		}
+		conns.Store(r.RemoteAddr, true)
+	}))
+	srv.Config.Protocols = &protocols
+	srv.Start()
+	defer srv.Close()
+	res, err := Run(context.Background(), Options{URL: srv.URL, Mode: NewKey, Clients: 64, Requests: 500, Duration: 20 * time.Second, H2C: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != 500 || res.Errors != 0 {
+		t.Fatalf("result %s", res)
+	}
+	n, c := 0, 0
+	h2.Range(func(any, any) bool { n++; return true })
+	conns.Range(func(any, any) bool { c++; return true })
+	other.Range(func(k, _ any) bool { t.Errorf("a request came over %v", k); return true })
+	if n != 500 {
+		t.Errorf("%d distinct keys over HTTP/2, want 500", n)
+	}
+	if c >= 64 {
+		t.Errorf("64 clients used %d connections: they did not share", c)
+	}
+}
