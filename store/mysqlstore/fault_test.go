@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/mysqlstore"
+	"github.com/idemkit/idem/store/storetest"
 )
 
 // sideDB opens a separate handle on the test server with extra session settings.
@@ -111,62 +112,21 @@ func tableName(st *mysqlstore.Store) string {
 	return t[len("`"+testDatabase+"`.`") : len(t)-1]
 }
 
-// A call blocked on a row another transaction holds ends at its context's deadline (the driver
-// gives up and kills the query), as a store error that also says the deadline passed, and
-// changes nothing.
+// A call blocked on a row another transaction holds ends at its context's deadline, with an
+// error that says the deadline passed.
 func TestCallEndsAtDeadline(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, mysqlstore.Options{})
-	ctx := context.Background()
-	fp := idem.Fingerprint([]byte("x"))
-	now := time.Now()
-	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
-	if err != nil || !res.Claimed {
-		t.Fatal(err)
-	}
-	tx, err := st.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM "+st.Table()+" WHERE `key` = 'k' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	for name, call := range map[string]func(context.Context) error{
-		"Reserve (a takeover, which must wait for the row)": func(ctx context.Context) error {
-			_, err := st.Reserve(ctx, "k", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
-			return err
-		},
-		"Complete": func(ctx context.Context) error {
-			return st.Complete(ctx, "k", res.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
-		},
-	} {
-		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		start := time.Now()
-		err := call(cctx)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("%s on a locked row: %v, want an error matching context.DeadlineExceeded", name, err)
+	storetest.CallsEndAtDeadline(t, st, func(key string) func() {
+		ctx := context.Background()
+		tx, err := st.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("%s took %v, its deadline was 300ms", name, d)
+		if _, err := tx.ExecContext(ctx, "SELECT 1 FROM "+st.Table()+" WHERE `key` = ? FOR UPDATE", key); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
 		}
-	}
-	_ = tx.Rollback()
-	// A deadline on the client cannot take back a statement the server already has: once the
-	// row is free, the interrupted Complete or takeover may still commit (the caller was told
-	// the outcome is unknown, and the engine treats it so). Fencing leaves three outcomes, and
-	// nothing else: the claim untouched, the completion (same token), or the takeover (a
-	// larger token, second attempt).
-	time.Sleep(500 * time.Millisecond)
-	rec, err := st.Get(ctx, "k")
-	switch {
-	case err != nil:
-		t.Fatalf("record after the deadlines: %v", err)
-	case rec.State == idem.StateInProgress && rec.Token == res.Record.Token && rec.Attempts == 1:
-	case rec.State == idem.StateCompleted && rec.Token == res.Record.Token && rec.Response != nil && rec.Response.Status == 200:
-	case rec.State == idem.StateInProgress && rec.Token > res.Record.Token && rec.Attempts == 2:
-	default:
-		t.Fatalf("record after the deadlines: %+v, want the claim, its completion or a takeover", rec)
-	}
+		return func() { _ = tx.Rollback() }
+	})
 }

@@ -108,12 +108,7 @@ func isMaster(ctx context.Context, n *clusterNode) bool {
 // cluster. It runs with and without AutoPipeline.
 func TestFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
-	for _, ap := range []bool{false, true} {
-		t.Run(fmt.Sprintf("AutoPipeline=%v", ap), func(t *testing.T) {
-			t.Parallel()
-			testFailoverUnderLoad(t, ap)
-		})
-	}
+	withAndWithoutAutoPipeline(t, testFailoverUnderLoad)
 }
 
 func testFailoverUnderLoad(t *testing.T, autoPipeline bool) {

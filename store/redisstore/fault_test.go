@@ -100,12 +100,7 @@ func (s *redisServer) kill() {
 // including those Redis had executed: the store must answer those as their first execution.
 func TestRestartUnderLoad(t *testing.T) {
 	t.Parallel()
-	for _, ap := range []bool{false, true} {
-		t.Run(fmt.Sprintf("AutoPipeline=%v", ap), func(t *testing.T) {
-			t.Parallel()
-			testRestartUnderLoad(t, ap)
-		})
-	}
+	withAndWithoutAutoPipeline(t, testRestartUnderLoad)
 }
 
 func testRestartUnderLoad(t *testing.T, autoPipeline bool) {

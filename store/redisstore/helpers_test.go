@@ -124,3 +124,13 @@ func dropPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// withAndWithoutAutoPipeline runs test as two parallel subtests, AutoPipeline=false and true.
+func withAndWithoutAutoPipeline(t *testing.T, test func(t *testing.T, autoPipeline bool)) {
+	for _, ap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AutoPipeline=%v", ap), func(t *testing.T) {
+			t.Parallel()
+			test(t, ap)
+		})
+	}
+}
