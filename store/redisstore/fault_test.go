@@ -484,6 +484,21 @@ func TestFrozenServerCallsEndAtDeadline(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			// Through the engine: fail closed, the effect never runs (invariant 8).
+			eng, err := idem.New(st, idem.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			var ran atomic.Bool
+			_, err = eng.Do(dctx, "through-engine", fp, func(context.Context) (idem.Response, error) {
+				ran.Store(true)
+				return idem.Response{Status: 200}, nil
+			})
+			cancel()
+			if ran.Load() || !errors.Is(err, idem.ErrStoreUnavailable) {
+				t.Errorf("Engine.Do against a frozen server: effect ran %v, error %v; want no effect and a store error", ran.Load(), err)
+			}
 			if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
