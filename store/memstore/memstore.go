@@ -20,29 +20,30 @@ var (
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 type Store struct {
 	mu     sync.Mutex
-	recs   map[string]entry
+	recs   map[string]*entry
 	closed bool
 }
 
 // entry is a record kept compact: times as Unix microseconds, the response encoded
-// (idem.EncodeResponse). It sits in the map by value, so a record costs no allocation of its
-// own and the garbage collector follows two pointers in it (the fingerprint and the response,
-// neither of which holds pointers), however many headers the response has: a store holding a
-// day of records adds little to every collection.
+// (idem.EncodeResponse). The map holds a pointer to it, so the map's slots stay small (a
+// string and a pointer: growing the map copies little, and more slots share a cache line),
+// and the calls after Reserve change the entry in place instead of writing the map again. The
+// garbage collector follows two pointers in an entry (the fingerprint and the response,
+// neither of which holds pointers), however many headers the response has.
 type entry struct {
 	fp       string
-	state    idem.State
-	attempts int32
+	resp     []byte
 	token    int64
 	lease    int64 // Unix µs; 0 once released
 	expires  int64 // Unix µs; 0 once released
 	created  int64 // Unix µs
 	done     int64 // completed_at, Unix µs; 0 while in progress
-	resp     []byte
+	attempts int32
+	state    idem.State
 }
 
 // New returns an empty Store.
-func New() *Store { return &Store{recs: make(map[string]entry)} }
+func New() *Store { return &Store{recs: make(map[string]*entry)} }
 
 // Close makes every later call fail with idem.ErrStoreUnavailable. It is safe to call twice.
 func (s *Store) Close() error {
@@ -93,22 +94,25 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	}
 	defer s.mu.Unlock()
 	n := micros(now)
-	old, exists := s.recs[key]
+	e := s.recs[key]
 	takeover := false
 	var prev int64
 	attempts := int32(1)
 	created := n
-	if exists {
+	if e != nil {
 		switch {
-		case old.expired(n):
-			prev = old.token
-		case old.leaseExpired(n) && old.fp == fingerprint:
-			prev, takeover, attempts, created = old.token, true, old.attempts+1, old.created
+		case e.expired(n):
+			prev = e.token
+		case e.leaseExpired(n) && e.fp == fingerprint:
+			prev, takeover, attempts, created = e.token, true, e.attempts+1, e.created
 		default:
-			return idem.Reservation{Record: record(key, &old)}, nil
+			return idem.Reservation{Record: record(key, e)}, nil
 		}
+	} else {
+		e = new(entry)
+		s.recs[key] = e
 	}
-	e := entry{
+	*e = entry{
 		fp:       fingerprint,
 		state:    idem.StateInProgress,
 		token:    idem.NextToken(prev, now),
@@ -117,15 +121,14 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		attempts: attempts,
 		created:  created,
 	}
-	s.recs[key] = e
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: record(key, &e)}, nil
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: record(key, e)}, nil
 }
 
 // held returns the record for key if it is in progress with token.
-func (s *Store) held(key string, token int64) (entry, error) {
-	e, ok := s.recs[key]
-	if !ok || e.state != idem.StateInProgress || e.token != token || e.expires == 0 {
-		return entry{}, idem.ErrLeaseLost
+func (s *Store) held(key string, token int64) (*entry, error) {
+	e := s.recs[key]
+	if e == nil || e.state != idem.StateInProgress || e.token != token || e.expires == 0 {
+		return nil, idem.ErrLeaseLost
 	}
 	return e, nil
 }
@@ -144,7 +147,6 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	e.resp = idem.EncodeResponse(resp)
 	e.done = micros(now)
 	e.expires = micros(expiresAt)
-	s.recs[key] = e
 	return nil
 }
 
@@ -160,7 +162,6 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 	}
 	// Keep the record, expired, so the next claim's token is larger than this one.
 	e.expires, e.lease = 0, 0
-	s.recs[key] = e
 	return nil
 }
 
@@ -176,7 +177,6 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 	}
 	e.lease = micros(until)
 	e.expires = max(e.expires, e.lease)
-	s.recs[key] = e
 	return nil
 }
 
@@ -186,11 +186,11 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	defer s.mu.Unlock()
-	e, ok := s.recs[key]
-	if !ok {
+	e := s.recs[key]
+	if e == nil {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return record(key, &e), nil
+	return record(key, e), nil
 }
 
 // Delete removes key's record whatever its state (idem.Deleter).
