@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
+	"math/bits"
+	"slices"
+	"strings"
 )
 
 // The response encoding: stores that keep a response as one blob use EncodeResponse and
@@ -22,16 +24,20 @@ var ErrCorruptRecord = fmt.Errorf("%w: corrupt stored response", ErrInvalidInput
 // EncodeResponse returns the versioned binary encoding of r. Header names are written in
 // sorted order, so equal responses encode to equal bytes.
 func EncodeResponse(r Response) []byte {
-	size := 3 + binary.MaxVarintLen64*2 + len(r.Body)
-	names := make([]string, 0, len(r.Header))
+	// One pass over the map collects the headers (no second lookup per name) and the exact
+	// size, so the result is one allocation of the right size. Responses rarely carry more
+	// than a few headers: those sort on the stack.
+	var small [8]header
+	hs := small[:0]
+	size := 2 + uvarintLen(uint64(r.Status)) + uvarintLen(uint64(len(r.Header))) + len(r.Body)
 	for k, vs := range r.Header {
-		names = append(names, k)
-		size += len(k) + binary.MaxVarintLen64*2
+		hs = append(hs, header{k, vs})
+		size += uvarintLen(uint64(len(k))) + len(k) + uvarintLen(uint64(len(vs)))
 		for _, v := range vs {
-			size += len(v) + binary.MaxVarintLen64
+			size += uvarintLen(uint64(len(v))) + len(v)
 		}
 	}
-	sort.Strings(names)
+	sortHeaders(hs)
 	b := make([]byte, 0, size)
 	b = append(b, codecV1)
 	var flags byte
@@ -40,19 +46,40 @@ func EncodeResponse(r Response) []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.Status))
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, k := range names {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		vs := r.Header[k]
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
+	b = binary.AppendUvarint(b, uint64(len(hs)))
+	for _, h := range hs {
+		b = binary.AppendUvarint(b, uint64(len(h.name)))
+		b = append(b, h.name...)
+		b = binary.AppendUvarint(b, uint64(len(h.values)))
+		for _, v := range h.values {
 			b = binary.AppendUvarint(b, uint64(len(v)))
 			b = append(b, v...)
 		}
 	}
 	return append(b, r.Body...)
 }
+
+// header is one header of a response being encoded.
+type header struct {
+	name   string
+	values []string
+}
+
+// sortHeaders sorts hs by name: by insertion for the usual few, else slices.SortFunc.
+func sortHeaders(hs []header) {
+	if len(hs) > 12 {
+		slices.SortFunc(hs, func(a, b header) int { return strings.Compare(a.name, b.name) })
+		return
+	}
+	for i := 1; i < len(hs); i++ {
+		for j := i; j > 0 && hs[j].name < hs[j-1].name; j-- {
+			hs[j], hs[j-1] = hs[j-1], hs[j]
+		}
+	}
+}
+
+// uvarintLen is the length of binary.AppendUvarint's encoding of v.
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 // DecodeResponse decodes what EncodeResponse wrote, of any version this release knows. Bad
 // input returns an error wrapping ErrCorruptRecord, never a panic. The body is copied out of b.

@@ -2,7 +2,11 @@ package idem_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -88,4 +92,50 @@ func TestFingerprint(t *testing.T) {
 	if idem.Fingerprint() == idem.Fingerprint(nil) {
 		t.Fatal("no parts and one empty part must differ")
 	}
+}
+
+// EncodeResponse writes exactly the version-1 layout, header names in sorted order, whatever
+// the number of headers and the lengths (one-byte and longer varints).
+func TestEncodeResponseLayout(t *testing.T) {
+	t.Parallel()
+	golden := idem.Response{Status: 201, Header: map[string][]string{"B": {"2"}, "A": {"1", "x"}}, Body: []byte("hi")}
+	if got, want := idem.EncodeResponse(golden), []byte("\x01\x00\xc9\x01\x02\x01A\x02\x011\x01x\x01B\x01\x012hi"); !bytes.Equal(got, want) {
+		t.Fatalf("EncodeResponse = %q, want %q", got, want)
+	}
+	for n := range 40 {
+		h := map[string][]string{}
+		for i := range n {
+			name := strings.Repeat(string(rune('a'+i%26)), 1+i*7)
+			vals := []string{}
+			for j := range i % 4 {
+				vals = append(vals, strings.Repeat("v", j*60))
+			}
+			h[name] = vals
+		}
+		r := idem.Response{Status: 100 + n*20, Header: h, Body: bytes.Repeat([]byte{7}, n*13), BodyOmitted: n%2 == 1}
+		got := idem.EncodeResponse(r)
+		if want := referenceEncoding(r); !bytes.Equal(got, want) {
+			t.Fatalf("%d headers: EncodeResponse = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// referenceEncoding is the version-1 layout written the plain way.
+func referenceEncoding(r idem.Response) []byte {
+	b := []byte{1, 0}
+	if r.BodyOmitted {
+		b[1] = 1
+	}
+	b = binary.AppendUvarint(b, uint64(r.Status))
+	b = binary.AppendUvarint(b, uint64(len(r.Header)))
+	for _, k := range slices.Sorted(maps.Keys(r.Header)) {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(r.Header[k])))
+		for _, v := range r.Header[k] {
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return append(b, r.Body...)
 }
