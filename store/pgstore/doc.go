@@ -33,6 +33,17 @@
 // then commits like a write), so replays of one hot key take turns: the engine's
 // Options.CacheSize serves hot replays without the store.
 //
+// # Group commit
+//
+// With Options.GroupCommit set (the idem gateway's postgres:// URLs set it by default), the
+// Reserve and Complete calls that arrive while others are being written share transactions:
+// a worker sends every waiting call's statement in one round trip, in key order (so two
+// transactions never deadlock), and commits them together. Each call gets the answer its own
+// statement would have had, and only after the commit; if any statement fails, the whole
+// transaction rolls back and every call in it gets the error. On a busy store this divides
+// PostgreSQL's per-statement and per-commit work, and the round trips, among the calls;
+// docs/benchmarks.md has the figures.
+//
 // # Same-transaction mode
 //
 // DoTx claims a key, runs the caller's writes and stores the response in ONE transaction:

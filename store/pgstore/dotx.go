@@ -78,7 +78,11 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc) (r
 	}()
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	r, err := s.reserve(ctx, tx, key, fingerprint, now, ttl, ttl)
+	args, err := reserveArgs(key, fingerprint, now, ttl, ttl)
+	var r idem.Reservation
+	if err == nil {
+		r, err = s.reserve(ctx, tx, args)
+	}
 	if err != nil {
 		if errors.Is(err, idem.ErrInvalidInput) {
 			return res, false, err

@@ -58,3 +58,22 @@ func ExampleStore_DoTx() {
 	}
 	fmt.Println(string(res.Response.Body), res.Replayed)
 }
+
+// Group commit for a busy service: claims and completions that arrive together share
+// transactions, two at a time; each call still gets its own statement's answer, after the commit.
+func ExampleOptions_groupCommit() {
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, "postgres://postgres@127.0.0.1:5432/test", pgstore.Options{GroupCommit: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close() // stops the group-commit workers
+	if err := st.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	eng, err := idem.New(st, idem.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = eng // eng.Do from as many goroutines as the service has requests
+}

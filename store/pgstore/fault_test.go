@@ -246,6 +246,11 @@ func TestServerRestartUnderLoad(t *testing.T) {
 		t.Skip("starts a private PostgreSQL")
 	}
 	t.Parallel()
+	t.Run("one statement per call", func(t *testing.T) { serverRestartUnderLoad(t, pgstore.Options{}) })
+	t.Run("GroupCommit", func(t *testing.T) { serverRestartUnderLoad(t, pgstore.Options{GroupCommit: 2}) })
+}
+
+func serverRestartUnderLoad(t *testing.T, opt pgstore.Options) {
 	srv := startPrivateServer(t)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(srv.url())
@@ -258,10 +263,11 @@ func TestServerRestartUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	st, err := pgstore.New(p, pgstore.Options{})
+	st, err := pgstore.New(p, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer st.Close()
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

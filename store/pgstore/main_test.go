@@ -97,6 +97,7 @@ func newStore(t testing.TB, opt pgstore.Options) *pgstore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dropTable(t, p, opt.Schema, opt.Table) })
+	t.Cleanup(func() { _ = st.Close() }) // first: stops the workers of Options.GroupCommit
 	return st
 }
 

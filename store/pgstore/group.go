@@ -1,0 +1,273 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+)
+
+// maxGroup bounds the calls one group transaction carries.
+const maxGroup = 64
+
+// groupOp is one Reserve or Complete waiting for, or carried by, a group transaction.
+type groupOp struct {
+	ctx      context.Context
+	complete bool // Complete; else Reserve
+	key      string
+	args     []any // the statement's parameters, in queries' order
+	tries    int   // Reserve: runs that found neither a claim nor a record (see reserveRetries)
+
+	res  idem.Reservation // Reserve's answer
+	err  error
+	done chan struct{} // closed once res and err are final
+}
+
+// finish hands the op its outcome.
+func (op *groupOp) finish(err error) {
+	op.err = err
+	close(op.done)
+}
+
+// group runs Reserve and Complete calls made at the same time in shared transactions (group
+// commit): Options.GroupCommit workers each take every call waiting (up to maxGroup), send
+// their statements in one pipeline on one connection, and commit them together. A call that
+// finds a worker idle runs at once, alone, so grouping adds no wait when the store is not
+// busy; under load a transaction carries many calls, and PostgreSQL's per-statement and
+// per-commit work, and the round trips, are shared among them.
+type group struct {
+	s     *Store
+	ops   chan *groupOp
+	stop  context.CancelFunc // cancels the batches in flight (Close)
+	base  context.Context
+	quit  chan struct{} // closed by Close: workers stop taking calls
+	done  chan struct{} // closed once every worker has returned
+	wg    sync.WaitGroup
+	stats groupStats
+}
+
+// groupStats counts what the workers did, for tests.
+type groupStats struct {
+	mu           sync.Mutex
+	transactions int
+	calls        int
+	largest      int
+}
+
+func newGroup(s *Store, workers int) *group {
+	base, stop := context.WithCancel(context.Background())
+	g := &group{s: s, ops: make(chan *groupOp, 4*maxGroup), base: base, stop: stop,
+		quit: make(chan struct{}), done: make(chan struct{})}
+	g.wg.Add(workers)
+	for range workers {
+		go g.work()
+	}
+	go func() { g.wg.Wait(); close(g.done) }()
+	return g
+}
+
+// close stops the workers after the batches in flight (cancelled: their calls get errors) and
+// fails the calls still queued with ErrClosed.
+func (g *group) close() {
+	close(g.quit)
+	g.stop()
+	<-g.done
+	for {
+		select {
+		case op := <-g.ops:
+			op.finish(ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
+// call queues op and waits for its outcome, for its context or for Close, whichever is first.
+// A call whose context ends after its statement was sent returns the context's error: the
+// statement may still commit (as when a deadline interrupts a statement of its own).
+func (g *group) call(op *groupOp) error {
+	op.done = make(chan struct{})
+	select {
+	case g.ops <- op:
+	case <-g.quit:
+		return ErrClosed
+	case <-op.ctx.Done():
+		return op.ctx.Err()
+	}
+	select {
+	case <-op.done:
+		return op.err
+	case <-op.ctx.Done():
+	case <-g.done:
+	}
+	select { // an outcome that is there wins
+	case <-op.done:
+		return op.err
+	default:
+	}
+	if err := op.ctx.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
+
+func (g *group) work() {
+	defer g.wg.Done()
+	batch := make([]*groupOp, 0, maxGroup)
+	for {
+		select {
+		case <-g.quit:
+			return
+		case op := <-g.ops:
+			select {
+			case <-g.quit: // closed meanwhile: close fails the queued calls, this one too
+				op.finish(ErrClosed)
+				return
+			default:
+			}
+			batch = append(batch[:0], op)
+		}
+	more:
+		for len(batch) < maxGroup {
+			select {
+			case op := <-g.ops:
+				batch = append(batch, op)
+			default:
+				break more
+			}
+		}
+		for len(batch) > 0 {
+			batch = g.run(batch) // the calls to run again
+		}
+	}
+}
+
+// run executes batch's statements in one transaction and hands each call its outcome; it
+// returns the Reserve calls to run again (their statement found neither a claim nor a record:
+// the race described at queries.reserve), in batch's backing array.
+//
+// The statements go in key order, so two transactions never wait on each other's rows in
+// opposite orders (no deadlock). Outcomes are handed out only after the commit: a claim is
+// never reported before it is durable, and when any statement fails the transaction rolls back
+// and every call gets the error.
+func (g *group) run(batch []*groupOp) []*groupOp {
+	live := batch[:0]
+	for _, op := range batch {
+		if err := op.ctx.Err(); err != nil {
+			op.finish(err) // its caller is gone: send nothing for it
+			continue
+		}
+		live = append(live, op)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(live, func(a, b *groupOp) int { return cmp.Compare(a.key, b.key) })
+	ctx, cancel := g.batchContext(live)
+	defer cancel()
+
+	var b pgx.Batch
+	for _, op := range live {
+		if op.complete {
+			b.Queue(g.s.q.complete, op.args...)
+		} else {
+			b.Queue(g.s.q.reserve, op.args...)
+		}
+	}
+	br := g.s.pool.SendBatch(ctx, &b)
+	var again []bool
+	var err error
+	for i, op := range live {
+		if op.complete {
+			var n int64
+			tag, e := br.Exec()
+			n = tag.RowsAffected()
+			if e == nil && n == 0 {
+				op.err = idem.ErrLeaseLost
+			}
+			err = e
+		} else {
+			var noRow bool
+			noRow, err = op.scanReservation(br.QueryRow())
+			if noRow {
+				if again == nil {
+					again = make([]bool, len(live))
+				}
+				again[i] = true
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	g.count(len(live))
+	rerun := batch[:0]
+	for i, op := range live {
+		switch {
+		case err != nil:
+			op.finish(err)
+		case again != nil && again[i]:
+			if op.tries++; op.tries >= reserveRetries {
+				op.finish(errNeither(op.key))
+				continue
+			}
+			rerun = append(rerun, op)
+		default:
+			op.finish(op.err)
+		}
+	}
+	return rerun
+}
+
+// scanReservation reads a Reserve statement's row into op.res; noRow reports the race in which
+// the statement must run again.
+func (op *groupOp) scanReservation(row pgx.Row) (noRow bool, err error) {
+	var sc scan
+	rec := &op.res.Record
+	err = row.Scan(append([]any{&op.res.Claimed}, sc.dest(rec)...)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	rec.Key = op.key
+	if err := sc.finish(rec); err != nil {
+		return false, err
+	}
+	op.res.Takeover = op.res.Claimed && rec.Attempts > 1
+	return false, nil
+}
+
+// batchContext bounds a transaction by the latest deadline of its calls (none if a call has
+// none) and by Close.
+func (g *group) batchContext(ops []*groupOp) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, op := range ops {
+		d, ok := op.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(g.base)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(g.base, latest)
+}
+
+func (g *group) count(calls int) {
+	g.stats.mu.Lock()
+	g.stats.transactions++
+	g.stats.calls += calls
+	g.stats.largest = max(g.stats.largest, calls)
+	g.stats.mu.Unlock()
+}

@@ -1,0 +1,268 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/storetest"
+)
+
+// The contract, linearizability included, holds with calls grouped into shared transactions.
+func TestGroupCommitConformance(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("GroupCommit=%d", n), func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, pgstore.Options{GroupCommit: n}) })
+		})
+	}
+}
+
+func TestGroupCommitOptions(t *testing.T) {
+	t.Parallel()
+	_, err := pgstore.New(pool(t), pgstore.Options{GroupCommit: -1})
+	if !errors.Is(err, idem.ErrInvalidInput) {
+		t.Fatalf("GroupCommit -1: %v, want ErrInvalidInput", err)
+	}
+}
+
+// Under concurrent load the calls do share transactions, and every one still gets its own
+// statement's outcome: 64 goroutines claim and complete keys, a quarter of them claimed twice.
+func TestGroupCommitGroupsCalls(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 2})
+	defer st.Close()
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("group"))
+	const goroutines, perG = 64, 40
+	var claims sync.Map // key → token
+	var dup, lost atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perG {
+				key := fmt.Sprintf("k%d-%d", g, i)
+				if i%4 == 0 {
+					key = fmt.Sprintf("shared-%d", i) // every goroutine claims these too
+				}
+				now := time.Now()
+				res, err := st.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !res.Claimed {
+					continue
+				}
+				if _, loaded := claims.LoadOrStore(key, res.Record.Token); loaded {
+					dup.Add(1)
+				}
+				resp := idem.Response{Status: 201, Body: []byte(key)}
+				if err := st.Complete(ctx, key, res.Record.Token, resp, now, now.Add(time.Hour)); err != nil {
+					lost.Add(1)
+					t.Errorf("complete %s: %v", key, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if dup.Load() != 0 || lost.Load() != 0 {
+		t.Fatalf("%d keys claimed twice, %d completions failed", dup.Load(), lost.Load())
+	}
+	n := 0
+	claims.Range(func(k, tok any) bool {
+		n++
+		rec, err := st.Get(ctx, k.(string))
+		if err != nil || rec.State != idem.StateCompleted || rec.Token != tok.(int64) || string(rec.Response.Body) != k.(string) {
+			t.Errorf("%s: %+v, %v", k, rec, err)
+		}
+		return true
+	})
+	if want := goroutines*perG*3/4 + perG/4; n != want {
+		t.Errorf("%d keys claimed, want %d", n, want)
+	}
+	tx, calls, largest := pgstore.GroupStats(st)
+	t.Logf("%d calls in %d transactions, at most %d in one", calls, tx, largest)
+	if largest < 2 || tx >= calls {
+		t.Errorf("calls were not grouped: %d calls in %d transactions, at most %d in one", calls, tx, largest)
+	}
+}
+
+// One failing statement rolls its whole transaction back, and no call of it is told it
+// succeeded, even those whose own statement ran before the failure.
+func TestGroupCommitAllOrNothing(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 1})
+	defer st.Close()
+	ctx := context.Background()
+	if _, err := st.Pool().Exec(ctx, `CREATE FUNCTION `+testSchema+`.poison_`+tableName(st)+`() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN IF NEW.key LIKE '%poison%' THEN RAISE EXCEPTION 'poisoned key'; END IF; RETURN NEW; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(ctx, `CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON `+st.Table()+
+		` FOR EACH ROW EXECUTE FUNCTION `+testSchema+`.poison_`+tableName(st)+`()`); err != nil {
+		t.Fatal(err)
+	}
+	fp := idem.Fingerprint([]byte("all-or-nothing"))
+	now := time.Now()
+	for _, keys := range [][]string{{"a", "b", "zz-poison"}, {"a-poison", "c", "d"}} {
+		_, errs := pgstore.ReserveTogether(ctx, st, keys, fp, now)
+		for i, err := range errs {
+			if err == nil {
+				t.Errorf("%v: %s succeeded in a transaction that failed", keys, keys[i])
+			}
+		}
+		for _, k := range keys {
+			if rec, err := st.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+				t.Errorf("%v: %s was left behind: %+v, %v", keys, k, rec, err)
+			}
+		}
+	}
+	// The connection and the store still work; two claims of one key in one transaction get
+	// what they would get one after the other.
+	res, errs := pgstore.ReserveTogether(ctx, st, []string{"e", "e", "f"}, fp, now)
+	if errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatal(errs)
+	}
+	if !res[0].Claimed || res[1].Claimed || res[1].Record.Token != res[0].Record.Token || !res[2].Claimed {
+		t.Errorf("e, e, f: %+v", res)
+	}
+}
+
+func tableName(st *pgstore.Store) string {
+	t := st.Table() // "schema"."table"
+	return t[len(testSchema)+4 : len(t)-1]
+}
+
+// A call stuck in a transaction that waits for a row ends at its own deadline.
+func TestGroupCommitCallEndsAtDeadline(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 2})
+	defer st.Close()
+	storetest.CallsEndAtDeadline(t, st, func(key string) func() { return holdRow(t, st, key) })
+}
+
+// holdRow locks key's row from another transaction until the returned function is called.
+func holdRow(t *testing.T, st *pgstore.Store, key string) func() {
+	ctx := context.Background()
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+st.Table()+` WHERE key = $1 FOR UPDATE`, key); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	return func() { _ = tx.Rollback(ctx) }
+}
+
+// Close ends every call: the one in a transaction (cancelled) and those waiting for one
+// (ErrClosed, which matches idem.ErrStoreUnavailable).
+func TestGroupCommitClose(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 1})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("close"))
+	now := time.Now()
+	if res, err := st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour); err != nil || !res.Claimed {
+		t.Fatal(res, err)
+	}
+	release := holdRow(t, st, "held")
+	defer release()
+	errs := make(chan error, 6)
+	go func() { // blocks the only worker on the held row
+		_, err := st.Reserve(ctx, "held", fp, now.Add(time.Hour), time.Minute, time.Hour)
+		errs <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	for i := range 5 {
+		go func() {
+			_, err := st.Reserve(ctx, fmt.Sprint("waiting", i), fp, now, time.Minute, time.Hour)
+			errs <- err
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := 0
+	for range 6 {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Error("a call succeeded after Close")
+			}
+			if errors.Is(err, pgstore.ErrClosed) {
+				closed++
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call did not return after Close")
+		}
+	}
+	if closed < 5 {
+		t.Errorf("%d calls got ErrClosed, want the 5 waiting ones at least", closed)
+	}
+	if _, err := st.Reserve(ctx, "later", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Errorf("Reserve after Close: %v", err)
+	}
+	t.Logf("Close took %v", time.Since(start))
+}
+
+// The engine on a group-committing store: 200 concurrent duplicates of each of 20 keys run
+// each effect once, and every caller gets that effect's response.
+func TestGroupCommitEngineStorm(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 2})
+	defer st.Close()
+	eng, err := idem.New(st, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys, dups = 20, 200
+	var effects [keys]atomic.Int64
+	var wg sync.WaitGroup
+	bodies := make([][dups]string, keys)
+	for k := range keys {
+		for d := range dups {
+			wg.Go(func() {
+				key := fmt.Sprint("storm-", k)
+				for {
+					res, err := eng.Do(context.Background(), key, idem.Fingerprint([]byte(key)), func(context.Context) (idem.Response, error) {
+						n := effects[k].Add(1)
+						time.Sleep(20 * time.Millisecond)
+						return idem.Response{Status: 201, Body: fmt.Appendf(nil, "%s #%d", key, n)}, nil
+					})
+					if errors.Is(err, idem.ErrInFlight) {
+						time.Sleep(5 * time.Millisecond)
+						continue
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					bodies[k][d] = string(res.Response.Body)
+					return
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := effects[k].Load(); n != 1 {
+			t.Errorf("key %d: %d effects, want 1", k, n)
+		}
+		for d := range dups {
+			if want := fmt.Sprintf("storm-%d #1", k); bodies[k][d] != want {
+				t.Errorf("key %d caller %d got %q, want %q", k, d, bodies[k][d], want)
+			}
+		}
+	}
+}
