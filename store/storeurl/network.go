@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -58,17 +59,28 @@ func boolParam(p map[string]string, name string, def bool) (bool, error) {
 	return false, fmt.Errorf("%w: %s=%q is neither true nor false", idem.ErrInvalidInput, name, p[name])
 }
 
+// PostgresGroupCommit is pgstore.Options.GroupCommit for postgres:// URLs without a
+// group_commit parameter: the gateway groups concurrent claims and completions into shared
+// transactions unless told group_commit=0.
+const PostgresGroupCommit = 2
+
 // openPostgres opens postgres://user:pass@host:port/db?sslmode=…&table=…&schema=…&migrate=…
-// (pgx parameters such as pool_max_conns pass through). The schema is migrated on open
-// unless migrate=false.
+// &group_commit=N (pgx parameters such as pool_max_conns pass through). The schema is
+// migrated on open unless migrate=false.
 func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
 	c := *u
-	p := take(&c, "table", "schema", "migrate")
+	p := take(&c, "table", "schema", "migrate", "group_commit")
 	mig, err := migrateFlag(p)
 	if err != nil {
 		return nil, err
 	}
-	st, err := pgstore.Open(ctx, c.String(), pgstore.Options{Table: p["table"], Schema: p["schema"]})
+	group := PostgresGroupCommit
+	if v := p["group_commit"]; v != "" {
+		if group, err = strconv.Atoi(v); err != nil || group < 0 {
+			return nil, fmt.Errorf("%w: group_commit=%q is not a number of transactions (0 or more)", idem.ErrInvalidInput, v)
+		}
+	}
+	st, err := pgstore.Open(ctx, c.String(), pgstore.Options{Table: p["table"], Schema: p["schema"], GroupCommit: group})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storeurl"
 )
@@ -52,7 +53,18 @@ func TestOpenEachScheme(t *testing.T) {
 		if strings.Contains(u, "?") {
 			sep = "&"
 		}
-		roundTrip(t, u+sep+"table=storeurl_records")
+		for q, want := range map[string]int{"": storeurl.PostgresGroupCommit, "&group_commit=0": 0, "&group_commit=3": 3} {
+			raw := u + sep + "table=storeurl_records" + q
+			roundTrip(t, raw)
+			st, err := storeurl.Open(context.Background(), raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.(*pgstore.Store).GroupCommit(); got != want {
+				t.Errorf("%s: GroupCommit %d, want %d", raw, got, want)
+			}
+			st.Close()
+		}
 	})
 	t.Run("mysql", func(t *testing.T) {
 		testenv.MySQLDSN(t)
@@ -79,7 +91,9 @@ func TestOpenErrors(t *testing.T) {
 		"bogus://x":        "unknown scheme",
 		"sqlite://":        "no path",
 		"memory://?typo=1": "unknown parameter",
-		"postgres://u:secret@127.0.0.1:1/db?migrate=maybe": "migrate",
+		"postgres://u:secret@127.0.0.1:1/db?migrate=maybe":   "migrate",
+		"postgres://u:secret@127.0.0.1:1/db?group_commit=x":  "group_commit",
+		"postgres://u:secret@127.0.0.1:1/db?group_commit=-1": "group_commit",
 		"dynamodb://": "no table",
 		"redis://u:secret@127.0.0.1:1/0?autopipeline=yes": "autopipeline",
 	} {
