@@ -325,6 +325,17 @@ func (g *gatewayRun) postgres(ctx context.Context) error {
 		}
 	}
 	defer gw.Stop()
+	// The same gateway with each claim and completion its own statement and transaction
+	// (group_commit=0), as pgbench runs them: how much the default's grouping gains.
+	ungroupedURL, err := withParams(storeURL, map[string]string{"group_commit": "0"})
+	if err != nil {
+		return err
+	}
+	gw0, err := g.gateway(ctx, "gateway-postgres-ungrouped", up, ungroupedURL)
+	if err != nil {
+		return err
+	}
+	defer gw0.Stop()
 	// The records table exists now (the gateway migrated it): pgbench's goes beside it.
 	script, err := g.pgbenchScript(ctx, conn)
 	if err != nil {
@@ -335,6 +346,7 @@ func (g *gatewayRun) postgres(ctx context.Context) error {
 	cases := []kase{
 		{name: "gateway, new key, PostgreSQL", opt: g.load(gw.URL(path), load.NewKey, pgClients), cpu: []*Proc{gw, up}},
 		{name: "gateway, replay, PostgreSQL", opt: g.load(gw.URL(path), load.Replay, pgClients), cpu: []*Proc{gw, up}},
+		{name: "gateway, new key, PostgreSQL, group_commit=0", opt: g.load(gw0.URL(path), load.NewKey, pgClients), cpu: []*Proc{gw0, up}},
 	}
 	pgb := &figure{name: "pgbench, the same two statements", cpu: map[string]time.Duration{}, status: map[int]int64{}}
 	figs := make([]*figure, len(cases))
@@ -362,7 +374,8 @@ func (g *gatewayRun) postgres(ctx context.Context) error {
 		for i, c := range cases {
 			srv0, _ := postgresCPU()
 			self0, _ := procstat.CPU(0)
-			gw0, up0 := figs[i].cpu[gw.Name], figs[i].cpu[up.Name]
+			gwp := c.cpu[0]
+			gwCPU0, up0 := figs[i].cpu[gwp.Name], figs[i].cpu[up.Name]
 			n0 := figs[i].requests
 			if err := runOnce(ctx, c, figs[i], g.progress); err != nil {
 				return err
@@ -372,7 +385,7 @@ func (g *gatewayRun) postgres(ctx context.Context) error {
 			x := &g.pgCPU[1+i]
 			x.server += srv1 - srv0
 			x.client += self1 - self0
-			x.gateway += figs[i].cpu[gw.Name] - gw0
+			x.gateway += figs[i].cpu[gwp.Name] - gwCPU0
 			x.up += figs[i].cpu[up.Name] - up0
 			// The CPU times cover the warm-up too: count its requests, at the measured rate.
 			x.ops += float64(figs[i].requests-n0) * float64(g.opt.Warmup+g.opt.Duration) / float64(g.opt.Duration)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/store/storeurl"
 )
 
 // Bars of issue 6, as ratios to the baseline.
@@ -67,14 +69,19 @@ func (g *gatewayRun) report(out io.Writer) error {
 		}
 	}
 
-	if len(g.pg) == 3 {
-		pgb, nk, rp := g.pg[0], g.pg[1], g.pg[2]
+	if len(g.pg) == 4 {
+		pgb, nk, rp, nk0 := g.pg[0], g.pg[1], g.pg[2], g.pg[3]
 		p("## PostgreSQL\n\n")
 		p("The gateway on pgstore (%s; pool of %d connections, %d HTTP clients) against `pgbench -M prepared -c %d -j 2` "+
 			"running the same two statements as the gateway's new-key path (the claim `INSERT … ON CONFLICT … DO UPDATE … RETURNING` "+
 			"and the completion `UPDATE … WHERE token = …`, each its own durable transaction, the script of "+
 			"`scripts/bench-pgbench.sh`) on a table of the same schema, rounds interleaved. synchronous_commit is the server's "+
 			"(on: every commit waits for the WAL flush).\n\n", g.pgHost, o.PGConns, 2*o.PGConns, o.PGConns)
+		p("By default (`postgres://` store URLs without `group_commit`) the gateway's store groups the claims and completions "+
+			"that arrive together into shared transactions, %d at once (pgstore's Options.GroupCommit): the same statements, "+
+			"sent together and committed together, each call answered only after its transaction committed. The row with "+
+			"`group_commit=0` is a second gateway process, the same in every other way, that runs each claim and each completion "+
+			"as its own statement and transaction, as pgbench does.\n\n", storeurl.PostgresGroupCommit)
 		if g.pgNote != "" {
 			p("`idem serve --store postgres://…` did not start (`%s`): the gateway package itself served it, "+
 				"on `pgstore`, from `idembench serve-pggateway` (same handler, same default configuration, text log to a file).\n\n", g.pgNote)
@@ -87,12 +94,14 @@ func (g *gatewayRun) report(out io.Writer) error {
 		p("| %s | %.0f TPS | 1.00 | baseline | average %s | | 0 |\n", pgb.name, pgb.rate(), strings.Join(lat, ", "))
 		r := ratio(nk, pgb)
 		p("| %s | %.0f req/s | %.2f | ≥ 0.60 %s | %s | %s | %d |\n", nk.name, nk.rate(), r, verdict(r >= barPostgres), us(nk.lat.Quantile(0.5)), us(nk.lat.Quantile(0.99)), nk.errors)
+		p("| %s | %.0f req/s | %.2f | (no bar) | %s | %s | %d |\n", nk0.name, nk0.rate(), ratio(nk0, pgb), us(nk0.lat.Quantile(0.5)), us(nk0.lat.Quantile(0.99)), nk0.errors)
 		p("| %s | %.0f req/s | %.2f | (no bar) | %s | %s | %d |\n", rp.name, rp.rate(), ratio(rp, pgb), us(rp.lat.Quantile(0.5)), us(rp.lat.Quantile(0.99)), rp.errors)
-		p("\nRates per round: pgbench %s TPS; gateway new key %s req/s; replay %s req/s.\n\n", rates(pgb.rates), rates(nk.rates), rates(rp.rates))
-		if len(g.pgCPU) == 3 {
+		p("\nRates per round: pgbench %s TPS; gateway new key %s req/s; new key with group_commit=0 %s req/s; replay %s req/s.\n\n",
+			rates(pgb.rates), rates(nk.rates), rates(nk0.rates), rates(rp.rates))
+		if len(g.pgCPU) == 4 {
 			g.reportPGCPU(p)
 		}
-		for _, f := range []*figure{nk, rp} {
+		for _, f := range []*figure{nk, nk0, rp} {
 			if f.firstErr != "" {
 				p("First error in %s: `%s` (statuses %v).\n\n", f.name, f.firstErr, f.status)
 			}
@@ -149,7 +158,7 @@ func rates(xs []float64) string {
 // whose cores the load generator, the gateway, the upstream and PostgreSQL share, it bounds
 // the ratio to pgbench.
 func (g *gatewayRun) reportPGCPU(p func(string, ...any)) {
-	pb, nk, rp := &g.pgCPU[0], &g.pgCPU[1], &g.pgCPU[2]
+	pb, nk, rp, nk0 := &g.pgCPU[0], &g.pgCPU[1], &g.pgCPU[2], &g.pgCPU[3]
 	server := func(c *pgCPU) string {
 		if !g.pgCPUSeen {
 			return "not visible"
@@ -165,7 +174,8 @@ func (g *gatewayRun) reportPGCPU(p func(string, ...any)) {
 	for _, row := range []struct {
 		name string
 		c    *pgCPU
-	}{{"pgbench, the same two statements", pb}, {"gateway, new key, PostgreSQL", nk}, {"gateway, replay, PostgreSQL", rp}} {
+	}{{"pgbench, the same two statements", pb}, {"gateway, new key, PostgreSQL", nk},
+		{"gateway, new key, PostgreSQL, group_commit=0", nk0}, {"gateway, replay, PostgreSQL", rp}} {
 		total := "?"
 		if g.pgCPUSeen {
 			total = row.c.per(row.c.total())
