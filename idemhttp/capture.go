@@ -39,9 +39,10 @@ var (
 // It commits (sends status and headers, and what is buffered) early only when the handler
 // flushes or the body outgrows the limit; from then on writes go through at once.
 type captureWriter struct {
-	w   http.ResponseWriter
-	m   *middleware
-	buf *[]byte // pooled; the body kept for replay
+	w      http.ResponseWriter
+	m      *middleware
+	buf    *[]byte // pooled with the capture; the body kept for replay
+	reqBuf *[]byte // pooled with the capture; the request body
 
 	status    int
 	committed bool // status and headers sent to w

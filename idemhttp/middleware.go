@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -37,8 +38,8 @@ type middleware struct {
 	policy  idem.Policy
 	ttl     time.Duration
 	now     func() time.Time
-	skip    map[string]bool // response headers never stored
-	retry   []string        // Retry-After for 503
+	skip    nameSet  // response headers never stored
+	retry   []string // Retry-After for 503
 	methods []string
 	checkFP bool // Options.Fingerprint is the caller's: check what it returns
 }
@@ -54,16 +55,48 @@ func newMiddleware(opt Options) (*middleware, error) {
 		opt: opt, eng: opt.Engine, policy: eo.Policy, ttl: eo.TTL, now: eo.Now,
 		methods: opt.Methods, checkFP: checkFP,
 		retry: retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
-		skip:  make(map[string]bool),
 	}
 	for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", ReplayedHeader, ExpiresHeader} {
-		m.skip[h] = true
+		m.skip.add(h)
 	}
 	for _, h := range opt.DenyHeaders {
-		m.skip[http.CanonicalHeaderKey(h)] = true
+		m.skip.add(http.CanonicalHeaderKey(h))
 	}
 	return m, nil
+}
+
+// nameSet is a set of header names, looked up on every stored header of every response: by
+// length first, so a name of a length no member has (Content-Type, Content-Length…) costs an
+// index and no hashing.
+type nameSet struct {
+	byLen [64][]string
+	long  map[string]bool // names of 64 bytes or more
+}
+
+func (s *nameSet) add(name string) {
+	if len(name) >= len(s.byLen) {
+		if s.long == nil {
+			s.long = make(map[string]bool)
+		}
+		s.long[name] = true
+		return
+	}
+	if !slices.Contains(s.byLen[len(name)], name) {
+		s.byLen[len(name)] = append(s.byLen[len(name)], name)
+	}
+}
+
+func (s *nameSet) has(name string) bool {
+	if len(name) >= len(s.byLen) {
+		return s.long[name]
+	}
+	for _, x := range s.byLen[len(name)] {
+		if x == name {
+			return true
+		}
+	}
+	return false
 }
 
 // keeps predicts whether a response with this status will be kept, for the ExpiresHeader of
@@ -100,7 +133,7 @@ func (m *middleware) storedHeader(h http.Header, share bool) http.Header {
 
 // drops reports whether header k (values v) is not stored; conn is the Connection header.
 func (m *middleware) drops(k string, v, conn []string) bool {
-	return m.skip[k] || len(v) == 0 || len(k) > 8 && k[:8] == "Trailer:" || len(conn) > 0 && namedIn(conn, k)
+	return m.skip.has(k) || len(v) == 0 || len(k) > 8 && k[:8] == "Trailer:" || len(conn) > 0 && namedIn(conn, k)
 }
 
 // namedIn reports whether the Connection header values name k.
@@ -178,10 +211,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.m = m
 	c.w = w
 	if c.buf == nil {
-		c.buf = getBuf()
+		c.buf, c.reqBuf = getBuf(), getBuf()
 	}
-	reqBuf := getBuf()
-	body, status := m.readBody(r, reqBuf)
+	body, status := m.readBody(r, c.reqBuf)
 	if status != 0 {
 		p := probInvalidBody
 		out := OutcomeInvalidKey
@@ -190,7 +222,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.write(w, nil)
 		m.emit(Event{Outcome: out, Request: r, Key: key, Status: p.status, Start: start})
-		c.release(reqBuf)
+		c.release()
 		return
 	}
 	c.body = bodyReader{b: body}
@@ -199,14 +231,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key, err = m.opt.Key.fromBody(r, body); err != nil {
 			probInvalidKey.write(w, nil)
 			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Status: 400, Start: start, Err: err})
-			c.release(reqBuf)
+			c.release()
 			return
 		}
 		if key == "" {
 			r2 := r.WithContext(r.Context())
 			r2.Body = &c.body
 			h.noKey(w, r2, start)
-			c.release(reqBuf)
+			c.release()
 			return
 		}
 	}
@@ -215,13 +247,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.opt.Logger.Error("idemhttp: Options.Fingerprint returned an invalid fingerprint", "fingerprint", fp)
 		probInternal.write(w, nil)
 		m.emit(Event{Outcome: OutcomeError, Request: r, Key: key, Status: 500, Start: start, Err: errors.New("idemhttp: invalid fingerprint")})
-		c.release(reqBuf)
+		c.release()
 		return
 	}
 	if err != nil {
 		probInvalidBody.write(w, nil)
 		m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Key: key, Status: 400, Start: start, Err: err})
-		c.release(reqBuf)
+		c.release()
 		return
 	}
 
@@ -257,7 +289,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := m.eng.Do(r.Context(), StorageKey(scope, key), fp, c.run)
 	done = true
 	h.finish(w, r, c, key, start, res, err)
-	c.release(reqBuf)
+	c.release()
 }
 
 // processes reports whether method is one of Options.Methods.
@@ -322,17 +354,17 @@ func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
 	return b, 0
 }
 
-// release returns the capture and the request buffer to their pools. The capture keeps its
-// response buffer (emptied) unless it grew too large to pool.
-func (c *captureWriter) release(reqBuf *[]byte) {
-	putBuf(reqBuf)
-	buf := c.buf
-	if cap(*buf) > maxPooled {
-		buf = nil // a fresh one from the pool next time
+// release returns the capture to its pool. The capture keeps its response and request
+// buffers (emptied), so a request takes one object from a pool, not three; if either grew too
+// large to pool, both are dropped.
+func (c *captureWriter) release() {
+	buf, reqBuf := c.buf, c.reqBuf
+	if cap(*buf) > maxPooled || cap(*reqBuf) > maxPooled {
+		buf, reqBuf = nil, nil // fresh ones from the pool next time
 	} else {
-		*buf = (*buf)[:0]
+		*buf, *reqBuf = (*buf)[:0], (*reqBuf)[:0]
 	}
-	*c = captureWriter{buf: buf}
+	*c = captureWriter{buf: buf, reqBuf: reqBuf}
 	captures.Put(c)
 }
 
