@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,10 +25,19 @@ type groupOp struct {
 	args     []any // the statement's parameters, in queries' order
 	tries    int   // Reserve: runs that found neither a claim nor a record (see reserveRetries)
 
-	res  idem.Reservation // Reserve's answer
-	err  error
-	done chan struct{} // closed once res and err are final
+	// state says who owns the call: opQueued until a worker takes it (opTaken), or its
+	// caller gives up on it first (opAbandoned: it is never sent).
+	state atomic.Int32
+	res   idem.Reservation // Reserve's answer
+	err   error
+	done  chan struct{} // closed once res and err are final
 }
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
 
 // finish hands the op its outcome.
 func (op *groupOp) finish(err error) {
@@ -44,10 +54,7 @@ func (op *groupOp) finish(err error) {
 type group struct {
 	s     *Store
 	ops   chan *groupOp
-	stop  context.CancelFunc // cancels the batches in flight (Close)
-	base  context.Context
 	quit  chan struct{} // closed by Close: workers stop taking calls
-	done  chan struct{} // closed once every worker has returned
 	wg    sync.WaitGroup
 	stats groupStats
 }
@@ -61,36 +68,36 @@ type groupStats struct {
 }
 
 func newGroup(s *Store, workers int) *group {
-	base, stop := context.WithCancel(context.Background())
-	g := &group{s: s, ops: make(chan *groupOp, 4*maxGroup), base: base, stop: stop,
-		quit: make(chan struct{}), done: make(chan struct{})}
+	g := &group{s: s, ops: make(chan *groupOp, 4*maxGroup), quit: make(chan struct{})}
 	g.wg.Add(workers)
 	for range workers {
 		go g.work()
 	}
-	go func() { g.wg.Wait(); close(g.done) }()
 	return g
 }
 
-// close stops the workers after the batches in flight (cancelled: their calls get errors) and
-// fails the calls still queued with ErrClosed.
+// close stops the workers once the transactions in flight have ended (each bounded by its
+// calls' deadlines, as a statement of its own would be) and lets go of the calls not yet
+// taken, which get ErrClosed.
 func (g *group) close() {
 	close(g.quit)
-	g.stop()
-	<-g.done
+	g.wg.Wait()
 	for {
 		select {
 		case op := <-g.ops:
-			op.finish(ErrClosed)
+			if op.state.CompareAndSwap(opQueued, opAbandoned) {
+				op.finish(ErrClosed)
+			}
 		default:
 			return
 		}
 	}
 }
 
-// call queues op and waits for its outcome, for its context or for Close, whichever is first.
-// A call whose context ends after its statement was sent returns the context's error: the
-// statement may still commit (as when a deadline interrupts a statement of its own).
+// call queues op and waits for its outcome. A call whose context ends, or whose store closes,
+// before a worker took it is never sent, and returns the context's error (or ErrClosed). One
+// whose context ends once its statement was sent returns the context's error too, but the
+// statement may still commit, as when a deadline interrupts a statement of its own.
 func (g *group) call(op *groupOp) error {
 	op.done = make(chan struct{})
 	select {
@@ -104,17 +111,26 @@ func (g *group) call(op *groupOp) error {
 	case <-op.done:
 		return op.err
 	case <-op.ctx.Done():
-	case <-g.done:
+		if op.state.CompareAndSwap(opQueued, opAbandoned) {
+			return op.ctx.Err() // never sent
+		}
+	case <-g.quit:
+		if op.state.CompareAndSwap(opQueued, opAbandoned) {
+			return ErrClosed // never sent
+		}
 	}
-	select { // an outcome that is there wins
+	// In a transaction: its outcome, unless the context ends first.
+	select {
 	case <-op.done:
 		return op.err
-	default:
+	case <-op.ctx.Done():
+		select { // an outcome that is there wins
+		case <-op.done:
+			return op.err
+		default:
+			return op.ctx.Err()
+		}
 	}
-	if err := op.ctx.Err(); err != nil {
-		return err
-	}
-	return ErrClosed
 }
 
 func (g *group) work() {
@@ -126,8 +142,10 @@ func (g *group) work() {
 			return
 		case op := <-g.ops:
 			select {
-			case <-g.quit: // closed meanwhile: close fails the queued calls, this one too
-				op.finish(ErrClosed)
+			case <-g.quit: // closed meanwhile: close lets go of the queued calls, this one too
+				if op.state.CompareAndSwap(opQueued, opAbandoned) {
+					op.finish(ErrClosed)
+				}
 				return
 			default:
 			}
@@ -159,11 +177,10 @@ func (g *group) work() {
 func (g *group) run(batch []*groupOp) []*groupOp {
 	live := batch[:0]
 	for _, op := range batch {
-		if err := op.ctx.Err(); err != nil {
-			op.finish(err) // its caller is gone: send nothing for it
-			continue
+		// Its caller may have given up on it (then it is not sent); a call run again is taken.
+		if op.state.Load() == opTaken || op.state.CompareAndSwap(opQueued, opTaken) {
+			live = append(live, op)
 		}
-		live = append(live, op)
 	}
 	if len(live) == 0 {
 		return nil
@@ -249,19 +266,20 @@ func (op *groupOp) scanReservation(row pgx.Row) (noRow bool, err error) {
 }
 
 // batchContext bounds a transaction by the latest deadline of its calls (none if a call has
-// none) and by Close.
+// none). It carries no cancellation: a caller that gives up leaves the others their
+// transaction.
 func (g *group) batchContext(ops []*groupOp) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, op := range ops {
 		d, ok := op.ctx.Deadline()
 		if !ok {
-			return context.WithCancel(g.base)
+			return context.WithCancel(context.Background())
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(g.base, latest)
+	return context.WithDeadline(context.Background(), latest)
 }
 
 func (g *group) count(calls int) {

@@ -163,8 +163,9 @@ func holdRow(t *testing.T, st *pgstore.Store, key string) func() {
 	return func() { _ = tx.Rollback(ctx) }
 }
 
-// Close ends every call: the one in a transaction (cancelled) and those waiting for one
-// (ErrClosed, which matches idem.ErrStoreUnavailable).
+// Close lets go at once of the calls waiting for a transaction (ErrClosed, which matches
+// idem.ErrStoreUnavailable: nothing of theirs was sent), and waits for the transaction in
+// flight, whose call gets its real outcome.
 func TestGroupCommitClose(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, pgstore.Options{GroupCommit: 1})
@@ -175,45 +176,105 @@ func TestGroupCommitClose(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	release := holdRow(t, st, "held")
-	defer release()
-	errs := make(chan error, 6)
-	go func() { // blocks the only worker on the held row
-		_, err := st.Reserve(ctx, "held", fp, now.Add(time.Hour), time.Minute, time.Hour)
-		errs <- err
+	type outcome struct {
+		res idem.Reservation
+		err error
+	}
+	inFlight := make(chan outcome, 1)
+	go func() { // a takeover: blocks the only worker on the held row
+		res, err := st.Reserve(ctx, "held", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+		inFlight <- outcome{res, err}
 	}()
 	time.Sleep(200 * time.Millisecond)
+	waiting := make(chan error, 5)
 	for i := range 5 {
 		go func() {
 			_, err := st.Reserve(ctx, fmt.Sprint("waiting", i), fp, now, time.Minute, time.Hour)
-			errs <- err
+			waiting <- err
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	start := time.Now()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	closed := 0
-	for range 6 {
+	closed := make(chan struct{})
+	go func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+		close(closed)
+	}()
+	for range 5 {
 		select {
-		case err := <-errs:
-			if err == nil {
-				t.Error("a call succeeded after Close")
-			}
-			if errors.Is(err, pgstore.ErrClosed) {
-				closed++
+		case err := <-waiting:
+			if !errors.Is(err, pgstore.ErrClosed) || !errors.Is(err, idem.ErrStoreUnavailable) {
+				t.Errorf("waiting call after Close: %v, want ErrClosed", err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("a call did not return after Close")
+			t.Fatal("a waiting call did not return after Close")
 		}
 	}
-	if closed < 5 {
-		t.Errorf("%d calls got ErrClosed, want the 5 waiting ones at least", closed)
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a transaction was in flight")
+	case o := <-inFlight:
+		t.Fatalf("the call in flight returned before its row was free: %+v", o)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	select {
+	case o := <-inFlight:
+		if o.err != nil || !o.res.Claimed || !o.res.Takeover {
+			t.Errorf("the call in flight: %+v, %v, want its takeover", o.res, o.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in flight did not end")
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	for i := range 5 {
+		if _, err := st.Get(ctx, fmt.Sprint("waiting", i)); err == nil {
+			t.Errorf("waiting%d was written after Close", i)
+		}
 	}
 	if _, err := st.Reserve(ctx, "later", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Errorf("Reserve after Close: %v", err)
 	}
-	t.Logf("Close took %v", time.Since(start))
+}
+
+// A call whose context ends while it waits for a transaction is never sent.
+func TestGroupCommitAbandonedCallIsNotSent(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 1})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("abandoned"))
+	now := time.Now()
+	if res, err := st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour); err != nil || !res.Claimed {
+		t.Fatal(res, err)
+	}
+	release := holdRow(t, st, "held")
+	done := make(chan error, 1)
+	go func() { // blocks the only worker
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := st.Reserve(c, "held", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := st.Reserve(c, "abandoned", fp, now, time.Minute, time.Hour)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("abandoned call: %v, want context.DeadlineExceeded", err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if rec, err := st.Get(ctx, "abandoned"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("the abandoned call was sent: %+v, %v", rec, err)
+	}
 }
 
 // The engine on a group-committing store: 200 concurrent duplicates of each of 20 keys run

@@ -169,9 +169,9 @@ func (s *Store) GroupCommit() int { return s.opt.GroupCommit }
 func (s *Store) Table() string { return s.name }
 
 // Close makes every later call fail with ErrClosed and, if the store was made by Open, closes
-// its pool. With Options.GroupCommit it first stops the group transactions: those in flight are
-// cancelled (their calls get errors) and the calls still waiting get ErrClosed. It is safe to
-// call twice.
+// its pool. With Options.GroupCommit, the calls waiting for a group transaction get ErrClosed
+// (nothing of theirs was sent) and Close waits for the transactions in flight to end. It is
+// safe to call twice.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
