@@ -139,3 +139,26 @@ func referenceEncoding(r idem.Response) []byte {
 	}
 	return append(b, r.Body...)
 }
+
+// ValidFingerprint accepts exactly 64 lowercase hex digits: every byte value is tried at every
+// position of a valid fingerprint.
+func TestValidFingerprintEveryByte(t *testing.T) {
+	t.Parallel()
+	fp := idem.Fingerprint([]byte("x"))
+	for _, n := range []int{0, 1, 63, 65, 128} {
+		if idem.ValidFingerprint(strings.Repeat("a", n)) {
+			t.Errorf("length %d accepted", n)
+		}
+	}
+	b := []byte(fp)
+	for i := range b {
+		for c := range 256 {
+			b[i] = byte(c)
+			want := '0' <= c && c <= '9' || 'a' <= c && c <= 'f'
+			if got := idem.ValidFingerprint(string(b)); got != want {
+				t.Fatalf("byte %#x at %d: ValidFingerprint = %v, want %v", c, i, got, want)
+			}
+		}
+		b[i] = fp[i]
+	}
+}

@@ -29,19 +29,18 @@ func ValidFingerprint(fp string) bool {
 	if len(fp) != FingerprintLen {
 		return false
 	}
-	var bad byte
-	for i := 0; i < len(fp); i++ {
-		bad |= notLowerHex[fp[i]] // no branch per byte: this runs on every request
+	// Eight bytes at a time, without a branch per byte: this runs on every request. For a byte
+	// b below 0x80, b+(0x80-lo) has its top bit set when b >= lo, and b+(0x7f-hi) when b > hi;
+	// no sum carries into the next byte.
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	ge := func(x uint64, lo uint64) uint64 { return x + (0x80-lo)*ones }
+	gt := func(x uint64, hi uint64) uint64 { return x + (0x7f-hi)*ones }
+	var bad uint64
+	for i := 0; i < FingerprintLen; i += 8 {
+		x := binary.LittleEndian.Uint64([]byte(fp[i : i+8]))
+		digit := ge(x, '0') &^ gt(x, '9')
+		lower := ge(x, 'a') &^ gt(x, 'f')
+		bad |= x | ^(digit | lower)
 	}
-	return bad == 0
+	return bad&tops == 0
 }
-
-// notLowerHex is 1 for every byte that is not a lowercase hex digit.
-var notLowerHex = func() (t [256]byte) {
-	for c := range t {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			t[c] = 1
-		}
-	}
-	return t
-}()

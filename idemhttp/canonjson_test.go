@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/big"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,6 +60,14 @@ func TestRawFingerprintIsIdemFingerprint(t *testing.T) {
 		got, _ := idemhttp.RawFingerprint(r, body)
 		if want := idem.Fingerprint([]byte("POST"), []byte("/v1/charges"), []byte("a=1"), body); got != want {
 			t.Fatalf("body of %d bytes: %s != %s", n, got, want)
+		}
+	}
+	// Many digests, so that every hex digit comes out at every position.
+	for i := range 2000 {
+		body := []byte(strconv.Itoa(i))
+		got, _ := idemhttp.RawFingerprint(r, body)
+		if want := idem.Fingerprint([]byte("POST"), []byte("/v1/charges"), []byte("a=1"), body); got != want {
+			t.Fatalf("body %q: %s != %s", body, got, want)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package idemhttp
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"net/http"
 )
 
@@ -75,8 +74,24 @@ func hashParts(b []byte, r *http.Request, mode, body []byte) (string, []byte) {
 	b = append(b, body...)
 	sum := sha256.Sum256(b)
 	var out [2 * sha256.Size]byte
-	hex.Encode(out[:], sum[:])
+	for i := 0; i < sha256.Size; i += 4 {
+		binary.BigEndian.PutUint64(out[2*i:], hex8(binary.BigEndian.Uint32(sum[i:])))
+	}
 	return string(out[:]), b
+}
+
+// hex8 returns the eight lowercase hex digits of x, the first in its most significant byte:
+// hex.Encode without a table lookup per byte.
+func hex8(x uint32) uint64 {
+	const ones = 0x0101010101010101
+	// One nibble per byte, the last nibble of x in the low byte.
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000ffff0000ffff
+	v = (v | v<<8) & 0x00ff00ff00ff00ff
+	v = (v | v<<4) & 0x0f0f0f0f0f0f0f0f
+	// '0'+n, and 'a'-'0'-10 more where n > 9 (n+6 reaches 16).
+	letters := (v + 6*ones) >> 4 & ones
+	return v + '0'*ones + letters*('a'-'0'-10)
 }
 
 func appendPart(b []byte, s string) []byte {
