@@ -36,8 +36,9 @@ func size(rec *Record) int64 {
 	return n
 }
 
-// get returns the record for key if it is cached and not expired at now.
-func (c *lru) get(key string, now time.Time) (Record, bool) {
+// get returns the record for key if it is cached and not expired at now(). The clock is read
+// only on a hit: a miss (every new key) costs no clock read.
+func (c *lru) get(key string, now func() time.Time) (Record, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byKey[key]
@@ -45,7 +46,7 @@ func (c *lru) get(key string, now time.Time) (Record, bool) {
 		return Record{}, false
 	}
 	rec := el.Value.(*Record)
-	if rec.Expired(now) {
+	if rec.Expired(now()) {
 		c.order.Remove(el)
 		delete(c.byKey, key)
 		c.bytes -= size(rec)

@@ -161,7 +161,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		return Result{}, err
 	}
 	if e.cache != nil {
-		if rec, ok := e.cache.get(key, e.opt.Now()); ok {
+		if rec, ok := e.cache.get(key, e.opt.Now); ok {
 			return e.fromRecord(&rec, fingerprint)
 		}
 	}
