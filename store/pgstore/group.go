@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
 )
@@ -202,17 +203,13 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 	var err error
 	for i, op := range live {
 		if op.complete {
-			var n int64
-			tag, e := br.Exec()
-			n = tag.RowsAffected()
-			if e == nil && n == 0 {
+			var tag pgconn.CommandTag
+			if tag, err = br.Exec(); err == nil && tag.RowsAffected() == 0 {
 				op.err = idem.ErrLeaseLost
 			}
-			err = e
 		} else {
 			var noRow bool
-			noRow, err = op.scanReservation(br.QueryRow())
-			if noRow {
+			if noRow, err = op.scanReservation(br.QueryRow()); noRow {
 				if again == nil {
 					again = make([]bool, len(live))
 				}
@@ -220,7 +217,7 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 			}
 		}
 		if err != nil {
-			break
+			break // the server's error, or the connection's: the transaction is lost
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -246,7 +243,8 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 }
 
 // scanReservation reads a Reserve statement's row into op.res; noRow reports the race in which
-// the statement must run again.
+// the statement must run again. A record that cannot be decoded is this call's error (op.err),
+// not the transaction's; err is the statement's own.
 func (op *groupOp) scanReservation(row pgx.Row) (noRow bool, err error) {
 	var sc scan
 	rec := &op.res.Record
@@ -258,10 +256,9 @@ func (op *groupOp) scanReservation(row pgx.Row) (noRow bool, err error) {
 		return false, err
 	}
 	rec.Key = op.key
-	if err := sc.finish(rec); err != nil {
-		return false, err
+	if op.err = sc.finish(rec); op.err == nil {
+		op.res.Takeover = op.res.Claimed && rec.Attempts > 1
 	}
-	op.res.Takeover = op.res.Claimed && rec.Attempts > 1
 	return false, nil
 }
 

@@ -134,6 +134,17 @@ func TestGroupCommitAllOrNothing(t *testing.T) {
 	if !res[0].Claimed || res[1].Claimed || res[1].Record.Token != res[0].Record.Token || !res[2].Claimed {
 		t.Errorf("e, e, f: %+v", res)
 	}
+	// A record that cannot be decoded is the error of its own call only.
+	if _, err := st.Pool().Exec(ctx, `UPDATE `+st.Table()+` SET state = 2, response = '\x09'::bytea WHERE key = 'e'`); err != nil {
+		t.Fatal(err)
+	}
+	res, errs = pgstore.ReserveTogether(ctx, st, []string{"e", "g"}, fp, now)
+	if !errors.Is(errs[0], idem.ErrCorruptRecord) || errs[1] != nil || !res[1].Claimed {
+		t.Errorf("corrupt e, new g: %v, %+v", errs, res)
+	}
+	if rec, err := st.Get(ctx, "g"); err != nil || rec.State != idem.StateInProgress {
+		t.Errorf("g after its transaction: %+v, %v", rec, err)
+	}
 }
 
 func tableName(st *pgstore.Store) string {

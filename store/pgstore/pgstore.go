@@ -279,7 +279,7 @@ func (s *Store) reserve(ctx context.Context, db querier, args []any) (idem.Reser
 		if noRow {
 			continue // the blocking row is not in this statement's snapshot: run it again
 		}
-		if err != nil {
+		if err = cmp.Or(err, op.err); err != nil {
 			return idem.Reservation{}, err
 		}
 		return op.res, nil

@@ -53,7 +53,12 @@ func TestOptionsErrors(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	st := newStore(t, pgstore.Options{})
+	t.Run("one statement per call", func(t *testing.T) { badInput(t, pgstore.Options{}) })
+	t.Run("GroupCommit", func(t *testing.T) { badInput(t, pgstore.Options{GroupCommit: 2}) })
+}
+
+func badInput(t *testing.T, opt pgstore.Options) {
+	st := newStore(t, opt)
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
