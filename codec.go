@@ -2,7 +2,6 @@ package idem
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -105,20 +104,22 @@ func DecodeResponse(b []byte) (Response, error) {
 	if n > 0 {
 		r.Header = make(map[string][]string, n)
 	}
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.why == ""; i++ {
 		k := d.str()
 		nv := d.count()
 		vs := make([]string, 0, nv)
-		for j := 0; j < nv && d.err == nil; j++ {
+		for j := 0; j < nv && d.why == ""; j++ {
 			vs = append(vs, d.str())
 		}
-		if _, dup := r.Header[k]; dup && d.err == nil {
-			d.err = errors.New("duplicate header " + k)
+		if _, dup := r.Header[k]; dup && d.why == "" {
+			d.why = "duplicate header " + k
 		}
 		r.Header[k] = vs
 	}
-	if d.err != nil {
-		return Response{}, corrupt(d.err.Error())
+	if d.why != "" {
+		// A copy, so that the error holds nothing of d: then b does not escape, and a caller
+		// may pass a []byte converted from a string without a copy.
+		return Response{}, corrupt(strings.Clone(d.why))
 	}
 	if len(d.b) > 0 {
 		r.Body = append([]byte(nil), d.b...)
@@ -130,16 +131,16 @@ func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, w
 
 type decoder struct {
 	b   []byte
-	err error
+	why string // what is wrong with the input; "" while it decodes
 }
 
 func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
+	if d.why != "" {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.err = errors.New("bad varint")
+		d.why = "bad varint"
 		return 0
 	}
 	d.b = d.b[n:]
@@ -149,8 +150,8 @@ func (d *decoder) uvarint() uint64 {
 // count reads a length that must fit in what is left of the input.
 func (d *decoder) count() int {
 	v := d.uvarint()
-	if d.err == nil && v > uint64(len(d.b)) {
-		d.err = errors.New("length beyond end of input")
+	if d.why == "" && v > uint64(len(d.b)) {
+		d.why = "length beyond end of input"
 		return 0
 	}
 	return int(v)
@@ -158,7 +159,7 @@ func (d *decoder) count() int {
 
 func (d *decoder) str() string {
 	n := d.count()
-	if d.err != nil {
+	if d.why != "" {
 		return ""
 	}
 	s := string(d.b[:n])
