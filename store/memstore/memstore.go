@@ -6,6 +6,7 @@ package memstore
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,15 +25,15 @@ type Store struct {
 	closed bool
 }
 
-// entry is a record kept compact: times as Unix microseconds, the response encoded
-// (idem.EncodeResponse). The map holds a pointer to it, so the map's slots stay small (a
-// string and a pointer: growing the map copies little, and more slots share a cache line),
-// and the calls after Reserve change the entry in place instead of writing the map again. The
-// garbage collector follows two pointers in an entry (the fingerprint and the response,
-// neither of which holds pointers), however many headers the response has.
+// entry is a record kept compact: times as Unix microseconds, the fingerprint and the encoded
+// response (idem.EncodeResponse) in one string. The map holds a pointer to it, so the map's
+// slots stay small (a string and a pointer: growing the map copies little, and more slots
+// share a cache line), and the calls after Reserve change the entry in place instead of
+// writing the map again. A completed record is three objects (key, entry, blob) and the
+// garbage collector follows one pointer in the entry, however many headers the response has.
 type entry struct {
-	fp       string
-	resp     []byte
+	blob     string // the fingerprint, then the encoded response once completed
+	fpLen    int32
 	token    int64
 	lease    int64 // Unix µs; 0 once released
 	expires  int64 // Unix µs; 0 once released
@@ -82,6 +83,9 @@ func (*closedError) Is(target error) bool { return target == idem.ErrStoreUnavai
 // micros returns t as Unix microseconds (t is truncated to the microsecond).
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
+// fp returns the record's fingerprint.
+func (e *entry) fp() string { return e.blob[:e.fpLen] }
+
 func (e *entry) expired(now int64) bool { return e.expires <= now }
 func (e *entry) leaseExpired(now int64) bool {
 	return e.state == idem.StateInProgress && e.lease <= now
@@ -103,7 +107,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		switch {
 		case e.expired(n):
 			prev = e.token
-		case e.leaseExpired(n) && e.fp == fingerprint:
+		case e.leaseExpired(n) && e.fp() == fingerprint:
 			prev, takeover, attempts, created = e.token, true, e.attempts+1, e.created
 		default:
 			return idem.Reservation{Record: record(key, e)}, nil
@@ -113,7 +117,8 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		s.recs[key] = e
 	}
 	*e = entry{
-		fp:       fingerprint,
+		blob:     fingerprint,
+		fpLen:    int32(len(fingerprint)),
 		state:    idem.StateInProgress,
 		token:    idem.NextToken(prev, now),
 		lease:    micros(now.Add(lease)),
@@ -144,7 +149,12 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		return err
 	}
 	e.state = idem.StateCompleted
-	e.resp = idem.EncodeResponse(resp)
+	enc := idem.EncodeResponse(resp)
+	var sb strings.Builder // one allocation for both, and String makes no copy
+	sb.Grow(len(e.fp()) + len(enc))
+	sb.WriteString(e.fp())
+	sb.Write(enc)
+	e.blob = sb.String()
 	e.done = micros(now)
 	e.expires = micros(expiresAt)
 	return nil
@@ -227,7 +237,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 func record(key string, e *entry) idem.Record {
 	r := idem.Record{
 		Key:         key,
-		Fingerprint: e.fp,
+		Fingerprint: e.fp(),
 		State:       e.state,
 		Token:       e.token,
 		LeaseUntil:  time.UnixMicro(e.lease),
@@ -238,9 +248,9 @@ func record(key string, e *entry) idem.Record {
 	if e.done != 0 {
 		r.CompletedAt = time.UnixMicro(e.done)
 	}
-	if e.resp != nil {
+	if len(e.blob) > int(e.fpLen) {
 		// The bytes were written by EncodeResponse, so they always decode.
-		resp, _ := idem.DecodeResponse(e.resp)
+		resp, _ := idem.DecodeResponse([]byte(e.blob[e.fpLen:]))
 		r.Response = &resp
 	}
 	return r
