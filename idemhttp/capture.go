@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -192,31 +193,23 @@ func setMark(w http.ResponseWriter, m mark) bool {
 	return false
 }
 
-// bodyReader is the request body handed to the handler: the bytes the middleware read.
+// bodyReader is the request body handed to the handler: the bytes the middleware read, in a
+// bytes.Reader behind io.NopCloser. net/http's client knows that pair to be in memory, so a
+// handler that forwards the body (a reverse proxy) sends headers and body in one write, not two.
 type bodyReader struct {
-	b []byte
-	i int
+	b  []byte
+	r  bytes.Reader
+	rc io.ReadCloser // io.NopCloser(&r), made once per capture writer
 }
 
-func (r *bodyReader) Read(p []byte) (int, error) {
-	if r.i >= len(r.b) {
-		return 0, io.EOF
+// open returns the body, read from its start.
+func (r *bodyReader) open() io.ReadCloser {
+	if r.rc == nil {
+		r.rc = io.NopCloser(&r.r)
 	}
-	n := copy(p, r.b[r.i:])
-	r.i += n
-	return n, nil
+	r.r.Reset(r.b)
+	return r.rc
 }
-
-func (r *bodyReader) WriteTo(w io.Writer) (int64, error) {
-	if r.i >= len(r.b) {
-		return 0, nil
-	}
-	n, err := w.Write(r.b[r.i:])
-	r.i += n
-	return int64(n), err
-}
-
-func (r *bodyReader) Close() error { return nil }
 
 // Buffers for request and response bodies. Buffers that grew beyond maxPooled are dropped.
 const maxPooled = 64 << 10

@@ -225,7 +225,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.release()
 		return
 	}
-	c.body = bodyReader{b: body}
+	c.body.b = body
 	if m.opt.Key.needsBody() {
 		var err error
 		if key, err = m.opt.Key.fromBody(r, body); err != nil {
@@ -236,7 +236,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if key == "" {
 			r2 := r.WithContext(r.Context())
-			r2.Body = &c.body
+			r2.Body = c.body.open()
 			h.noKey(w, r2, start)
 			c.release()
 			return
@@ -356,7 +356,7 @@ func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
 
 // release returns the capture to its pool. The capture keeps its response and request
 // buffers (emptied), so a request takes one object from a pool, not three; if either grew too
-// large to pool, both are dropped.
+// large to pool, both are dropped. It keeps its body's io.NopCloser too.
 func (c *captureWriter) release() {
 	buf, reqBuf := c.buf, c.reqBuf
 	if cap(*buf) > maxPooled || cap(*reqBuf) > maxPooled {
@@ -364,7 +364,7 @@ func (c *captureWriter) release() {
 	} else {
 		*buf, *reqBuf = (*buf)[:0], (*reqBuf)[:0]
 	}
-	*c = captureWriter{buf: buf, reqBuf: reqBuf}
+	*c = captureWriter{buf: buf, reqBuf: reqBuf, body: bodyReader{rc: c.body.rc}} // rc reads c.body.r
 	captures.Put(c)
 }
 
@@ -373,7 +373,7 @@ func (c *captureWriter) release() {
 func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
 	c.ran = true
 	r := c.r.WithContext(ctx)
-	r.Body = &c.body
+	r.Body = c.body.open()
 	var t0 time.Time
 	if c.m.opt.OnEvent != nil {
 		t0 = time.Now()
@@ -459,8 +459,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 			m.opt.Logger.Warn("idemhttp: store unavailable; request passed WITHOUT idempotency protection (fail open)",
 				"method", r.Method, "path", r.URL.Path, "err", err)
 			r2 := r.WithContext(r.Context())
-			c.body.i = 0
-			r2.Body = &c.body
+			r2.Body = c.body.open()
 			h.next.ServeHTTP(w, r2)
 			ev.Outcome = OutcomeFailOpen
 			break
