@@ -406,16 +406,5 @@ func serverRestartUnderLoad(t *testing.T, opt pgstore.Options) {
 func TestCallEndsAtDeadline(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, pgstore.Options{})
-	storetest.CallsEndAtDeadline(t, st, func(key string) func() {
-		ctx := context.Background()
-		tx, err := st.Pool().Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+st.Table()+` WHERE key = $1 FOR UPDATE`, key); err != nil {
-			_ = tx.Rollback(ctx)
-			t.Fatal(err)
-		}
-		return func() { _ = tx.Rollback(ctx) }
-	})
+	storetest.CallsEndAtDeadline(t, st, func(key string) func() { return holdRow(t, st, key) })
 }

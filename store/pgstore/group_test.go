@@ -160,6 +160,15 @@ func TestGroupCommitCallEndsAtDeadline(t *testing.T) {
 	storetest.CallsEndAtDeadline(t, st, func(key string) func() { return holdRow(t, st, key) })
 }
 
+// claimAndHold claims key at now, then locks its row as holdRow does.
+func claimAndHold(t *testing.T, st *pgstore.Store, key, fp string, now time.Time) (release func()) {
+	t.Helper()
+	if res, err := st.Reserve(context.Background(), key, fp, now, time.Minute, time.Hour); err != nil || !res.Claimed {
+		t.Fatal(res, err)
+	}
+	return holdRow(t, st, key)
+}
+
 // holdRow locks key's row from another transaction until the returned function is called.
 func holdRow(t *testing.T, st *pgstore.Store, key string) func() {
 	ctx := context.Background()
@@ -183,10 +192,7 @@ func TestGroupCommitClose(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("close"))
 	now := time.Now()
-	if res, err := st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour); err != nil || !res.Claimed {
-		t.Fatal(res, err)
-	}
-	release := holdRow(t, st, "held")
+	release := claimAndHold(t, st, "held", fp, now)
 	type outcome struct {
 		res idem.Reservation
 		err error
@@ -260,10 +266,7 @@ func TestGroupCommitAbandonedCallIsNotSent(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("abandoned"))
 	now := time.Now()
-	if res, err := st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour); err != nil || !res.Claimed {
-		t.Fatal(res, err)
-	}
-	release := holdRow(t, st, "held")
+	release := claimAndHold(t, st, "held", fp, now)
 	done := make(chan error, 1)
 	go func() { // blocks the only worker
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
