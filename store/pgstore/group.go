@@ -15,8 +15,12 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// maxGroup bounds the calls one group transaction carries.
-const maxGroup = 64
+// maxGroup bounds the calls one group transaction carries, and maxGroupBytes the responses
+// its completions carry (a transaction takes more calls only while under both).
+const (
+	maxGroup      = 64
+	maxGroupBytes = 1 << 20
+)
 
 // groupOp is one Reserve or Complete waiting for, or carried by, a group transaction.
 type groupOp struct {
@@ -25,6 +29,7 @@ type groupOp struct {
 	key      string
 	args     []any // the statement's parameters, in queries' order
 	tries    int   // Reserve: runs that found neither a claim nor a record (see reserveRetries)
+	size     int   // Complete: the encoded response's length
 
 	// state says who owns the call: opQueued until a worker takes it (opTaken), or its
 	// caller gives up on it first (opAbandoned: it is never sent).
@@ -152,11 +157,13 @@ func (g *group) work() {
 			}
 			batch = append(batch[:0], op)
 		}
+		size := batch[0].size
 	more:
-		for len(batch) < maxGroup {
+		for len(batch) < maxGroup && size < maxGroupBytes {
 			select {
 			case op := <-g.ops:
 				batch = append(batch, op)
+				size += op.size
 			default:
 				break more
 			}

@@ -341,3 +341,41 @@ func TestGroupCommitEngineStorm(t *testing.T) {
 		}
 	}
 }
+
+// A transaction stops taking calls once their responses reach 1 MiB, so a burst of large
+// completions is spread over several transactions.
+func TestGroupCommitBoundsBytes(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 1})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("bytes"))
+	now := time.Now()
+	tokens := make([]int64, 6)
+	for i := range tokens {
+		res, err := st.Reserve(ctx, fmt.Sprint("big", i), fp, now, time.Minute, time.Hour)
+		if err != nil || !res.Claimed {
+			t.Fatal(res, err)
+		}
+		tokens[i] = res.Record.Token
+	}
+	release := claimAndHold(t, st, "held", fp, now)
+	go func() { _, _ = st.Reserve(ctx, "held", fp, now.Add(2*time.Minute), time.Minute, time.Hour) }() // occupies the worker
+	time.Sleep(200 * time.Millisecond)
+	body := make([]byte, 400<<10)
+	errs := make(chan error, len(tokens))
+	for i, tok := range tokens {
+		go func() {
+			errs <- st.Complete(ctx, fmt.Sprint("big", i), tok, idem.Response{Status: 200, Body: body}, now, now.Add(time.Hour))
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	release()
+	for range tokens {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, largest := pgstore.GroupStats(st); largest != 3 {
+		t.Errorf("at most %d calls in one transaction, want 3 (of 400 KiB each, until 1 MiB)", largest)
+	}
+}

@@ -297,7 +297,8 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		return err
 	}
 	if s.group != nil {
-		op := &groupOp{ctx: ctx, complete: true, key: key, args: completeArgs(key, token, resp, now, expiresAt)}
+		args := completeArgs(key, token, resp, now, expiresAt)
+		op := &groupOp{ctx: ctx, complete: true, key: key, args: args, size: len(args[2].([]byte))}
 		return opErr("complete", s.group.call(op))
 	}
 	return opErr("complete", s.complete(ctx, s.pool, key, token, resp, now, expiresAt))
