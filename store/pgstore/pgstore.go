@@ -42,8 +42,9 @@ type Options struct {
 	Now func() time.Time
 	// GroupCommit, when positive, makes Reserve and Complete calls that arrive together
 	// share transactions (group commit): up to GroupCommit transactions run at once, each on
-	// one pool connection, each carrying every call waiting when it starts (at most 64),
-	// their statements sent in one round trip and committed together. Each call's outcome is
+	// one pool connection, each carrying the calls waiting when it starts (at most 64, and no
+	// more once their responses reach 1 MiB), their statements sent in one round trip and
+	// committed together. Each call's outcome is
 	// the one its own statement would have had: it is handed out only after the commit, and if
 	// any statement of the transaction fails, all of them roll back and every call gets the
 	// error (the engine fails closed). A call that finds a transaction slot free runs at once,
