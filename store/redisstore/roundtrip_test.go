@@ -67,7 +67,8 @@ func TestRoundTrips(t *testing.T) {
 			now := time.Now()
 			fp := idem.Fingerprint([]byte("rt"))
 			// Warm up: load every script on every node (EVALSHA falls back to EVAL once per
-			// node; a freshly created cluster has none) and the slot map. 64 keys spread over
+			// node; a fresh server has none: the claim of a released key runs the reserve
+			// script) and the slot map. 64 keys spread over
 			// the shards reach every node of a small cluster.
 			for i := range 64 {
 				wk := fmt.Sprintf("warm-%d", i)
@@ -76,8 +77,11 @@ func TestRoundTrips(t *testing.T) {
 					t.Fatal(err)
 				}
 				_ = st.Extend(ctx, wk, w.Record.Token, now.Add(2*time.Minute))
-				_ = st.Complete(ctx, wk, w.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
 				_ = st.Release(ctx, wk, w.Record.Token)
+				if w, err = st.Reserve(ctx, wk, fp, now, time.Minute, time.Hour); err != nil || !w.Claimed { // the reserve script
+					t.Fatal("warm-up claim of a released key:", err, w.Claimed)
+				}
+				_ = st.Complete(ctx, wk, w.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
 				_ = st.Delete(ctx, wk)
 			}
 
