@@ -241,8 +241,9 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if err == nil {
 		if s.group != nil {
 			op := &groupOp{ctx: ctx, key: key, args: args}
-			err = s.group.call(op)
-			res = op.res
+			if err = s.group.call(op); err == nil {
+				res = op.res // final: call saw op.done closed (a call that gave up may not read it)
+			}
 		} else {
 			res, err = s.reserve(ctx, s.pool, args)
 		}
