@@ -2,6 +2,8 @@
 # Compares pgstore with pgbench running the same statements against the same server, in the
 # same session, alternating runs so both see the same load on a shared machine:
 #   new key: Reserve (the one-statement claim) + Complete, 16 clients;
+#   new key, group commit: the same pgbench script against pgstore with Options.GroupCommit 2
+#            (the gateway's default): the same statements, concurrent ones sharing transactions;
 #   replay:  Reserve of a completed key (one statement), 16 clients.
 # Prints each run and the ratio pgstore ops/s ÷ pgbench TPS (bar for the new-key path: >= 0.70).
 #
@@ -74,12 +76,15 @@ go_ops() { # benchmark name
 echo "date: $(date -u +%FT%TZ)  server: $(psql "$url" -qAtX -c 'SHOW server_version')  synchronous_commit: $(psql "$url" -qAtX -c 'SHOW synchronous_commit')  cores: $(nproc)"
 echo "clients: $clients  seconds per run: $secs  rounds: $rounds"
 (cd "$root" && go test -c -o /dev/null ./store/pgstore/) # compile once, outside the timed runs
-for kind in newkey replay; do
-	bench=BenchmarkNewKey
-	[ "$kind" = replay ] && bench=BenchmarkReplay
+for kind in newkey newkey-groupcommit replay; do
+	case $kind in
+	newkey) bench=BenchmarkNewKey script=newkey ;;
+	newkey-groupcommit) bench=BenchmarkNewKeyGroupCommit script=newkey ;;
+	replay) bench=BenchmarkReplay script=replay ;;
+	esac
 	sum_pg=0 sum_go=0
 	for ((i = 1; i <= rounds; i++)); do
-		pg=$(pgbench_tps "$work/$kind.sql")
+		pg=$(pgbench_tps "$work/$script.sql")
 		gov=$(go_ops "$bench")
 		[ -n "$pg" ] && [ -n "$gov" ] || { echo "bench-pgbench: a run printed no figure (pgbench '$pg', go '$gov')" >&2; exit 1; }
 		echo "$kind round $i: pgbench $pg TPS, pgstore $gov ops/s, ratio $(awk -v a="$gov" -v b="$pg" 'BEGIN { printf "%.2f", a / b }')"

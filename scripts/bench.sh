@@ -139,7 +139,7 @@ demote() { awk '/^```/ { fence = !fence } !fence && /^#{1,5} / { $0 = "#" $0 } {
 	done
 	echo "## pgstore against pgbench (scripts/bench-pgbench.sh)"
 	echo
-	echo "pgstore's Reserve + Complete (Go benchmark, 16 goroutines) against pgbench running the same two statements, rounds alternating; ratio = pgstore ops/s ÷ pgbench TPS."
+	echo "pgstore's Reserve + Complete (Go benchmark, 16 goroutines) against pgbench running the same two statements, rounds alternating; ratio = pgstore ops/s ÷ pgbench TPS. newkey: each statement its own transaction, as pgbench runs them; newkey-groupcommit: pgstore with Options.GroupCommit 2 (the gateway's default), concurrent calls sharing transactions."
 	echo
 	echo '```'
 	cat "$work/pgbench.txt"

@@ -28,8 +28,14 @@ var benchResponse = idem.Response{Status: 201, Body: []byte(`{"id":1}`)}
 // BenchmarkNewKey: the new-key path, Reserve + Complete, by 16 goroutines on a 16-connection
 // pool. Compare its ops/s with pgbench's TPS for the same two statements
 // (scripts/bench-pgbench.sh runs both and prints the ratio).
-func BenchmarkNewKey(b *testing.B) {
-	st := newStore(b, pgstore.Options{})
+func BenchmarkNewKey(b *testing.B) { benchNewKey(b, pgstore.Options{}) }
+
+// BenchmarkNewKeyGroupCommit: the same with Options.GroupCommit 2 (the gateway's default):
+// the 16 goroutines' calls share transactions.
+func BenchmarkNewKeyGroupCommit(b *testing.B) { benchNewKey(b, pgstore.Options{GroupCommit: 2}) }
+
+func benchNewKey(b *testing.B, opt pgstore.Options) {
+	st := newStore(b, opt)
 	fp := idem.Fingerprint([]byte("bench"))
 	var seq atomic.Int64
 	prefix := fmt.Sprintf("b%d:", rand.Int64())
