@@ -1,11 +1,12 @@
 // Package memstore is an in-memory idem.Store for tests and single-process use.
 //
-// Records live in one map guarded by a mutex; nothing survives the process. Use sqlitestore
+// Records live in memory guarded by a mutex; nothing survives the process. Use sqlitestore
 // for an embedded store that does.
 package memstore
 
 import (
 	"context"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -19,32 +20,52 @@ var (
 )
 
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
+//
+// It is laid out for the garbage collector, which marks every record the store retains on
+// each cycle: a record is one string (its key, fingerprint and encoded response, end to end)
+// and a fixed-size head without pointers, kept at the same position of two dense arrays, and
+// the map takes a hash of the key to that position, so neither the map nor the heads hold a
+// pointer. The collector follows one pointer per record, to an object it need not scan. The
+// arrays are in pages, so that growing them copies nothing, and removing a record moves the
+// last one into its place, so that they stay dense and empty pages can be given back.
 type Store struct {
 	mu     sync.Mutex
-	recs   map[string]*entry
+	seed   maphash.Seed
+	mask   uint64           // the bits of a key's hash the index uses: all, but in tests of collisions
+	index  map[uint64]int32 // hash of the key → position of the first record with that hash
+	n      int32            // records held: positions 0 to n-1
+	heads  []*[pageSize]head
+	blobs  []*[pageSize]string // the key, the fingerprint, then the encoded response
 	closed bool
 }
 
-// entry is a record kept compact: times as Unix microseconds, the fingerprint and the encoded
-// response (idem.EncodeResponse) in one string. The map holds a pointer to it, so the map's
-// slots stay small (a string and a pointer: growing the map copies little, and more slots
-// share a cache line), and the calls after Reserve change the entry in place instead of
-// writing the map again. A completed record is three objects (key, entry, blob) and the
-// garbage collector follows one pointer in the entry, however many headers the response has.
-type entry struct {
-	blob     string // the fingerprint, then the encoded response once completed
-	fpLen    int32
+// pageSize is how many records a page holds.
+const pageSize = 1024
+
+// head returns record i's head.
+func (s *Store) head(i int32) *head { return &s.heads[uint32(i)/pageSize][uint32(i)%pageSize] }
+
+// blob returns record i's string.
+func (s *Store) blob(i int32) *string { return &s.blobs[uint32(i)/pageSize][uint32(i)%pageSize] }
+
+// head is a record's fixed part: times as Unix microseconds, and where its blob's parts end.
+type head struct {
 	token    int64
 	lease    int64 // Unix µs; 0 once released
 	expires  int64 // Unix µs; 0 once released
 	created  int64 // Unix µs
 	done     int64 // completed_at, Unix µs; 0 while in progress
+	keyLen   int32
+	fpLen    int32
+	next     int32 // the next record whose key has the same hash, or -1
 	attempts int32
 	state    idem.State
 }
 
 // New returns an empty Store.
-func New() *Store { return &Store{recs: make(map[string]*entry)} }
+func New() *Store {
+	return &Store{seed: maphash.MakeSeed(), mask: ^uint64(0), index: make(map[uint64]int32)}
+}
 
 // Close makes every later call fail with idem.ErrStoreUnavailable. It is safe to call twice.
 func (s *Store) Close() error {
@@ -58,7 +79,7 @@ func (s *Store) Close() error {
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.recs)
+	return int(s.n)
 }
 
 func (s *Store) lock(ctx context.Context) error {
@@ -83,12 +104,47 @@ func (*closedError) Is(target error) bool { return target == idem.ErrStoreUnavai
 // micros returns t as Unix microseconds (t is truncated to the microsecond).
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
-// fp returns the record's fingerprint.
-func (e *entry) fp() string { return e.blob[:e.fpLen] }
+func (h *head) expired(now int64) bool { return h.expires <= now }
+func (h *head) leaseExpired(now int64) bool {
+	return h.state == idem.StateInProgress && h.lease <= now
+}
 
-func (e *entry) expired(now int64) bool { return e.expires <= now }
-func (e *entry) leaseExpired(now int64) bool {
-	return e.state == idem.StateInProgress && e.lease <= now
+// hash returns the map's key for key. Keys may share one: find compares the keys themselves.
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) & s.mask }
+
+// key returns record i's key.
+func (s *Store) key(i int32) string { return (*s.blob(i))[:s.head(i).keyLen] }
+
+// find returns the position of key's record.
+func (s *Store) find(key string) (int32, bool) {
+	i, ok := s.index[s.hash(key)]
+	if !ok {
+		return 0, false
+	}
+	for ; i >= 0; i = s.head(i).next {
+		if s.key(i) == key {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// link makes ref the position of the record whose key hashes to h and was at position from.
+func (s *Store) link(h uint64, from, ref int32) {
+	first := s.index[h]
+	if first == from {
+		if ref < 0 {
+			delete(s.index, h)
+		} else {
+			s.index[h] = ref
+		}
+		return
+	}
+	p := first
+	for s.head(p).next != from {
+		p = s.head(p).next
+	}
+	s.head(p).next = ref
 }
 
 // Reserve implements idem.Store.
@@ -98,26 +154,41 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	}
 	defer s.mu.Unlock()
 	n := micros(now)
-	e := s.recs[key]
+	i, found := s.find(key)
 	takeover := false
 	var prev int64
 	attempts := int32(1)
 	created := n
-	if e != nil {
+	if found {
+		h := s.head(i)
 		switch {
-		case e.expired(n):
-			prev = e.token
-		case e.leaseExpired(n) && e.fp() == fingerprint:
-			prev, takeover, attempts, created = e.token, true, e.attempts+1, e.created
+		case h.expired(n):
+			prev = h.token
+		case h.leaseExpired(n) && s.fp(i) == fingerprint:
+			prev, takeover, attempts, created = h.token, true, h.attempts+1, h.created
 		default:
-			return idem.Reservation{Record: record(key, e)}, nil
+			return idem.Reservation{Record: s.record(key, i)}, nil
 		}
-	} else {
-		e = new(entry)
-		s.recs[key] = e
 	}
-	*e = entry{
-		blob:     fingerprint,
+	next := int32(-1)
+	if found {
+		next = s.head(i).next
+	} else {
+		h := s.hash(key)
+		if first, ok := s.index[h]; ok {
+			next = first
+		}
+		i = s.n
+		s.index[h] = i
+		if int(i) == len(s.heads)*pageSize {
+			s.heads = append(s.heads, new([pageSize]head))
+			s.blobs = append(s.blobs, new([pageSize]string))
+		}
+		s.n++
+	}
+	*s.head(i) = head{
+		next:     next,
+		keyLen:   int32(len(key)),
 		fpLen:    int32(len(fingerprint)),
 		state:    idem.StateInProgress,
 		token:    idem.NextToken(prev, now),
@@ -126,16 +197,26 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		attempts: attempts,
 		created:  created,
 	}
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: record(key, e)}, nil
+	*s.blob(i) = key + fingerprint
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.record(key, i)}, nil
 }
 
-// held returns the record for key if it is in progress with token.
-func (s *Store) held(key string, token int64) (*entry, error) {
-	e := s.recs[key]
-	if e == nil || e.state != idem.StateInProgress || e.token != token || e.expires == 0 {
-		return nil, idem.ErrLeaseLost
+// fp returns record i's fingerprint.
+func (s *Store) fp(i int32) string {
+	h := s.head(i)
+	return (*s.blob(i))[h.keyLen : h.keyLen+h.fpLen]
+}
+
+// held returns the position of key's record if it is in progress with token.
+func (s *Store) held(key string, token int64) (int32, error) {
+	i, ok := s.find(key)
+	if !ok {
+		return 0, idem.ErrLeaseLost
 	}
-	return e, nil
+	if h := s.head(i); h.state != idem.StateInProgress || h.token != token || h.expires == 0 {
+		return 0, idem.ErrLeaseLost
+	}
+	return i, nil
 }
 
 // Complete implements idem.Store.
@@ -144,19 +225,20 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		return err
 	}
 	defer s.mu.Unlock()
-	e, err := s.held(key, token)
+	i, err := s.held(key, token)
 	if err != nil {
 		return err
 	}
-	e.state = idem.StateCompleted
+	h := s.head(i)
+	h.state = idem.StateCompleted
+	h.done = micros(now)
+	h.expires = micros(expiresAt)
+	var sb strings.Builder // one allocation, and String makes no copy
 	enc := idem.EncodeResponse(resp)
-	var sb strings.Builder // one allocation for both, and String makes no copy
-	sb.Grow(len(e.fp()) + len(enc))
-	sb.WriteString(e.fp())
+	sb.Grow(len(*s.blob(i)) + len(enc))
+	sb.WriteString(*s.blob(i)) // the key and the fingerprint
 	sb.Write(enc)
-	e.blob = sb.String()
-	e.done = micros(now)
-	e.expires = micros(expiresAt)
+	*s.blob(i) = sb.String()
 	return nil
 }
 
@@ -166,12 +248,12 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	e, err := s.held(key, token)
+	i, err := s.held(key, token)
 	if err != nil {
 		return err
 	}
 	// Keep the record, expired, so the next claim's token is larger than this one.
-	e.expires, e.lease = 0, 0
+	s.head(i).expires, s.head(i).lease = 0, 0
 	return nil
 }
 
@@ -181,12 +263,13 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 		return err
 	}
 	defer s.mu.Unlock()
-	e, err := s.held(key, token)
+	i, err := s.held(key, token)
 	if err != nil {
 		return err
 	}
-	e.lease = micros(until)
-	e.expires = max(e.expires, e.lease)
+	h := s.head(i)
+	h.lease = micros(until)
+	h.expires = max(h.expires, h.lease)
 	return nil
 }
 
@@ -196,11 +279,11 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	defer s.mu.Unlock()
-	e := s.recs[key]
-	if e == nil {
+	i, ok := s.find(key)
+	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return record(key, e), nil
+	return s.record(key, i), nil
 }
 
 // Delete removes key's record whatever its state (idem.Deleter).
@@ -209,7 +292,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	delete(s.recs, key)
+	if i, ok := s.find(key); ok {
+		s.remove(i)
+	}
 	return nil
 }
 
@@ -220,37 +305,55 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 	}
 	defer s.mu.Unlock()
 	n, at := 0, micros(now)
-	for k, e := range s.recs {
-		if n >= batch {
-			break
-		}
-		if e.expired(at) {
-			delete(s.recs, k)
+	// From the end: remove moves the last record, already seen, into the hole.
+	for i := s.n - 1; i >= 0 && n < batch; i-- {
+		if s.head(i).expired(at) {
+			s.remove(i)
 			n++
 		}
 	}
 	return n, nil
 }
 
-// record returns e as an idem.Record, with its own copy of the response: callers may keep or
-// change it.
-func record(key string, e *entry) idem.Record {
+// remove deletes record i, moving the last record into its place so the arrays stay dense,
+// and gives memory back once they are mostly empty.
+func (s *Store) remove(i int32) {
+	s.link(s.hash(s.key(i)), i, s.head(i).next)
+	last := s.n - 1
+	if i != last {
+		s.link(s.hash(s.key(last)), last, i)
+		*s.head(i), *s.blob(i) = *s.head(last), *s.blob(last)
+	}
+	*s.blob(last) = ""
+	s.n = last
+	// Keep one empty page, so that a store at a page's edge does not allocate a page for each
+	// record added after one removed.
+	if p := len(s.heads); p >= 2 && int(s.n) <= (p-2)*pageSize {
+		s.heads[p-1], s.blobs[p-1] = nil, nil
+		s.heads, s.blobs = s.heads[:p-1], s.blobs[:p-1]
+	}
+}
+
+// record returns record i as an idem.Record, with its own copy of the response: callers may
+// keep or change it.
+func (s *Store) record(key string, i int32) idem.Record {
+	h := s.head(i)
 	r := idem.Record{
 		Key:         key,
-		Fingerprint: e.fp(),
-		State:       e.state,
-		Token:       e.token,
-		LeaseUntil:  time.UnixMicro(e.lease),
-		Attempts:    int(e.attempts),
-		CreatedAt:   time.UnixMicro(e.created),
-		ExpiresAt:   time.UnixMicro(e.expires),
+		Fingerprint: s.fp(i),
+		State:       h.state,
+		Token:       h.token,
+		LeaseUntil:  time.UnixMicro(h.lease),
+		Attempts:    int(h.attempts),
+		CreatedAt:   time.UnixMicro(h.created),
+		ExpiresAt:   time.UnixMicro(h.expires),
 	}
-	if e.done != 0 {
-		r.CompletedAt = time.UnixMicro(e.done)
+	if h.done != 0 {
+		r.CompletedAt = time.UnixMicro(h.done)
 	}
-	if len(e.blob) > int(e.fpLen) {
+	if end := int(h.keyLen + h.fpLen); len(*s.blob(i)) > end {
 		// The bytes were written by EncodeResponse, so they always decode.
-		resp, _ := idem.DecodeResponse([]byte(e.blob[e.fpLen:]))
+		resp, _ := idem.DecodeResponse([]byte((*s.blob(i))[end:]))
 		r.Response = &resp
 	}
 	return r
