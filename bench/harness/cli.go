@@ -58,6 +58,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var o GatewayOptions
 		out := fs.String("out", "", "write the Markdown report to this file (default stdout)")
 		fs.StringVar(&o.IdemBin, "idem", "", "the built idem binary (required)")
+		fs.StringVar(&o.Dir, "dir", "", "keep the processes' logs in this directory (default: a temporary one, removed at the end)")
 		fs.IntVar(&o.Clients, "clients", 0, "concurrent clients (default 64)")
 		fs.DurationVar(&o.Duration, "duration", 0, "length of each measured run (default 3s)")
 		fs.DurationVar(&o.Warmup, "warmup", 0, "warm-up before each run (default 500ms)")
