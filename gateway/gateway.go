@@ -155,6 +155,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		MaxRequestBody:  int64(g.cfg.MaxBody),
 		MaxResponseBody: int64(g.cfg.MaxBody),
 		ExpiresHeader:   true,
+		DetachBody:      true, // the proxy's Transport may read the body after ServeHTTP returns
 		OnEvent:         g.event,
 		Logger:          g.log,
 	}

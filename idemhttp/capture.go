@@ -202,8 +202,12 @@ type bodyReader struct {
 	rc io.ReadCloser // io.NopCloser(&r), made once per capture writer
 }
 
-// open returns the body, read from its start.
-func (r *bodyReader) open() io.ReadCloser {
+// open returns the body, read from its start; detached, a reader and bytes of its own
+// (Options.DetachBody).
+func (r *bodyReader) open(detached bool) io.ReadCloser {
+	if detached {
+		return io.NopCloser(bytes.NewReader(bytes.Clone(r.b)))
+	}
 	if r.rc == nil {
 		r.rc = io.NopCloser(&r.r)
 	}

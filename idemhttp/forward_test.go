@@ -2,6 +2,7 @@ package idemhttp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -30,6 +31,12 @@ func (c countingConn) Write(p []byte) (int, error) {
 // request in one write, headers and body together: net/http's client knows the body the
 // middleware hands over to be in memory.
 func TestForwardedBodyGoesOutInOneWrite(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DetachBody=%v", detach), func(t *testing.T) { forwardInOneWrite(t, detach) })
+	}
+}
+
+func forwardInOneWrite(t *testing.T, detach bool) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		w.WriteHeader(http.StatusCreated)
@@ -66,7 +73,7 @@ func TestForwardedBodyGoesOutInOneWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng})
+	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, DetachBody: detach})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,5 +92,47 @@ func TestForwardedBodyGoesOutInOneWrite(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated || string(got) != body {
 			t.Errorf("status %d, body %.40q, want 201 and the request body", resp.StatusCode, got)
 		}
+	}
+}
+
+// With DetachBody, the body a handler was given still reads as its own request's once the
+// handler has returned and the middleware has served other requests, as an http.Transport may
+// read it (it may go on writing a request after RoundTrip returned). The other requests run
+// one after another on one connection, so that the middleware's pool gives them the buffers the
+// first request left behind.
+func TestDetachedBodyOutlivesTheHandler(t *testing.T) {
+	eng, err := idem.New(memstore.New(), idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, DetachBody: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := make(chan io.Reader, 1)
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case kept <- r.Body: // the first request's body, read later
+		default:
+			_, _ = io.Copy(io.Discard, r.Body)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	first := `{"tenant":"A","card":"4242"}`
+	for i, body := range []string{first, `{"tenant":"B","card":"1111"}`, `{"tenant":"C","card":"0000"}`} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", fmt.Sprint("detach-", i))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	got, _ := io.ReadAll(<-kept)
+	if string(got) != first {
+		t.Errorf("the first request's body read after later requests: %q, want %q", got, first)
 	}
 }

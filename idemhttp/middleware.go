@@ -236,7 +236,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if key == "" {
 			r2 := r.WithContext(r.Context())
-			r2.Body = c.body.open()
+			r2.Body = c.body.open(m.opt.DetachBody)
 			h.noKey(w, r2, start)
 			c.release()
 			return
@@ -373,7 +373,7 @@ func (c *captureWriter) release() {
 func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
 	c.ran = true
 	r := c.r.WithContext(ctx)
-	r.Body = c.body.open()
+	r.Body = c.body.open(c.m.opt.DetachBody)
 	var t0 time.Time
 	if c.m.opt.OnEvent != nil {
 		t0 = time.Now()
@@ -459,7 +459,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 			m.opt.Logger.Warn("idemhttp: store unavailable; request passed WITHOUT idempotency protection (fail open)",
 				"method", r.Method, "path", r.URL.Path, "err", err)
 			r2 := r.WithContext(r.Context())
-			r2.Body = c.body.open()
+			r2.Body = c.body.open(m.opt.DetachBody)
 			h.next.ServeHTTP(w, r2)
 			ev.Outcome = OutcomeFailOpen
 			break

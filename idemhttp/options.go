@@ -77,6 +77,15 @@ type Options struct {
 	// StoreRetryAfter is the Retry-After sent with a 503 when the store fails, rounded up to
 	// whole seconds. Default 1s.
 	StoreRetryAfter time.Duration
+	// DetachBody hands the handler a request body of its own, one that stays valid after the
+	// handler returns. Set it when the handler passes r.Body to an http.Transport, as a reverse
+	// proxy does (the idem gateway sets it): a Transport may go on reading a request's body
+	// after RoundTrip has returned, when the upstream answers before it has read all of it, and
+	// the middleware otherwise reuses the body's buffer for another request once the handler
+	// returns. Default false: the body is read from a pooled buffer, which net/http's rule for
+	// handlers (no reading r.Body once ServeHTTP has returned) makes safe. It costs a copy of
+	// the body per request.
+	DetachBody bool
 	// OnEvent, if set, is called once per request, after the response is written, with what
 	// happened (see Event). It runs on the request's goroutine: keep it fast.
 	OnEvent func(Event)
