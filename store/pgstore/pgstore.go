@@ -44,12 +44,12 @@ type Options struct {
 	// share transactions (group commit): up to GroupCommit transactions run at once, each on
 	// one pool connection, each carrying the calls waiting when it starts (at most 64, and no
 	// more once their responses reach 1 MiB), their statements sent in one round trip and
-	// committed together. Each call's outcome is
-	// the one its own statement would have had: it is handed out only after the commit, and if
-	// any statement of the transaction fails, all of them roll back and every call gets the
-	// error (the engine fails closed). A call that finds a transaction slot free runs at once,
-	// so this adds no wait on a quiet store; under load it cuts PostgreSQL's work, and the
-	// round trips, per call several times. Default 0: every call is its own statement.
+	// committed together. Each call's outcome is the one its own statement would have had: it
+	// is handed out only after the commit, and if any statement of the transaction fails, all
+	// of them roll back and every call gets the error (the engine fails closed). A call that
+	// finds a transaction slot free runs at once, so this adds no wait on a quiet store; under
+	// load it cuts PostgreSQL's work, and the round trips, per call several times. Default 0:
+	// every call is its own statement.
 	//
 	// The price: a call waits for the slowest statement of its transaction, so a key whose
 	// row another transaction holds for long (a DoTx whose function is slow, on the same
