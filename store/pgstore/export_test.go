@@ -19,23 +19,45 @@ func GroupStats(s *Store) (transactions, calls, largest int) {
 // returns each call's outcome.
 func ReserveTogether(ctx context.Context, s *Store, keys []string, fp string, now time.Time) ([]idem.Reservation, []error) {
 	ops := make([]*groupOp, len(keys))
-	batch := make([]*groupOp, len(keys))
 	for i, k := range keys {
 		args, err := reserveArgs(k, fp, now, time.Minute, time.Hour)
 		if err != nil {
 			panic(err)
 		}
-		ops[i] = &groupOp{ctx: ctx, key: k, args: args, done: make(chan struct{})}
-		batch[i] = ops[i]
+		ops[i] = &groupOp{ctx: ctx, key: k, args: args}
+	}
+	errs := together(s, ops)
+	res := make([]idem.Reservation, len(ops))
+	for i, op := range ops {
+		res[i] = op.res
+	}
+	return res, errs
+}
+
+// CompleteTogether runs completions of keys (with tokens) in one group transaction and
+// returns each call's outcome.
+func CompleteTogether(ctx context.Context, s *Store, keys []string, tokens []int64, resp idem.Response, now time.Time) []error {
+	ops := make([]*groupOp, len(keys))
+	for i, k := range keys {
+		args := completeArgs(k, tokens[i], resp, now, now.Add(time.Hour))
+		ops[i] = &groupOp{ctx: ctx, complete: true, key: k, args: args, size: len(args[2].([]byte))}
+	}
+	return together(s, ops)
+}
+
+func together(s *Store, ops []*groupOp) []error {
+	batch := make([]*groupOp, len(ops))
+	for i, op := range ops {
+		op.done = make(chan struct{})
+		batch[i] = op
 	}
 	for len(batch) > 0 {
 		batch = s.group.run(batch)
 	}
-	res := make([]idem.Reservation, len(keys))
-	errs := make([]error, len(keys))
+	errs := make([]error, len(ops))
 	for i, op := range ops {
 		<-op.done
-		res[i], errs[i] = op.res, op.err
+		errs[i] = op.err
 	}
-	return res, errs
+	return errs
 }

@@ -29,6 +29,7 @@ type groupOp struct {
 	key      string
 	args     []any // the statement's parameters, in queries' order
 	tries    int   // Reserve: runs that found neither a claim nor a record (see reserveRetries)
+	again    bool  // Reserve: this run found neither, run it again
 	size     int   // Complete: the encoded response's length
 
 	// state says who owns the call: opQueued until a worker takes it (opTaken), or its
@@ -206,22 +207,15 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 		}
 	}
 	br := g.s.pool.SendBatch(ctx, &b)
-	var again []bool
 	var err error
-	for i, op := range live {
+	for _, op := range live {
 		if op.complete {
 			var tag pgconn.CommandTag
 			if tag, err = br.Exec(); err == nil && tag.RowsAffected() == 0 {
 				op.err = idem.ErrLeaseLost
 			}
 		} else {
-			var noRow bool
-			if noRow, err = op.scanReservation(br.QueryRow()); noRow {
-				if again == nil {
-					again = make([]bool, len(live))
-				}
-				again[i] = true
-			}
+			op.again, op.err, err = scanReservation(br.QueryRow(), op.key, &op.res)
 		}
 		if err != nil {
 			break // the server's error, or the connection's: the transaction is lost
@@ -232,11 +226,11 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 	}
 	g.count(len(live))
 	rerun := batch[:0]
-	for i, op := range live {
+	for _, op := range live {
 		switch {
 		case err != nil:
 			op.finish(err)
-		case again != nil && again[i]:
+		case op.again:
 			if op.tries++; op.tries >= reserveRetries {
 				op.finish(errNeither(op.key))
 				continue
@@ -249,24 +243,24 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 	return rerun
 }
 
-// scanReservation reads a Reserve statement's row into op.res; noRow reports the race in which
-// the statement must run again. A record that cannot be decoded is this call's error (op.err),
-// not the transaction's; err is the statement's own.
-func (op *groupOp) scanReservation(row pgx.Row) (noRow bool, err error) {
+// scanReservation reads a Reserve statement's row into res. again reports the race in which
+// the statement found neither a claim nor a record and must run again; recErr, a record that
+// cannot be decoded (its own call's error, not its transaction's); err, the statement's.
+func scanReservation(row pgx.Row, key string, res *idem.Reservation) (again bool, recErr, err error) {
 	var sc scan
-	rec := &op.res.Record
-	err = row.Scan(append([]any{&op.res.Claimed}, sc.dest(rec)...)...)
+	rec := &res.Record
+	err = row.Scan(append([]any{&res.Claimed}, sc.dest(rec)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return true, nil
+		return true, nil, nil
 	}
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	rec.Key = op.key
-	if op.err = sc.finish(rec); op.err == nil {
-		op.res.Takeover = op.res.Claimed && rec.Attempts > 1
+	rec.Key = key
+	if recErr = sc.finish(rec); recErr == nil {
+		res.Takeover = res.Claimed && rec.Attempts > 1
 	}
-	return false, nil
+	return false, recErr, nil
 }
 
 // batchContext bounds a transaction by the latest deadline of its calls (none if a call has

@@ -147,6 +147,36 @@ func TestGroupCommitAllOrNothing(t *testing.T) {
 	}
 }
 
+// Fencing holds inside a group: a completion with a stale token fails alone, with
+// ErrLeaseLost, and the completion beside it in the same transaction commits.
+func TestGroupCommitFencingIsPerCall(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{GroupCommit: 1})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("fencing"))
+	now := time.Now()
+	res, errs := pgstore.ReserveTogether(ctx, st, []string{"a", "b"}, fp, now)
+	if errs[0] != nil || errs[1] != nil || !res[0].Claimed || !res[1].Claimed {
+		t.Fatal(res, errs)
+	}
+	// b is taken over after its lease: its first token is dead.
+	over, err := st.Reserve(ctx, "b", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+	if err != nil || !over.Takeover {
+		t.Fatal(over, err)
+	}
+	resp := idem.Response{Status: 201, Body: []byte("done")}
+	errs = pgstore.CompleteTogether(ctx, st, []string{"a", "b"}, []int64{res[0].Record.Token, res[1].Record.Token}, resp, now)
+	if errs[0] != nil || !errors.Is(errs[1], idem.ErrLeaseLost) {
+		t.Fatalf("a with its token, b with a dead one: %v, want nil and ErrLeaseLost", errs)
+	}
+	if rec, err := st.Get(ctx, "a"); err != nil || rec.State != idem.StateCompleted {
+		t.Errorf("a: %+v, %v, want completed", rec, err)
+	}
+	if rec, err := st.Get(ctx, "b"); err != nil || rec.State != idem.StateInProgress || rec.Token != over.Record.Token {
+		t.Errorf("b: %+v, %v, want the takeover's claim untouched", rec, err)
+	}
+}
+
 func tableName(st *pgstore.Store) string {
 	t := st.Table() // "schema"."table"
 	return t[len(testSchema)+4 : len(t)-1]

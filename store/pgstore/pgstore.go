@@ -276,15 +276,15 @@ func reserveArgs(key, fingerprint string, now time.Time, lease, window time.Dura
 func (s *Store) reserve(ctx context.Context, db querier, args []any) (idem.Reservation, error) {
 	key := args[0].(string)
 	for range reserveRetries {
-		op := groupOp{key: key}
-		noRow, err := op.scanReservation(db.QueryRow(ctx, s.q.reserve, args...))
-		if noRow {
+		var res idem.Reservation
+		again, recErr, err := scanReservation(db.QueryRow(ctx, s.q.reserve, args...), key, &res)
+		if again {
 			continue // the blocking row is not in this statement's snapshot: run it again
 		}
-		if err = cmp.Or(err, op.err); err != nil {
+		if err = cmp.Or(err, recErr); err != nil {
 			return idem.Reservation{}, err
 		}
-		return op.res, nil
+		return res, nil
 	}
 	return idem.Reservation{}, errNeither(key)
 }
