@@ -18,7 +18,7 @@ import (
 type kase struct {
 	name string
 	opt  load.Options
-	cpu  []*Proc
+	cpu  []*Proc // the processes whose CPU time is read: the proxy first, then the upstream
 }
 
 // figure is what the rounds of one case measured.
