@@ -41,10 +41,10 @@ bench-pgbench: services ## pgstore against pgbench running the same statements, 
 	bash scripts/bench-pgbench.sh
 
 chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS, default 100000); the verdict must be all zeros.
-	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-100000} $(GO) test -tags chaos -count=1 -v -timeout 3h -run TestChaos ./chaos/
+	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-100000} $(GO) test -tags chaos -count=1 -v -timeout 3h -run TestChaos ./internal/chaos/
 
 chaos-short: services ## Chaos run for CI: 5,000 operations with faults.
-	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=5000 $(GO) test -tags chaos -count=1 -v -timeout 30m -run TestChaos ./chaos/
+	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=5000 $(GO) test -tags chaos -count=1 -v -timeout 30m -run TestChaos ./internal/chaos/
 
 bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
 	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/

@@ -9,8 +9,8 @@
 //
 // # Running
 //
-//	go test -tags chaos -count=1 -v -timeout 30m ./chaos/               # 5,000 operations
-//	IDEM_CHAOS_OPS=100000 go test -tags chaos -count=1 -v -timeout 3h ./chaos/
+//	go test -tags chaos -count=1 -v -timeout 30m ./internal/chaos/               # 5,000 operations
+//	IDEM_CHAOS_OPS=100000 go test -tags chaos -count=1 -v -timeout 3h ./internal/chaos/
 //
 // Environment: IDEM_CHAOS_OPS (default 5000), IDEM_CHAOS_STORE (postgres, the default: a
 // private PostgreSQL started with initdb on a free loopback port, so it can be killed and

@@ -25,8 +25,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/chaos"
-	"github.com/idemkit/idem/chaos/faultproxy"
+	"github.com/idemkit/idem/internal/chaos"
+	"github.com/idemkit/idem/internal/chaos/faultproxy"
 )
 
 // ---- the upstream: records every execution in PostgreSQL ----

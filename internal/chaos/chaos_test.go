@@ -18,7 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/chaos"
+	"github.com/idemkit/idem/internal/chaos"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/testenv"
 )

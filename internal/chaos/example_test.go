@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/idemkit/idem/chaos"
+	"github.com/idemkit/idem/internal/chaos"
 )
 
 // Judging a small history: one operation executed once and replayed, one executed twice

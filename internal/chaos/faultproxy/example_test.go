@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/idemkit/idem/chaos/faultproxy"
+	"github.com/idemkit/idem/internal/chaos/faultproxy"
 )
 
 // A proxy that loses every answer: the server acts, the client hears nothing.

@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/chaos/faultproxy"
+	"github.com/idemkit/idem/internal/chaos/faultproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
