@@ -18,8 +18,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/internal/chaos"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/chaos"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
