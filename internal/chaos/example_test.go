@@ -8,7 +8,8 @@ import (
 )
 
 // Judging a small history: one operation executed once and replayed, one executed twice
-// because the gateway that ran it first was killed before it stored the result.
+// because the gateway that ran it first was killed before it stored the result (no client
+// ever got that first answer, and the lease had time to run out before the second).
 func ExampleJudge() {
 	t := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	body := func(s string) []byte { return []byte(`{"effect":"` + s + `"}`) }
@@ -35,10 +36,12 @@ func ExampleJudge() {
 	//   replays that differ from the original         0 (must be 0)
 	//   other payload under a used key accepted       0 (must be 0)
 	//   stuck keys after the leases expired           0 (must be 0)
-	// documented at-least-once windows (invariant 1):
+	// documented windows (each only for an execution never completed, or forced):
 	//   re-executions after a gateway kill -9         1
+	//   re-executions after a pause past the lease    0
+	//   re-executions after a store outage            0
 	//   re-executions after a lost upstream answer    0
-	//   ops whose clients saw a superseded answer     0
+	//   re-executions after a forced release          0
 	// run:
 	//   operations 2, executed 2, effects recorded 3
 	//   deliveries 3: succeeded 3 (replayed 1), gave up 0 []

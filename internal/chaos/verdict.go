@@ -55,15 +55,47 @@ type Kill struct {
 	At time.Time
 }
 
-// LostAnswer is an upstream answer cut off on its way back to the gateway (the upstream had
-// acted): the gateway saw an uncertain outcome.
+// Pause is a gateway process stopped with SIGSTOP and resumed with SIGCONT: while stopped it
+// renews no lease, and once resumed it carries on as if nothing happened, so a claim it held
+// may have been taken over and its later Complete must fail (fencing).
+type Pause struct {
+	// Gateway names the paused process, as in Effect.Gateway.
+	Gateway string
+	// From is when SIGSTOP was sent, To when SIGCONT was.
+	From, To time.Time
+}
+
+// Outage is a time the store server was down (crashed and not yet restarted): no holder can
+// renew its lease meanwhile.
+type Outage struct {
+	From, To time.Time
+}
+
+// LostAnswer is an upstream answer that never reached the gateway whole although the
+// upstream had acted (cut off on its way, cut short mid-body, or later than the gateway's
+// upstream timeout): the gateway saw an uncertain outcome, which it must hold for its lease.
 type LostAnswer struct {
 	// Op is the operation whose answer was lost.
 	Op string
 	// Gateway names the gateway process that was waiting for it.
 	Gateway string
-	// At is when the answer was cut off.
+	// At is when the answer was lost (or, for a slow answer, when the upstream acted).
 	At time.Time
+	// Cause says how it was lost, for the report ("dropped", "cut mid-body", "slow"…).
+	Cause string
+}
+
+// Release is an operator's `idem release` of an operation's key during the run.
+type Release struct {
+	// Op is the operation whose key was released.
+	Op string
+	// At is when the command ran.
+	At time.Time
+	// Force reports --force, which deletes a completed record: the documented way to make
+	// a key execute again. Only a forced release excuses re-executing a completed operation.
+	Force bool
+	// Done reports that the command released or deleted something (it exited 0).
+	Done bool
 }
 
 // History is everything a run observed: the effect table, the clients' logs and the faults.
@@ -71,28 +103,40 @@ type History struct {
 	Effects     []Effect
 	Answers     []Answer
 	Kills       []Kill
+	Pauses      []Pause
+	Outages     []Outage
 	LostAnswers []LostAnswer
-	// KillBefore and KillAfter bound when a kill explains a re-execution: the previous
-	// execution's gateway was killed from KillBefore before that execution's effect (the
-	// request was still on its way to the upstream) to KillAfter after it (the gateway had not
-	// stored the result yet). Defaults 2s and 11s (the engine retries a completion for up to
-	// 10s during a store outage).
-	KillBefore, KillAfter time.Duration
+	Releases    []Release
+	// Lease is the gateways' lease (default 2s). A holder that is cut off (killed, paused,
+	// or unable to reach the store) keeps its claim until its lease runs out, and renews it
+	// every third of it: a takeover cannot come before about two thirds of a lease after the
+	// holder was cut off, and the verdict allows from half a lease on.
+	Lease time.Duration
+	// InFlight bounds how long before an execution's effect its holder may have been cut
+	// off while the request was still on its way to the upstream (default 2s).
+	InFlight time.Duration
 }
 
 // Verdict is the judgement of a History. The first group must be all zeros; the second group
 // counts re-executions inside the windows the design documents (invariant 1: a holder that
-// died, or an outcome held as uncertain, is taken over once its lease expires); the rest
+// is gone past its lease is taken over, and an uncertain outcome is held for the lease, then
+// taken over; an operator's forced release makes a completed key execute again); the rest
 // describe the run.
+//
+// A re-execution is excused only when the execution before it was never completed (no client
+// ever got its answer, live or replayed: the gateway answers only once the record is stored)
+// and, in the lease that followed it, its own gateway process was killed, paused past its
+// lease, cut off from the store past its lease, or lost the upstream's answer; or when an
+// operator force-released the completed key in between.
 type Verdict struct {
-	// UnexplainedDoubles counts executions beyond an operation's first that neither a kill
-	// of the previous executor's gateway nor a lost upstream answer explains.
+	// UnexplainedDoubles counts executions beyond an operation's first that no excuse above
+	// explains.
 	UnexplainedDoubles int
 	// SuccessWithoutEffect counts successful answers whose body is not the answer of any
 	// recorded execution of the operation (a success that did not happen, or a corrupt replay).
 	SuccessWithoutEffect int
 	// DifferingReplays counts operations whose successful answers differ from one another,
-	// outside the crash window.
+	// with no forced release to explain it.
 	DifferingReplays int
 	// MismatchAccepted counts deliveries with another payload that were answered with success.
 	MismatchAccepted int
@@ -100,15 +144,20 @@ type Verdict struct {
 	// answered with success.
 	StuckKeys int
 
-	// CrashTakeovers counts re-executions explained by a kill -9 of the gateway that ran the
-	// previous execution before it stored the result.
+	// CrashTakeovers counts re-executions after a kill -9 of the previous execution's gateway.
 	CrashTakeovers int
-	// UncertainTakeovers counts re-executions explained by the upstream's answer to the
-	// previous execution being lost on its way to the gateway.
+	// PauseTakeovers counts re-executions after the previous execution's gateway was paused
+	// past its lease.
+	PauseTakeovers int
+	// OutageTakeovers counts re-executions after the store was down past the lease while the
+	// previous execution's holder waited to complete it.
+	OutageTakeovers int
+	// UncertainTakeovers counts re-executions after the previous execution's answer was lost
+	// on its way to the gateway, once the uncertain outcome had been held for the lease.
 	UncertainTakeovers int
-	// SupersededAnswers counts operations where a client received the answer of an execution
-	// that a crash takeover then superseded (so clients saw two different successes).
-	SupersededAnswers int
+	// OperatorReexecutions counts re-executions after an operator force-released the
+	// completed key.
+	OperatorReexecutions int
 
 	// Ops is how many operations were sent; Executed how many have at least one effect.
 	Ops, Executed int
@@ -149,109 +198,204 @@ func (v Verdict) OK() bool {
 
 func success(status int) bool { return status >= 200 && status < 300 }
 
+// excuse names the documented window a re-execution falls in.
+type excuse int
+
+const (
+	unexplained excuse = iota
+	crash
+	pause
+	outage
+	uncertain
+	operator
+)
+
+// judge holds a History indexed for Judge.
+type judge struct {
+	lease, inFlight time.Duration
+	effects         map[string][]Effect
+	answers         map[string][]Answer
+	kills           map[string][]time.Time
+	pauses          map[string][]Pause
+	outages         []Outage
+	lost            map[[2]string][]*LostAnswer // by op and gateway; nil once used
+	forced          map[string][]*Release       // forced releases that deleted, by op; nil once used
+}
+
+func newJudge(h History) *judge {
+	j := &judge{
+		lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
+		effects: map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
+		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{},
+	}
+	for _, e := range h.Effects {
+		j.effects[e.Op] = append(j.effects[e.Op], e)
+	}
+	for _, a := range h.Answers {
+		j.answers[a.Op] = append(j.answers[a.Op], a)
+	}
+	for _, k := range h.Kills {
+		j.kills[k.Gateway] = append(j.kills[k.Gateway], k.At)
+	}
+	for _, p := range h.Pauses {
+		j.pauses[p.Gateway] = append(j.pauses[p.Gateway], p)
+	}
+	for _, l := range h.LostAnswers {
+		j.lost[[2]string{l.Op, l.Gateway}] = append(j.lost[[2]string{l.Op, l.Gateway}], &l)
+	}
+	for _, r := range h.Releases {
+		if r.Force && r.Done {
+			j.forced[r.Op] = append(j.forced[r.Op], &r)
+		}
+	}
+	return j
+}
+
+// completed reports whether some client got e's answer with success: the gateway answers only
+// once the record is stored, so e's record was completed then.
+func (j *judge) completed(e Effect) bool {
+	return slices.ContainsFunc(j.answers[e.Op], func(a Answer) bool { return success(a.Status) && bytes.Equal(a.Body, e.Body) })
+}
+
+// cutOff reports whether t, when prev's holder was cut off, can explain next: the holder was
+// cut off no earlier than while prev's request was on its way, and at least half a lease
+// before next (the claim had to expire first).
+func (j *judge) cutOff(t time.Time, prev, next Effect) bool {
+	return !t.Before(prev.At.Add(-j.inFlight)) && !t.After(next.At.Add(-j.lease/2))
+}
+
+// explain classifies next, the execution after prev of the same operation.
+func (j *judge) explain(prev, next Effect) excuse {
+	if j.completed(prev) {
+		// Only an operator's forced release makes a completed key execute again.
+		for i, r := range j.forced[prev.Op] {
+			if r != nil && !r.At.Before(prev.At) && r.At.Before(next.At) {
+				j.forced[prev.Op][i] = nil
+				return operator
+			}
+		}
+		return unexplained
+	}
+	lost := j.lost[[2]string{prev.Op, prev.Gateway}]
+	for i, l := range lost {
+		if l != nil && j.cutOff(l.At, prev, next) {
+			lost[i] = nil
+			return uncertain
+		}
+	}
+	if slices.ContainsFunc(j.kills[prev.Gateway], func(t time.Time) bool { return j.cutOff(t, prev, next) }) {
+		return crash
+	}
+	if slices.ContainsFunc(j.pauses[prev.Gateway], func(p Pause) bool {
+		return p.To.Sub(p.From) >= j.lease && j.cutOff(p.From, prev, next)
+	}) {
+		return pause
+	}
+	if slices.ContainsFunc(j.outages, func(o Outage) bool {
+		return o.To.Sub(o.From) >= j.lease/2 && !o.To.Before(prev.At.Add(-j.inFlight)) && !o.From.After(next.At.Add(-j.lease/2))
+	}) {
+		return outage
+	}
+	return unexplained
+}
+
+// reexecutions judges every execution of op after its first; it reports whether one was an
+// operator's doing (then clients may rightly have seen two answers).
+func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
+	for i := 1; i < len(es); i++ {
+		prev, next := es[i-1], es[i]
+		switch j.explain(prev, next) {
+		case crash:
+			v.CrashTakeovers++
+		case pause:
+			v.PauseTakeovers++
+		case outage:
+			v.OutageTakeovers++
+		case uncertain:
+			v.UncertainTakeovers++
+		case operator:
+			v.OperatorReexecutions++
+			forced = true
+		default:
+			v.UnexplainedDoubles++
+			why := "no kill, pause past the lease, store outage or lost answer of its holder explains it"
+			if j.completed(prev) {
+				why = "the earlier execution's record had been completed (a client got its answer)"
+			}
+			v.example("%s executed again (%s by %s at %s) after %s by %s at %s: %s", next.Op,
+				next.ID, next.Gateway, next.At.Format(time.RFC3339Nano), prev.ID, prev.Gateway, prev.At.Format(time.RFC3339Nano), why)
+		}
+	}
+	return forced
+}
+
+// answersOf judges the answers the clients got for op, whose executions are es.
+func (j *judge) answersOf(v *Verdict, op string, es []Effect, forced bool) {
+	var bodies [][]byte
+	for _, a := range j.answers[op] {
+		switch {
+		case a.Probe:
+			v.Probes++
+			if !success(a.Status) {
+				v.StuckKeys++
+				v.example("%s stuck: the probe got %d %s %s", op, a.Status, a.Err, clip(a.Body))
+			}
+		case a.Mismatch:
+			v.Mismatches++
+			if success(a.Status) {
+				v.MismatchAccepted++
+				v.example("%s: another payload was answered %d %s", op, a.Status, clip(a.Body))
+			}
+			continue
+		default:
+			v.Deliveries++
+			if !success(a.Status) {
+				v.GaveUp[a.Status]++
+				continue
+			}
+			v.Succeeded++
+			if a.Replayed {
+				v.Replayed++
+			}
+		}
+		if !success(a.Status) {
+			continue
+		}
+		if !slices.ContainsFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) }) {
+			v.SuccessWithoutEffect++
+			v.example("%s: success %s matches no recorded execution", op, clip(a.Body))
+		}
+		if !slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Equal(b, a.Body) }) {
+			bodies = append(bodies, a.Body)
+		}
+	}
+	if len(bodies) > 1 && !forced {
+		v.DifferingReplays++
+		v.example("%s: %d different successful answers", op, len(bodies))
+	}
+}
+
 // Judge computes the verdict of h.
 func Judge(h History) Verdict {
-	before := cmp.Or(h.KillBefore, 2*time.Second)
-	after := cmp.Or(h.KillAfter, 11*time.Second)
-	v := Verdict{GaveUp: map[int]int{}}
-
-	effects := map[string][]Effect{}
-	for _, e := range h.Effects {
-		effects[e.Op] = append(effects[e.Op], e)
+	j := newJudge(h)
+	v := Verdict{GaveUp: map[int]int{}, Effects: len(h.Effects)}
+	set := map[string]bool{}
+	for op := range j.effects {
+		set[op] = true
 	}
-	kills := map[string][]time.Time{}
-	for _, k := range h.Kills {
-		kills[k.Gateway] = append(kills[k.Gateway], k.At)
+	for op := range j.answers {
+		set[op] = true
 	}
-	lost := map[[2]string]int{}
-	for _, l := range h.LostAnswers {
-		lost[[2]string{l.Op, l.Gateway}]++
-	}
-	answers := map[string][]Answer{}
-	for _, a := range h.Answers {
-		answers[a.Op] = append(answers[a.Op], a)
-	}
-	ops := map[string]bool{}
-	for op := range effects {
-		ops[op] = true
-	}
-	for op := range answers {
-		ops[op] = true
-	}
+	ops := slices.Sorted(maps.Keys(set))
 	v.Ops = len(ops)
-	v.Effects = len(h.Effects)
-
-	for op := range ops {
-		es := effects[op]
-		sort.SliceStable(es, func(i, j int) bool { return es[i].At.Before(es[j].At) })
+	for _, op := range ops {
+		es := j.effects[op]
+		sort.SliceStable(es, func(i, k int) bool { return es[i].At.Before(es[k].At) })
 		if len(es) > 0 {
 			v.Executed++
 		}
-		crashed := false
-		for i := 1; i < len(es); i++ {
-			prev := es[i-1]
-			key := [2]string{op, prev.Gateway}
-			switch {
-			case lost[key] > 0:
-				lost[key]--
-				v.UncertainTakeovers++
-			case slices.ContainsFunc(kills[prev.Gateway], func(t time.Time) bool {
-				return !t.Before(prev.At.Add(-before)) && !t.After(prev.At.Add(after))
-			}):
-				v.CrashTakeovers++
-				crashed = true
-			default:
-				v.UnexplainedDoubles++
-				v.example("%s executed again (%s at %s) after %s at %s, with no kill or lost answer to explain it",
-					op, es[i].ID, es[i].At.Format(time.RFC3339Nano), prev.ID, prev.At.Format(time.RFC3339Nano))
-			}
-		}
-		var bodies [][]byte
-		for _, a := range answers[op] {
-			switch {
-			case a.Probe:
-				v.Probes++
-				if !success(a.Status) {
-					v.StuckKeys++
-					v.example("%s stuck: the probe got %d %s %s", op, a.Status, a.Err, clip(a.Body))
-				}
-			case a.Mismatch:
-				v.Mismatches++
-				if success(a.Status) {
-					v.MismatchAccepted++
-					v.example("%s: another payload was answered %d %s", op, a.Status, clip(a.Body))
-				}
-				continue
-			default:
-				v.Deliveries++
-				if !success(a.Status) {
-					v.GaveUp[a.Status]++
-					continue
-				}
-				v.Succeeded++
-				if a.Replayed {
-					v.Replayed++
-				}
-			}
-			if !success(a.Status) {
-				continue
-			}
-			if !slices.ContainsFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) }) {
-				v.SuccessWithoutEffect++
-				v.example("%s: success %s matches no recorded execution", op, clip(a.Body))
-			}
-			if !slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Equal(b, a.Body) }) {
-				bodies = append(bodies, a.Body)
-			}
-		}
-		if len(bodies) > 1 {
-			if crashed {
-				v.SupersededAnswers++
-			} else {
-				v.DifferingReplays++
-				v.example("%s: %d different successful answers", op, len(bodies))
-			}
-		}
+		forced := j.reexecutions(&v, es)
+		j.answersOf(&v, op, es, forced)
 	}
 	return v
 }
@@ -277,10 +421,12 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "  replays that differ from the original         %d (must be 0)\n", v.DifferingReplays)
 	fmt.Fprintf(w, "  other payload under a used key accepted       %d (must be 0)\n", v.MismatchAccepted)
 	fmt.Fprintf(w, "  stuck keys after the leases expired           %d (must be 0)\n", v.StuckKeys)
-	fmt.Fprintf(w, "documented at-least-once windows (invariant 1):\n")
+	fmt.Fprintf(w, "documented windows (each only for an execution never completed, or forced):\n")
 	fmt.Fprintf(w, "  re-executions after a gateway kill -9         %d\n", v.CrashTakeovers)
+	fmt.Fprintf(w, "  re-executions after a pause past the lease    %d\n", v.PauseTakeovers)
+	fmt.Fprintf(w, "  re-executions after a store outage            %d\n", v.OutageTakeovers)
 	fmt.Fprintf(w, "  re-executions after a lost upstream answer    %d\n", v.UncertainTakeovers)
-	fmt.Fprintf(w, "  ops whose clients saw a superseded answer     %d\n", v.SupersededAnswers)
+	fmt.Fprintf(w, "  re-executions after a forced release          %d\n", v.OperatorReexecutions)
 	fmt.Fprintf(w, "run:\n")
 	fmt.Fprintf(w, "  operations %d, executed %d, effects recorded %d\n", v.Ops, v.Executed, v.Effects)
 	fmt.Fprintf(w, "  deliveries %d: succeeded %d (replayed %d), gave up %d [%s]\n",

@@ -26,81 +26,38 @@ func probe(op, id string) chaos.Answer {
 	return a
 }
 
-// The verdict must tell every kind of bad history from a good one: each case breaks one
-// promise and must be caught by exactly the count that names it.
-func TestJudge(t *testing.T) {
-	t.Parallel()
-	good := chaos.History{
+// good is a history that keeps every promise: a and b ran once, were answered and replayed.
+func good() chaos.History {
+	return chaos.History{
 		Effects: []chaos.Effect{eff("a", "1", "g0i1", 0), eff("b", "2", "g1i1", 5)},
 		Answers: []chaos.Answer{ok("a", "1", false), ok("a", "1", true), probe("a", "1"),
 			ok("b", "2", false), {Op: "b", Status: 0, Err: "gave up"}, probe("b", "2"),
 			{Op: "b", Status: 422, Mismatch: true}},
 	}
-	for _, tc := range []struct {
-		name   string
-		edit   func(h *chaos.History)
-		field  func(v chaos.Verdict) int
-		wantOK bool
-	}{
-		{"good", func(h *chaos.History) {}, func(v chaos.Verdict) int { return 0 }, true},
-		{"double effect", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 50))
-		}, func(v chaos.Verdict) int { return v.UnexplainedDoubles }, false},
-		{"double after a kill too long before", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 50))
-			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(-5000)}}
-		}, func(v chaos.Verdict) int { return v.UnexplainedDoubles }, false},
-		{"double after another gateway's kill", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 50))
-			h.Kills = []chaos.Kill{{Gateway: "g1i1", At: at(10)}}
-		}, func(v chaos.Verdict) int { return v.UnexplainedDoubles }, false},
-		{"double after another op's lost answer", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 50))
-			h.LostAnswers = []chaos.LostAnswer{{Op: "b", Gateway: "g0i1", At: at(1)}}
-		}, func(v chaos.Verdict) int { return v.UnexplainedDoubles }, false},
-		{"success never executed", func(h *chaos.History) {
-			h.Answers = append(h.Answers, ok("a", "9", false))
-		}, func(v chaos.Verdict) int { return v.SuccessWithoutEffect }, false},
-		{"success with no effect at all", func(h *chaos.History) {
-			h.Answers = append(h.Answers, ok("c", "1", false))
-		}, func(v chaos.Verdict) int { return v.SuccessWithoutEffect }, false},
-		{"replay differs", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 50))
-			h.LostAnswers = []chaos.LostAnswer{{Op: "a", Gateway: "g0i1", At: at(1)}}
-			h.Answers = append(h.Answers, ok("a", "3", true))
-		}, func(v chaos.Verdict) int { return v.DifferingReplays }, false},
-		{"mismatch accepted", func(h *chaos.History) {
-			h.Answers = append(h.Answers, chaos.Answer{Op: "a", Status: 201, Body: []byte("a/1"), Mismatch: true})
-		}, func(v chaos.Verdict) int { return v.MismatchAccepted }, false},
-		{"stuck key", func(h *chaos.History) {
-			h.Answers = append(h.Answers, chaos.Answer{Op: "c", Status: 409, Probe: true})
-		}, func(v chaos.Verdict) int { return v.StuckKeys }, false},
-		{"re-execution after a kill is the documented window", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 2500))
-			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(3)}}
-		}, func(v chaos.Verdict) int { return v.CrashTakeovers }, true},
-		{"kill while the request was on its way", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 2500))
-			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(-40)}}
-		}, func(v chaos.Verdict) int { return v.CrashTakeovers }, true},
-		{"re-execution after a lost answer is the documented window", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("b", "3", "g2i1", 2500))
-			h.LostAnswers = []chaos.LostAnswer{{Op: "b", Gateway: "g1i1", At: at(6)}}
-		}, func(v chaos.Verdict) int { return v.UncertainTakeovers }, true},
-		{"one lost answer explains one re-execution only", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("b", "3", "g1i1", 2500), eff("b", "4", "g1i1", 5000))
-			h.LostAnswers = []chaos.LostAnswer{{Op: "b", Gateway: "g1i1", At: at(6)}}
-		}, func(v chaos.Verdict) int { return v.UnexplainedDoubles }, false},
-		{"superseded answer after a crash", func(h *chaos.History) {
-			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 2500))
-			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(3)}}
-			h.Answers = append(h.Answers, ok("a", "3", true))
-		}, func(v chaos.Verdict) int { return v.SupersededAnswers }, true},
-	} {
+}
+
+// twice adds operation c, executed by g0i1 at 0 ms and, with nobody ever answered c/1, again
+// by g2i1 at ms (the default lease is 2s), whose answer the clients got: a re-execution that
+// only a fault of g0i1's can excuse.
+func twice(h *chaos.History, ms int) {
+	h.Effects = append(h.Effects, eff("c", "1", "g0i1", 0), eff("c", "2", "g2i1", ms))
+	h.Answers = append(h.Answers, ok("c", "2", false), probe("c", "2"))
+}
+
+type judgeCase struct {
+	name   string
+	edit   func(h *chaos.History)
+	field  func(v chaos.Verdict) int // the count this case must move to exactly 1
+	wantOK bool
+}
+
+func unexplained(v chaos.Verdict) int { return v.UnexplainedDoubles }
+
+func runJudgeCases(t *testing.T, cases []judgeCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := good
-			h.Effects = append([]chaos.Effect(nil), good.Effects...)
-			h.Answers = append([]chaos.Answer(nil), good.Answers...)
+			h := good()
 			tc.edit(&h)
 			v := chaos.Judge(h)
 			if v.OK() != tc.wantOK {
@@ -108,11 +65,158 @@ func TestJudge(t *testing.T) {
 				v.Report(&b)
 				t.Fatalf("OK() = %v, want %v\n%s", v.OK(), tc.wantOK, b.String())
 			}
-			if tc.name != "good" && tc.field(v) != 1 {
+			if tc.field != nil && tc.field(v) != 1 {
 				t.Fatalf("the count for this case is %d, want 1: %+v", tc.field(v), v)
 			}
 		})
 	}
+}
+
+// The verdict must tell every kind of bad history from a good one: each case breaks one
+// promise and must be caught by exactly the count that names it.
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	runJudgeCases(t, []judgeCase{
+		{"good", func(h *chaos.History) {}, nil, true},
+		{"double effect", func(h *chaos.History) {
+			h.Effects = append(h.Effects, eff("a", "3", "g2i1", 50))
+		}, unexplained, false},
+		{"double of a never-answered execution with no fault", func(h *chaos.History) { twice(h, 2500) }, unexplained, false},
+		{"success never executed", func(h *chaos.History) {
+			h.Answers = append(h.Answers, ok("a", "9", false))
+		}, func(v chaos.Verdict) int { return v.SuccessWithoutEffect }, false},
+		{"success with no effect at all", func(h *chaos.History) {
+			h.Answers = append(h.Answers, ok("z", "1", false))
+		}, func(v chaos.Verdict) int { return v.SuccessWithoutEffect }, false},
+		{"replay differs", func(h *chaos.History) {
+			// c/1 was excused by the kill, but a client was later answered with it: its
+			// record had been completed, so this is a double as well.
+			twice(h, 2500)
+			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(3)}}
+			h.Answers = append(h.Answers, ok("c", "1", true))
+		}, func(v chaos.Verdict) int { return v.DifferingReplays }, false},
+		{"mismatch accepted", func(h *chaos.History) {
+			h.Answers = append(h.Answers, chaos.Answer{Op: "a", Status: 201, Body: []byte("a/1"), Mismatch: true})
+		}, func(v chaos.Verdict) int { return v.MismatchAccepted }, false},
+		{"stuck key", func(h *chaos.History) {
+			h.Answers = append(h.Answers, chaos.Answer{Op: "z", Status: 409, Probe: true})
+		}, func(v chaos.Verdict) int { return v.StuckKeys }, false},
+	})
+}
+
+// A kill -9 excuses a re-execution only if it hit the earlier execution's own process, after
+// its request left and early enough for the lease to run out, and nobody was ever answered
+// with the earlier execution.
+func TestJudgeKillExcuse(t *testing.T) {
+	t.Parallel()
+	kill := func(gw string, ms int) []chaos.Kill { return []chaos.Kill{{Gateway: gw, At: at(ms)}} }
+	crash := func(v chaos.Verdict) int { return v.CrashTakeovers }
+	runJudgeCases(t, []judgeCase{
+		{"holder killed after the effect", func(h *chaos.History) { twice(h, 2500); h.Kills = kill("g0i1", 3) }, crash, true},
+		{"holder killed while its request was on its way", func(h *chaos.History) { twice(h, 2500); h.Kills = kill("g0i1", -40) }, crash, true},
+		{"kill long before the effect", func(h *chaos.History) { twice(h, 2500); h.Kills = kill("g0i1", -5000) }, unexplained, false},
+		{"kill after the re-execution", func(h *chaos.History) { twice(h, 2500); h.Kills = kill("g0i1", 2600) }, unexplained, false},
+		{"kill too late for the lease to expire before the re-execution", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Kills = kill("g0i1", 1600)
+		}, unexplained, false},
+		{"another gateway's kill", func(h *chaos.History) { twice(h, 2500); h.Kills = kill("g1i1", 3) }, unexplained, false},
+		{"the killed holder's execution had been answered", func(h *chaos.History) {
+			// A store that lets a second claim in while the first is completed: a kill nearby
+			// must not excuse it.
+			twice(h, 2500)
+			h.Kills = kill("g0i1", 3)
+			h.Answers = append(h.Answers, ok("c", "1", false))
+		}, unexplained, false},
+		{"the killed holder's execution was replayed later", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Kills = kill("g0i1", 3)
+			h.Answers = append(h.Answers, ok("c", "1", true))
+		}, unexplained, false},
+	})
+}
+
+// A pause excuses a re-execution only if it lasted the lease; if the paused holder's stale
+// completion got through once it resumed (fencing broken), some client gets its answer, and
+// the verdict fails.
+func TestJudgePauseExcuse(t *testing.T) {
+	t.Parallel()
+	paused := func(from, to int) []chaos.Pause { return []chaos.Pause{{Gateway: "g0i1", From: at(from), To: at(to)}} }
+	runJudgeCases(t, []judgeCase{
+		{"holder paused past its lease", func(h *chaos.History) { twice(h, 2500); h.Pauses = paused(3, 2100) },
+			func(v chaos.Verdict) int { return v.PauseTakeovers }, true},
+		{"pause shorter than the lease", func(h *chaos.History) { twice(h, 2500); h.Pauses = paused(3, 1500) }, unexplained, false},
+		{"pause that began after the re-execution", func(h *chaos.History) { twice(h, 2500); h.Pauses = paused(2600, 5000) }, unexplained, false},
+		{"another gateway paused", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Pauses = []chaos.Pause{{Gateway: "g1i1", From: at(3), To: at(3000)}}
+		}, unexplained, false},
+		{"the paused holder's stale completion got through", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Pauses = paused(3, 3000)
+			h.Answers = append(h.Answers, ok("c", "1", false), ok("c", "1", true))
+		}, unexplained, false},
+	})
+}
+
+// A store outage excuses a re-execution only if it was long enough for an unrenewed lease to
+// run out, and came between the earlier execution and the later.
+func TestJudgeOutageExcuse(t *testing.T) {
+	t.Parallel()
+	down := func(from, to int) []chaos.Outage { return []chaos.Outage{{From: at(from), To: at(to)}} }
+	runJudgeCases(t, []judgeCase{
+		{"store down past half the lease", func(h *chaos.History) { twice(h, 2500); h.Outages = down(500, 1600) },
+			func(v chaos.Verdict) int { return v.OutageTakeovers }, true},
+		{"store down briefly", func(h *chaos.History) { twice(h, 2500); h.Outages = down(500, 800) }, unexplained, false},
+		{"store down after the re-execution", func(h *chaos.History) { twice(h, 2500); h.Outages = down(2600, 5000) }, unexplained, false},
+		{"store down long before", func(h *chaos.History) { twice(h, 2500); h.Outages = down(-9000, -4000) }, unexplained, false},
+	})
+}
+
+// A lost upstream answer is an uncertain outcome: it excuses one re-execution, and only once
+// the outcome was held for (most of) the lease.
+func TestJudgeLostAnswerExcuse(t *testing.T) {
+	t.Parallel()
+	lost := func(op string, ms int) []chaos.LostAnswer {
+		return []chaos.LostAnswer{{Op: op, Gateway: "g0i1", At: at(ms), Cause: "dropped"}}
+	}
+	runJudgeCases(t, []judgeCase{
+		{"held for the lease, then taken over", func(h *chaos.History) { twice(h, 2500); h.LostAnswers = lost("c", 6) },
+			func(v chaos.Verdict) int { return v.UncertainTakeovers }, true},
+		{"released at once instead of held", func(h *chaos.History) { twice(h, 300); h.LostAnswers = lost("c", 6) }, unexplained, false},
+		{"another op's lost answer", func(h *chaos.History) { twice(h, 2500); h.LostAnswers = lost("a", 6) }, unexplained, false},
+		{"one lost answer explains one re-execution only", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Effects = append(h.Effects, eff("c", "0", "g0i1", -5000))
+			h.LostAnswers = lost("c", 6)
+		}, unexplained, false},
+	})
+}
+
+// Only a forced release that deleted a completed record, between the two executions, excuses
+// executing it again; clients then rightly see both answers.
+func TestJudgeReleaseExcuse(t *testing.T) {
+	t.Parallel()
+	rel := func(ms int, force, done bool) []chaos.Release {
+		return []chaos.Release{{Op: "c", At: at(ms), Force: force, Done: done}}
+	}
+	completed := func(h *chaos.History) {
+		twice(h, 2500)
+		h.Answers = append(h.Answers, ok("c", "1", false), ok("c", "1", true))
+	}
+	runJudgeCases(t, []judgeCase{
+		{"forced release of a completed key", func(h *chaos.History) { completed(h); h.Releases = rel(1000, true, true) },
+			func(v chaos.Verdict) int { return v.OperatorReexecutions }, true},
+		{"release without --force", func(h *chaos.History) { completed(h); h.Releases = rel(1000, false, true) }, unexplained, false},
+		{"forced release that failed", func(h *chaos.History) { completed(h); h.Releases = rel(1000, true, false) }, unexplained, false},
+		{"forced release after the re-execution", func(h *chaos.History) { completed(h); h.Releases = rel(2600, true, true) }, unexplained, false},
+		{"a release without --force of a live key", func(h *chaos.History) {
+			// The key was in progress and its holder alive: a release must be refused, so
+			// nothing excuses the re-execution it let in.
+			twice(h, 300)
+			h.Releases = rel(100, false, true)
+		}, unexplained, false},
+	})
 }
 
 func TestJudgeCounts(t *testing.T) {
