@@ -1,16 +1,20 @@
 package idemclient
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -21,6 +25,11 @@ const HeaderKey = "Idempotency-Key"
 // no GetBody). The request was sent once; use a body type that http.NewRequest knows
 // (bytes.Reader, bytes.Buffer, strings.Reader) or set GetBody.
 var ErrBodyNotReplayable = errors.New("idemclient: request needs a retry but its body cannot be replayed")
+
+// ErrAttemptTimeout marks an attempt cut short by Options.AttemptTimeout: the request may or
+// may not have reached the server, which is the case the key exists for, so the Transport
+// retries it with the same key. The error that net/http returned is in the chain too.
+var ErrAttemptTimeout = errors.New("idemclient: attempt timed out")
 
 // ErrGaveUp wraps the last error when the Transport stops retrying (attempts, time or budget
 // exhausted). The last error is in the chain too.
@@ -42,8 +51,20 @@ type Options struct {
 	// fits in MaxElapsed.
 	MaxDelay time.Duration
 	// MaxElapsed caps the total time of a request, retries included. Default 30s. The
-	// request's context deadline, if earlier, wins.
+	// request's context deadline, if earlier, wins. A pause (backoff or Retry-After) that would
+	// end too late is shortened so that one more attempt starts at the last useful moment: the
+	// end of the budget less AttemptTimeout (at most half the budget), or less a tenth of the
+	// budget when AttemptTimeout is not set. Past that moment the Transport gives up.
 	MaxElapsed time.Duration
+	// AttemptTimeout bounds one attempt: sending, waiting for the answer's headers and reading
+	// its body. Default 0: no bound besides the request's context. An attempt that times out
+	// may or may not have reached the server, so it is retried with the same key; its error
+	// matches ErrAttemptTimeout. When it is set, the Transport reads the body of the answer it
+	// returns within the attempt (up to 8 MiB; a larger body is handed over as it streams,
+	// still bounded by AttemptTimeout), so an answer cut short or stalled mid-body is retried
+	// too. http.Transport.ResponseHeaderTimeout on Base bounds the wait for headers only; its
+	// timeouts are retried as well.
+	AttemptTimeout time.Duration
 	// Budget is the retry budget; nil means no budget (retries limited only by the caps).
 	Budget *Budget
 	// NewKey mints a key for a request that has none. Default NewKey (UUIDv7).
@@ -122,6 +143,8 @@ func New(opt Options) (*Transport, error) {
 		return nil, fmt.Errorf("idemclient: Options.MaxDelay %s is below Options.BaseDelay %s", opt.MaxDelay, opt.BaseDelay)
 	case opt.MaxElapsed < 0:
 		return nil, fmt.Errorf("idemclient: Options.MaxElapsed %s is negative", opt.MaxElapsed)
+	case opt.AttemptTimeout < 0:
+		return nil, fmt.Errorf("idemclient: Options.AttemptTimeout %s is negative", opt.AttemptTimeout)
 	}
 	t := &Transport{opt: opt, methods: make(map[string]bool), now: time.Now, sleep: sleepCtx, rand: rand.Int64N}
 	for _, m := range opt.Methods {
@@ -181,6 +204,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	lastUseful := deadline.Add(-t.reserve(deadline.Sub(start)))
 	body := req.Body
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 && req.GetBody != nil {
@@ -189,7 +213,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return nil, fmt.Errorf("idemclient: replaying the body: %w", err)
 			}
 		}
-		resp, err := t.opt.Base.RoundTrip(t.prepare(req, key, body))
+		resp, err := t.attempt(ctx, t.prepare(req, key, body))
 		ev := Event{Method: req.Method, URL: req.URL.Redacted(), Key: key, Attempt: attempt, Err: err}
 		if resp != nil {
 			ev.Status = resp.StatusCode
@@ -210,11 +234,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if attempt >= t.opt.MaxAttempts {
 			return t.giveUp(ev, resp, fmt.Errorf("%w after %d attempts: %s", ErrGaveUp, attempt, why))
 		}
-		delay := t.backoff(attempt)
-		delay = max(delay, wait)
-		if t.now().Add(delay).After(deadline) {
+		now := t.now()
+		if !now.Before(lastUseful) {
 			return t.giveUp(ev, resp, fmt.Errorf("%w: no time left for attempt %d within %s: %s", ErrGaveUp, attempt+1, deadline.Sub(start).Round(time.Millisecond), why))
 		}
+		// The pause asked for (or drawn) may end past the last useful moment: then the next
+		// attempt starts at that moment. A Retry-After is an estimate of when the answer will
+		// exist; giving up without asking again would lose an answer that came early.
+		delay := min(max(t.backoff(attempt), wait), lastUseful.Sub(now))
 		if !t.opt.Budget.take() {
 			return t.giveUp(ev, resp, fmt.Errorf("%w: retry budget exhausted: %s", ErrGaveUp, why))
 		}
@@ -227,6 +254,67 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// reserve returns the time kept at the end of a budget for the last attempt.
+func (t *Transport) reserve(budget time.Duration) time.Duration {
+	if t.opt.AttemptTimeout > 0 {
+		return min(t.opt.AttemptTimeout, budget/2)
+	}
+	return budget / 10
+}
+
+// maxBuffered is the largest body the Transport reads within an attempt bounded by
+// AttemptTimeout.
+const maxBuffered = 8 << 20
+
+// attempt sends one attempt. With an AttemptTimeout it runs under its own deadline, reads the
+// answer's body within it, and marks a timeout with ErrAttemptTimeout.
+func (t *Transport) attempt(ctx context.Context, req *http.Request) (*http.Response, error) {
+	if t.opt.AttemptTimeout <= 0 {
+		return t.opt.Base.RoundTrip(req)
+	}
+	actx, cancel := context.WithTimeout(ctx, t.opt.AttemptTimeout)
+	timedOut := func(err error) error {
+		if ctx.Err() == nil && actx.Err() != nil {
+			return fmt.Errorf("%w after %s: %w", ErrAttemptTimeout, t.opt.AttemptTimeout, err)
+		}
+		return err
+	}
+	resp, err := t.opt.Base.RoundTrip(req.WithContext(actx))
+	if err != nil {
+		cancel()
+		return nil, timedOut(err)
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxBuffered+1))
+	if err != nil {
+		resp.Body.Close()
+		cancel()
+		return nil, timedOut(fmt.Errorf("idemclient: reading the answer (status %d): %w", resp.StatusCode, err))
+	}
+	if len(buf) <= maxBuffered {
+		resp.Body.Close()
+		cancel()
+		resp.Body = io.NopCloser(bytes.NewReader(buf))
+		resp.ContentLength = int64(len(buf))
+		return resp, nil
+	}
+	resp.Body = &streamed{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), body: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// streamed is the body of a large answer: the part read within the attempt, then the rest,
+// still under the attempt's deadline until it is closed.
+type streamed struct {
+	io.Reader
+	body   io.Closer
+	cancel context.CancelFunc
+}
+
+func (s *streamed) Close() error {
+	err := s.body.Close()
+	s.cancel()
+	return err
 }
 
 // prepare returns the request to send for one attempt: a shallow clone with the key set and
@@ -307,18 +395,103 @@ func (t *Transport) shouldRetry(ctx context.Context, resp *http.Response, err er
 	return 0, false
 }
 
-// Retryable reports whether a transport error is worth a retry of a request that carries an
-// idempotency key: any network failure, including those where the request may have arrived
-// (the key makes a second arrival harmless). It is false for cancellation, deadlines and
-// errors that come before anything is sent (a bad URL, an unsupported scheme).
+// Retryable reports whether an attempt that failed with err is worth another attempt carrying
+// the same idempotency key, in the style of pgconn.SafeToRetry. It judges the error alone: the
+// caller's own context is checked apart (the Transport never retries once the request's context
+// is done, whatever the error), because a per-attempt timeout and the caller's deadline can
+// both match context.DeadlineExceeded.
+//
+// True, because the request may or may not have arrived and the key makes a second arrival
+// harmless:
+//   - ErrAttemptTimeout (Options.AttemptTimeout);
+//   - any error in the chain that has a Timeout() bool method returning true, other than
+//     context.DeadlineExceeded itself and *url.Error (looked through): net/http's
+//     ResponseHeaderTimeout and TLS handshake timeouts, dial and i/o timeouts,
+//     os.ErrDeadlineExceeded;
+//   - *net.OpError (a failed dial, read or write), and the syscall errors ECONNRESET,
+//     ECONNREFUSED, ECONNABORTED, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH;
+//   - a *net.DNSError that is a timeout or temporary;
+//   - io.EOF and io.ErrUnexpectedEOF (a connection closed before or during the answer, as a
+//     server does to a reused keep-alive connection);
+//   - an HTTP/2 stream error (RST_STREAM: REFUSED_STREAM, CANCEL, INTERNAL_ERROR, …). net/http's
+//     stream error type is unexported; it converts itself, through errors.As, to any struct
+//     with the same fields, so it is matched by that shape rather than by its text.
+//
+// False for nil, context.Canceled, a bare context.DeadlineExceeded (the caller's deadline),
+// ErrBodyNotReplayable, and every other error: a bad URL, an unsupported scheme, a certificate
+// the client refuses — errors that another attempt would meet again.
 func Retryable(err error) bool {
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, ErrBodyNotReplayable):
+	case err == nil:
 		return false
+	case errors.Is(err, ErrAttemptTimeout):
+		return true
+	case errors.Is(err, context.Canceled), errors.Is(err, ErrBodyNotReplayable):
+		return false
+	case isTimeout(err):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
 	}
-	msg := err.Error()
-	return !strings.Contains(msg, "unsupported protocol scheme") && !strings.Contains(msg, "no Host in request URL")
+	for _, errno := range retryableErrnos {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsTimeout || dns.IsTemporary
+	}
+	var stream h2StreamError
+	return errors.As(err, &stream)
+}
+
+var retryableErrnos = []error{syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED,
+	syscall.EPIPE, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH}
+
+// h2StreamError has the shape of an HTTP/2 stream error (net/http's bundled one, and
+// golang.org/x/net/http2.StreamError, convert themselves to it through errors.As).
+type h2StreamError struct {
+	StreamID uint32
+	Code     uint32
+	Cause    error
+}
+
+func (e h2StreamError) Error() string {
+	return fmt.Sprintf("stream error: stream ID %d; code %d", e.StreamID, e.Code)
+}
+
+// isTimeout reports whether the chain holds a timeout that is not the context's own deadline
+// (the caller's, checked apart). It follows single-error chains and joined errors.
+func isTimeout(err error) bool {
+	for err != nil {
+		if err == context.DeadlineExceeded {
+			return false
+		}
+		if _, isURL := err.(*url.Error); !isURL {
+			if te, ok := err.(interface{ Timeout() bool }); ok && te.Timeout() {
+				return true
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if isTimeout(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // retryAfter parses a Retry-After header: delay-seconds or an HTTP date.

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -49,7 +52,8 @@ func fail(err error) func(*http.Request) (*http.Response, error) {
 	return func(*http.Request) (*http.Response, error) { return nil, err }
 }
 
-var errReset = errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer")
+// errReset is what a read on a connection the server reset returns.
+var errReset = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 
 // fake wires a Transport to a script with a fake clock that advances on sleep.
 type fake struct {
@@ -264,11 +268,12 @@ func TestRetryAfterHonoured(t *testing.T) {
 	if len(f.sleeps) != 1 || f.sleeps[0] != 12*time.Second {
 		t.Fatalf("sleeps %v, want [12s]", f.sleeps)
 	}
-	// A Retry-After beyond the total time: give up and return the server's answer.
+	// A Retry-After beyond the total time: one more attempt at the last useful moment (the
+	// budget less a tenth), then give up and return the server's answer.
 	f = newFake(t, Options{MaxElapsed: 5 * time.Second}, status(503, "Retry-After", "60"))
 	resp, err := f.RoundTrip(post(t, "x"))
-	if err != nil || resp.StatusCode != 503 || len(f.base.reqs) != 1 {
-		t.Fatalf("resp %v err %v attempts %d", resp, err, len(f.base.reqs))
+	if err != nil || resp.StatusCode != 503 || len(f.base.reqs) != 2 || len(f.sleeps) != 1 || f.sleeps[0] != 4500*time.Millisecond {
+		t.Fatalf("resp %v err %v attempts %d sleeps %v", resp, err, len(f.base.reqs), f.sleeps)
 	}
 	if b, _ := io.ReadAll(resp.Body); string(b) != "body" {
 		t.Errorf("last response body %q was not left for the caller", b)
