@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // MaxKeyLen is the longest storage key the engine accepts, in bytes. It leaves room for a scope
@@ -206,20 +204,14 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 }
 
 func checkArgs(key, fingerprint string, fn Func) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
 	switch {
-	case key == "":
-		return invalid("empty key")
-	case len(key) > MaxKeyLen:
-		return invalid("key of %d bytes is longer than %d", len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return invalid("key is not valid UTF-8")
 	case !ValidFingerprint(fingerprint):
 		return invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, FingerprintLen)
 	case fn == nil:
 		return invalid("nil function")
-	}
-	if strings.IndexByte(key, 0) >= 0 {
-		return invalid("key contains a NUL byte")
 	}
 	return nil
 }

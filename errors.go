@@ -3,7 +3,9 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Sentinel errors. Every error the engine returns for these cases matches them with errors.Is.
@@ -25,7 +27,15 @@ var (
 	// ErrInvalidInput: a key, fingerprint, option or argument is malformed. No record was
 	// touched. The error text names what is wrong.
 	ErrInvalidInput = errors.New("idem: invalid input")
+	// ErrClosed: the store was closed. Every store returns an error matching it from each call
+	// made after Close. It also matches ErrStoreUnavailable, so the engine fails closed.
+	ErrClosed error = closedError{}
 )
+
+type closedError struct{}
+
+func (closedError) Error() string        { return "idem: store is closed" }
+func (closedError) Is(target error) bool { return target == ErrStoreUnavailable }
 
 // StoreError wraps an error from the store. It matches ErrStoreUnavailable with errors.Is and
 // unwraps to the store's own error.
@@ -82,6 +92,23 @@ func (e *uncertainError) Unwrap() []error {
 // the function given to Engine.Do and the engine keeps the claim instead of releasing it
 // (see UncertainPolicy), so a retry is never a silent second execution.
 func Uncertain(err error) error { return &uncertainError{err: err} }
+
+// CheckKey reports whether key is a valid storage key: 1 to MaxKeyLen bytes of UTF-8 without a
+// NUL byte. The error matches ErrInvalidInput and says what is wrong. The engine checks every
+// key with it, and so do the stores, so a key one accepts is a key all accept.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("empty key")
+	case len(key) > MaxKeyLen:
+		return invalid("key of %d bytes is longer than %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return invalid("key is not valid UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return invalid("key contains a NUL byte")
+	}
+	return nil
+}
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidInput}, args...)...)

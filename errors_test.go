@@ -1,0 +1,41 @@
+package idem_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+func TestCheckKey(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"k", "ключ", strings.Repeat("k", idem.MaxKeyLen)} {
+		if err := idem.CheckKey(key); err != nil {
+			t.Errorf("CheckKey(%.20q) = %v, want nil", key, err)
+		}
+	}
+	bad := map[string]string{
+		"":                                    "empty key",
+		strings.Repeat("k", idem.MaxKeyLen+1): "longer than",
+		"k\xff":                               "UTF-8",
+		"k\x00":                               "NUL",
+	}
+	for key, want := range bad {
+		err := idem.CheckKey(key)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckKey(%.20q) = %v, want ErrInvalidInput saying %q", key, err, want)
+		}
+	}
+}
+
+func TestErrClosedFailsClosed(t *testing.T) {
+	t.Parallel()
+	wrapped := &idem.StoreError{Op: "reserve", Err: idem.ErrClosed}
+	if !errors.Is(wrapped, idem.ErrClosed) || !errors.Is(idem.ErrClosed, idem.ErrStoreUnavailable) {
+		t.Fatalf("ErrClosed must match itself through a StoreError and ErrStoreUnavailable")
+	}
+	if errors.Is(idem.ErrStoreUnavailable, idem.ErrClosed) {
+		t.Fatalf("ErrStoreUnavailable must not match ErrClosed")
+	}
+}
