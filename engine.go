@@ -22,7 +22,9 @@ type Options struct {
 	// TTL is how long a completed record is kept and replayed. Default 24h. At least Lease.
 	TTL time.Duration
 	// Heartbeat is how often the lease is extended while the effect runs. Default Lease/3;
-	// negative disables heartbeats.
+	// negative disables heartbeats. Extensions go on for as long as the effect runs, even
+	// after the caller's context ended (an effect may outlive its caller, as a detached call
+	// does), and stop as soon as it returns.
 	Heartbeat time.Duration
 	// Wait is how long an in-flight duplicate waits for the original to finish and then
 	// replays it. Default 0: fail fast with ErrInFlight.
@@ -186,7 +188,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		}
 		// In flight elsewhere, with the same fingerprint.
 		if e.opt.Wait == 0 {
-			return Result{}, inFlight(rec, now)
+			return Result{}, e.inFlight(rec, now)
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(e.opt.Wait)
@@ -194,7 +196,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return Result{}, inFlight(rec, e.opt.Now())
+			return Result{}, e.inFlight(rec, e.opt.Now())
 		}
 		if err := e.wake.wait(ctx, key, min(pause, left)); err != nil {
 			return Result{}, err
@@ -228,8 +230,13 @@ func (e *Engine) fromRecord(rec *Record, fingerprint string) (Result, error) {
 	return Result{Response: resp, Replayed: true, Kept: true, ExpiresAt: rec.ExpiresAt}, nil
 }
 
-func inFlight(rec *Record, now time.Time) error {
-	after := rec.LeaseUntil.Sub(now)
+// inFlight returns the error for a key in flight elsewhere, with an estimate of when its answer
+// will exist (see InFlightError.RetryAfter).
+func (e *Engine) inFlight(rec *Record, now time.Time) error {
+	after := min(now.Sub(rec.CreatedAt), rec.LeaseUntil.Sub(now))
+	if e.opt.Heartbeat > 0 {
+		after = min(after, e.opt.Heartbeat)
+	}
 	// Round up to whole seconds: Retry-After has second resolution.
 	after = max(time.Second, (after+time.Second-1)/time.Second*time.Second)
 	return &InFlightError{Key: rec.Key, RetryAfter: after}
@@ -368,7 +375,8 @@ func (e *Engine) hold(ctx context.Context, key string, token int64, expires time
 	e.opt.Logger.Warn("idem: outcome uncertain; key held", "key", key, "policy", e.opt.Uncertain)
 }
 
-// heartbeat extends the lease every Heartbeat while fn runs. If the claim is lost, fn's
+// heartbeat extends the lease every Heartbeat while fn runs, and for exactly as long, whatever
+// happens to the caller's context meanwhile. If the claim is lost, fn's
 // context is cancelled with cause ErrLeaseLost. It costs one timer, not a goroutine, per call,
 // and the timers are reused; stop (nil-safe) stops it and waits for an extension under way, so
 // no late extension can reach the store after the claim is completed or released.
@@ -406,7 +414,9 @@ type beat struct {
 func (b *beat) fire() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stopped || b.ctx.Err() != nil {
+	// Only stop ends the heartbeat: the caller going away does not end the effect (a
+	// detached upstream call goes on), so it must not let the lease lapse under it.
+	if b.stopped {
 		return
 	}
 	e := b.e

@@ -60,7 +60,12 @@ func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailabl
 type InFlightError struct {
 	// Key is the scoped key.
 	Key string
-	// RetryAfter is how long until the holder's lease runs out (at least one second).
+	// RetryAfter estimates when the answer will exist, so that a caller who waits that long
+	// gets it soon after it does. Engine.Do sets it to as long as the effect has run so far (an effect that has run
+	// for d is likely to need about d more, so waiting in steps of the time already spent
+	// costs at most about the effect's own duration again), but never more than one heartbeat
+	// interval (Options.Heartbeat) nor than the holder's lease left, and at least one second.
+	// It is rounded up to whole seconds, the resolution of HTTP's Retry-After.
 	RetryAfter time.Duration
 }
 
