@@ -71,6 +71,8 @@
 // # Conformance
 //
 // consumer/consumertest is the one suite every adapter passes: duplicates published with fresh
-// transport ids, consumers crashing between effect and ack, concurrent consumers on one queue;
-// every effect exactly once (counted in a PostgreSQL table), no message lost, none left unacked.
+// transport ids, consumers crashing between effect and ack, concurrent consumers on one queue,
+// effects that fail and must be redelivered (which catches an adapter that acks before the
+// effect); every effect exactly once, no message lost, none left unacked. It needs nothing but
+// the broker, so adapters outside this module can run it too.
 package consumer

@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/amqp"
 	"github.com/idemkit/idem/consumer/consumertest"
+	"github.com/idemkit/idem/consumer/internal/pgbench"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/memstore"
 )
@@ -318,5 +319,5 @@ func TestMessage(t *testing.T) {
 
 // Throughput with and without idem, side by side (see docs/bench/consumers.md).
 func BenchmarkThroughput(b *testing.B) {
-	consumertest.Throughput(b, broker{}, consumertest.BenchOptions{})
+	consumertest.Throughput(b, broker{}, consumertest.BenchOptions{Stores: pgbench.Stores(b)})
 }

@@ -4,23 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/memstore"
-	"github.com/idemkit/idem/store/pgstore"
 )
 
 // BenchOptions tune Throughput.
 type BenchOptions struct {
 	// Consumers is how many consumers (Queue.Start) run at once. Default 2.
 	Consumers int
+	// Stores names further idem stores to benchmark, each with new events (sub-benchmark
+	// "<name>") and with duplicates ("<name>-duplicates"), in the order of their names: for
+	// example "pgstore", a function that returns a pgstore on a fresh table. Default none.
+	Stores map[string]func(b *testing.B) idem.Store
 }
 
 // Throughput benchmarks consuming b.N messages (b.N distinct events, published before the
@@ -29,8 +31,8 @@ type BenchOptions struct {
 //   - without-idem: the same consumer and adapter, but the effect runs directly (a Runner
 //     that calls it), with no store: the baseline;
 //   - memstore: through an idem engine on memstore (the engine's own cost);
-//   - pgstore: through an idem engine on pgstore (PostgreSQL round trips);
-//   - pgstore-duplicates: every message a duplicate of an event already handled.
+//   - for each of BenchOptions.Stores, "<name>" through an idem engine on that store, and
+//     "<name>-duplicates", every message a duplicate of an event already handled.
 //
 // The effect itself is a counter, so the figures are the adapter's and idem's overhead. Each
 // reports msgs/s and store-rt/msg, the store round trips per message (Reserve, Complete,
@@ -39,36 +41,12 @@ func Throughput(b *testing.B, broker Broker, opt BenchOptions) {
 	if opt.Consumers == 0 {
 		opt.Consumers = 2
 	}
-	pgURL := testenv.PostgresURL(b)
-	var pool *pgxpool.Pool
-	if pgURL != "" {
-		cfg, err := pgxpool.ParseConfig(pgURL)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg.MaxConns = 16 // at least the deliveries in flight, so none waits for a connection
-		if pool, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(pool.Close)
-	}
-	pg := func(b *testing.B) idem.Store {
-		table := "consumerbench_" + randHex(5)
-		st, err := pgstore.New(pool, pgstore.Options{Table: table})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := st.Migrate(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
-		return st
-	}
 	b.Run("without-idem", func(b *testing.B) { throughput(b, broker, opt, nil, false) })
 	b.Run("memstore", func(b *testing.B) { throughput(b, broker, opt, memstore.New(), false) })
-	if pool != nil {
-		b.Run("pgstore", func(b *testing.B) { throughput(b, broker, opt, pg(b), false) })
-		b.Run("pgstore-duplicates", func(b *testing.B) { throughput(b, broker, opt, pg(b), true) })
+	for _, name := range slices.Sorted(maps.Keys(opt.Stores)) {
+		newStore := opt.Stores[name]
+		b.Run(name, func(b *testing.B) { throughput(b, broker, opt, newStore(b), false) })
+		b.Run(name+"-duplicates", func(b *testing.B) { throughput(b, broker, opt, newStore(b), true) })
 	}
 }
 

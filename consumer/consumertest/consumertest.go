@@ -11,16 +11,14 @@ import (
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -71,8 +69,14 @@ type Options struct {
 	// CrashRate is the chance that a consumer crashes between an effect and its ack. Default
 	// 0.03.
 	CrashRate float64
+	// FailEvents is how many events the AckAfterEffect test publishes, once each. Default 50.
+	FailEvents int
 	// Store returns the idem store a subtest's consumers share. Default: a new memstore.
 	Store func(t *testing.T) idem.Store
+	// Effects returns where a subtest's effects are recorded and counted. Default: a counter
+	// in memory, enough because the suite runs every consumer in the test's process. Supply
+	// one backed by a database to see effects the way a real service would.
+	Effects func(t *testing.T) Effects
 	// Timeout bounds each subtest's wait for every effect and an empty queue. Default 2m.
 	Timeout time.Duration
 	// Redelivery is how long the broker takes to redeliver a message whose consumer died
@@ -90,6 +94,7 @@ func Run(t *testing.T, broker Broker, opt Options) {
 	s := &suite{broker: broker, opt: withDefaults(opt)}
 	t.Run("Duplicates", s.duplicates)
 	t.Run("CrashBetweenEffectAndAck", s.crashes)
+	t.Run("AckAfterEffect", s.ackAfterEffect)
 	t.Run("Rejected", s.rejected)
 }
 
@@ -99,9 +104,13 @@ func withDefaults(opt Options) Options {
 	opt.Copies = cmp.Or(opt.Copies, 3)
 	opt.CrashMessages = cmp.Or(opt.CrashMessages, 1000)
 	opt.CrashRate = cmp.Or(opt.CrashRate, 0.03)
+	opt.FailEvents = cmp.Or(opt.FailEvents, 50)
 	opt.Timeout = cmp.Or(opt.Timeout, 2*time.Minute)
 	if opt.Store == nil {
 		opt.Store = func(*testing.T) idem.Store { return memstore.New() }
+	}
+	if opt.Effects == nil {
+		opt.Effects = func(*testing.T) Effects { return newMemEffects() }
 	}
 	return opt
 }
@@ -123,8 +132,7 @@ type event struct {
 type bundle struct {
 	t       *testing.T
 	q       Queue
-	db      *pgxpool.Pool
-	table   string
+	effs    Effects
 	engine  *idem.Engine
 	outcome [6]atomic.Int64 // counts per consumer.Outcome
 	failed  sync.Map        // event ids that already failed once (transient failures)
@@ -132,27 +140,15 @@ type bundle struct {
 
 func (s *suite) setup(t *testing.T) *bundle {
 	t.Helper()
-	url := testenv.PostgresURL(t)
 	q := s.broker.NewQueue(t)
-	ctx := context.Background()
-	db, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatalf("consumertest: PostgreSQL: %v", err)
-	}
-	t.Cleanup(db.Close)
-	table := "consumertest_" + randHex(6)
-	if _, err := db.Exec(ctx, "CREATE TABLE "+table+" (key text NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		t.Fatalf("consumertest: create table: %v", err)
-	}
-	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
 	engine, err := idem.New(s.opt.Store(t), idem.Options{Lease: 5 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{t: t, q: q, db: db, table: table, engine: engine}
+	return &bundle{t: t, q: q, effs: s.opt.Effects(t), engine: engine}
 }
 
-// consumer returns the Consumer under test: it charges an event by inserting one row, keyed on
+// consumer returns the Consumer under test: it charges an event by recording one effect for
 // the event id. Slow events take a while, so that copies meet in flight; with failRate, the
 // first attempt of that share of events fails transiently.
 func (b *bundle) consumer(failRate float64) *consumer.Consumer {
@@ -169,7 +165,7 @@ func (b *bundle) consumer(failRate float64) *consumer.Consumer {
 				return nil, errors.New("consumertest: transient failure")
 			}
 		}
-		if _, err := b.db.Exec(ctx, "INSERT INTO "+b.table+" (key) VALUES ($1)", e.ID); err != nil {
+		if err := b.effs.Add(ctx, e.ID); err != nil {
 			return nil, err
 		}
 		return []byte("charged " + e.ID), nil
@@ -289,6 +285,7 @@ func (b *bundle) run(ctx context.Context, c *consumer.Consumer, n int, crashRate
 		}()
 	}
 	go func() { wg.Wait(); close(p.done) }()
+	b.t.Cleanup(p.stop) // when the test fails before it stops them, the consumers stop first
 	return p
 }
 
@@ -313,41 +310,45 @@ func (b *bundle) waitFor(timeout time.Duration, what string, cond func() (bool, 
 	}
 }
 
-// effects returns the number of effect rows and of distinct events with one.
-func (b *bundle) effects(ctx context.Context) (rows, distinct int) {
+// effects returns the number of effects and of distinct events with one.
+func (b *bundle) effects(ctx context.Context) (n, distinct int) {
 	b.t.Helper()
-	if err := b.db.QueryRow(ctx, "SELECT count(*), count(DISTINCT key) FROM "+b.table).Scan(&rows, &distinct); err != nil {
+	counts, err := b.effs.Counts(ctx)
+	if err != nil {
 		b.t.Fatalf("consumertest: count effects: %v", err)
 	}
-	return rows, distinct
+	for _, c := range counts {
+		n += c
+	}
+	return n, len(counts)
 }
 
 // check asserts exactly one effect per event.
 func (b *bundle) check(ctx context.Context, es []event) {
 	b.t.Helper()
-	rows, distinct := b.effects(ctx)
-	if rows != len(es) || distinct != len(es) {
-		doubles := b.doubles(ctx)
+	n, distinct := b.effects(ctx)
+	if n != len(es) || distinct != len(es) {
 		b.t.Errorf("consumertest: %d effects for %d distinct events, want exactly one for each of %d (double effects: %v)",
-			rows, distinct, len(es), doubles)
+			n, distinct, len(es), b.doubles(ctx))
 	}
 }
 
 // doubles names up to ten events with more than one effect.
 func (b *bundle) doubles(ctx context.Context) []string {
-	var doubles []string
-	r, err := b.db.Query(ctx, "SELECT key, count(*) FROM "+b.table+" GROUP BY key HAVING count(*) > 1 ORDER BY key LIMIT 10")
+	counts, err := b.effs.Counts(ctx)
 	if err != nil {
 		b.t.Fatalf("consumertest: find double effects: %v", err)
 	}
-	defer r.Close()
-	for r.Next() {
-		var k string
-		var n int
-		if err := r.Scan(&k, &n); err != nil {
-			b.t.Fatalf("consumertest: find double effects: %v", err)
+	var keys []string
+	for k, n := range counts {
+		if n > 1 {
+			keys = append(keys, k)
 		}
-		doubles = append(doubles, fmt.Sprintf("%s×%d", k, n))
+	}
+	slices.Sort(keys)
+	var doubles []string
+	for _, k := range keys[:min(10, len(keys))] {
+		doubles = append(doubles, fmt.Sprintf("%s×%d", k, counts[k]))
 	}
 	return doubles
 }
@@ -434,7 +435,7 @@ type Report struct {
 	// Events is how many business events were published; Messages how many messages (two
 	// per event, with different transport ids).
 	Events, Messages int
-	// Effects is how many effect rows the consumers wrote; Distinct for how many events.
+	// Effects is how many effects the consumers ran; Distinct for how many events.
 	// Exactly once means Effects == Distinct == Events.
 	Effects, Distinct int
 	// Doubles names up to ten events whose effect ran more than once, with the count.
@@ -478,6 +479,61 @@ func (s *suite) crashReport(t *testing.T) Report {
 		r.Outcomes[o] = b.outcome[o].Load()
 	}
 	return r
+}
+
+// ackAfterEffect publishes every event once and fails the first attempt of every effect: each
+// message must come back and succeed. An adapter that acks a delivery before its effect has
+// succeeded (before Handle returns, or whatever its outcome) loses it: the broker deletes a
+// message whose effect then fails, and nothing runs it again. The queue then empties while
+// effects are missing, which no other copy of the event can hide.
+func (s *suite) ackAfterEffect(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t)
+	ctx := context.Background()
+	es := events(s.opt.FailEvents)
+	for i := range es {
+		es[i].Slow = false
+	}
+	c := b.consumer(1) // the first attempt of every event fails
+	p := b.run(ctx, c, s.opt.Consumers, 0)
+	b.publish(ctx, es, 1)
+	// Wait until every effect has run, or until nothing has progressed for a while after every
+	// first attempt failed: the messages that never came back are then lost, and draining the
+	// queue (below) shows it.
+	stall := max(2*s.opt.Redelivery, 5*time.Second)
+	deadline := time.Now().Add(s.opt.Timeout)
+	last, since := -1, time.Now()
+	for {
+		_, distinct := b.effects(ctx)
+		if distinct == len(es) && p.acks.Load() >= int64(len(es)) {
+			break
+		}
+		if distinct != last {
+			last, since = distinct, time.Now()
+		}
+		failed := b.outcome[consumer.Failed].Load()
+		if failed >= int64(len(es)) && time.Since(since) > stall {
+			t.Logf("consumertest: no effect for %s after every first attempt failed (%d/%d events done)", stall, distinct, len(es))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumertest: timed out after %s: %d/%d events done, %d first attempts failed", s.opt.Timeout, distinct, len(es), failed)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.drain(ctx, b, c, p)
+	b.logOutcomes(p)
+	if _, distinct := b.effects(ctx); distinct < len(es) {
+		t.Fatalf("consumertest: %d of %d events never had their effect although the broker holds no message: "+
+			"their deliveries were acked before the effect succeeded", len(es)-distinct, len(es))
+	}
+	b.check(ctx, es)
+	if n := b.outcome[consumer.Failed].Load(); n != int64(len(es)) {
+		t.Errorf("consumertest: %d Failed outcomes, want one per event (%d)", n, len(es))
+	}
+	if n := b.outcome[consumer.Processed].Load(); n != int64(len(es)) {
+		t.Errorf("consumertest: %d Processed outcomes, want one per event (%d)", n, len(es))
+	}
 }
 
 func (s *suite) rejected(t *testing.T) {

@@ -25,18 +25,30 @@
 //     some failing transiently: every effect exactly once.
 //   - CrashBetweenEffectAndAck: at least 1,000 messages; consumers crash at random after the
 //     effect and before the ack, and are replaced: every effect exactly once.
+//   - AckAfterEffect: every event published once, the first attempt of every effect failing:
+//     each message must come back and succeed. An adapter that acks a delivery before its
+//     effect has succeeded loses the message (the broker deletes it, the effect fails, nothing
+//     runs it again): the queue empties while effects are missing, and the test says so.
 //   - Rejected: a message without a business key is not acked and its effect never runs,
 //     while the others are processed.
 //
-// Effects are counted in a real PostgreSQL table (one per subtest, without a unique
-// constraint, so a double effect shows as two rows); "exactly once" means every event has
-// exactly one row. After the consumers stop, the queue must hold no message: none lost, none
-// left unacked. The idem store is memstore by default (one process); [Options.Store] supplies
-// another. [CrashReport] runs the crash scenario and returns its counts, so an adapter's test
-// can show that the suite catches a consumer that does not deduplicate.
+// Every execution of the effect is recorded in an [Effects] (in memory by default, without any
+// uniqueness, so a double effect counts twice); "exactly once" means every event has exactly
+// one. After the consumers stop, the queue must hold no message: none lost, none left unacked.
+// The idem store is memstore by default (one process); [Options.Store] supplies another, and
+// [Options.Effects] another record of effects. [CrashReport] runs the crash scenario and
+// returns its counts, so an adapter's test can show that the suite catches a consumer that
+// does not deduplicate.
+//
+// # Outside this module
+//
+// The suite needs nothing but the broker under test: no database, no environment variables,
+// nothing internal to idem. An adapter written elsewhere (another broker, a company's own
+// transport) imports consumer/consumertest and calls [Run] from its tests.
 //
 // # Benchmarks
 //
-// [Throughput] measures an adapter's throughput without idem, on memstore and on pgstore (new
-// and duplicate messages) side by side in one run, with the store round trips per message.
+// [Throughput] measures an adapter's throughput without idem, on memstore and on the stores
+// named in [BenchOptions.Stores] (new and duplicate messages) side by side in one run, with the
+// store round trips per message.
 package consumertest

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/consumertest"
+	"github.com/idemkit/idem/consumer/internal/pgbench"
 	"github.com/idemkit/idem/consumer/natsjs"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/memstore"
@@ -361,5 +362,5 @@ func TestSuiteCatchesDoubleEffects(t *testing.T) {
 
 // Throughput with and without idem, side by side (see docs/bench/consumers.md).
 func BenchmarkThroughput(b *testing.B) {
-	consumertest.Throughput(b, broker{ackWait: 30 * time.Second}, consumertest.BenchOptions{})
+	consumertest.Throughput(b, broker{ackWait: 30 * time.Second}, consumertest.BenchOptions{Stores: pgbench.Stores(b)})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/consumertest"
+	"github.com/idemkit/idem/consumer/internal/pgbench"
 	"github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/store/pgstore"
 )
@@ -19,7 +20,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkThroughput -benchtime 2000x -count 3 ./consumer/sqs/
 func BenchmarkThroughput(b *testing.B) {
-	consumertest.Throughput(b, broker{}, consumertest.BenchOptions{})
+	consumertest.Throughput(b, broker{}, consumertest.BenchOptions{Stores: pgbench.Stores(b)})
 }
 
 // BenchmarkAlternating measures the same thing with less exposure to a noisy machine: b.N
