@@ -44,6 +44,7 @@ type captureWriter struct {
 	m      *middleware
 	buf    *[]byte // pooled with the capture; the body kept for replay
 	reqBuf *[]byte // pooled with the capture; the request body
+	held   int64   // bytes charged to the memory budget (Options.MemoryBudget)
 
 	status    int
 	committed bool // status and headers sent to w
@@ -86,14 +87,15 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 		c.status = http.StatusOK
 	}
 	if !c.omitted {
-		if int64(len(*c.buf)+len(p)) <= c.m.opt.MaxResponseBody {
+		if c.room(len(p)) {
 			*c.buf = append(*c.buf, p...)
 			if !c.committed {
 				return len(p), nil
 			}
 			return c.w.Write(p)
 		}
-		// Too large to keep: send what is held, then stream the rest.
+		// Too large to keep (MaxResponseBody, MemoryBudget): send what is held, then stream
+		// the rest.
 		if !c.committed {
 			c.commit()
 		}
@@ -108,11 +110,33 @@ func (c *captureWriter) WriteString(s string) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
-	if !c.omitted && !c.committed && int64(len(*c.buf)+len(s)) <= c.m.opt.MaxResponseBody {
+	if !c.omitted && !c.committed && c.room(len(s)) {
 		*c.buf = append(*c.buf, s...)
 		return len(s), nil
 	}
 	return c.Write([]byte(s))
+}
+
+// room reports whether n more bytes of response may be kept: within MaxResponseBody and, when
+// the buffer must grow, within the memory budget. It grows the buffer, doubling, to at most
+// MaxResponseBody.
+func (c *captureWriter) room(n int) bool {
+	b := *c.buf
+	need := int64(len(b)) + int64(n)
+	if need <= int64(cap(b)) {
+		return need <= c.m.opt.MaxResponseBody
+	}
+	if need > c.m.opt.MaxResponseBody {
+		return false
+	}
+	size := min(max(2*int64(cap(b)), need), c.m.opt.MaxResponseBody)
+	if !c.m.budget.take(&c.held, size-int64(cap(b))) {
+		return false
+	}
+	nb := make([]byte, len(b), size)
+	copy(nb, b)
+	*c.buf = nb
+	return true
 }
 
 // Flush flushes to the client once the response is being streamed (its body outgrew
@@ -215,8 +239,12 @@ func (r *bodyReader) open(detached bool) io.ReadCloser {
 	return r.rc
 }
 
-// Buffers for request and response bodies. Buffers that grew beyond maxPooled are dropped.
+// Buffers for request and response bodies. Buffers that grew beyond maxPooled are dropped,
+// so the memory of a burst of large bodies goes back to the garbage collector, not to a pool.
 const maxPooled = 64 << 10
+
+// minBodyBuf is the least size a request body buffer grows to.
+const minBodyBuf = 4 << 10
 
 var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 

@@ -25,6 +25,20 @@
 // body canonicalised, with chosen fields ignored (JSONFingerprint, CanonicalJSON). The same
 // key with another fingerprint — another body, or another path — gets 422 and has no effect.
 //
+// # Memory
+//
+// A body is read as it arrives, into a buffer that grows with the bytes received: a declared
+// Content-Length is checked against Options.MaxRequestBody but reserves nothing, so a client
+// that declares a large body and sends little costs little. Options.MemoryBudget (64 MiB by
+// default) bounds the request and response buffers of all the requests in flight together: a
+// request that would go over it while its body is read gets 503 with Retry-After before any
+// claim is taken (the handler does not run; a retry with the key is safe), and a response that
+// would go over it is streamed and not retained, as a response over Options.MaxResponseBody
+// is. Buffers that grew large are not pooled, so memory taken by a burst goes back to the
+// garbage collector. Requests the middleware does not read — other methods, and requests
+// without a key when the key is a header — stream to the handler untouched: bound them with
+// http.MaxBytesHandler if they need a bound.
+//
 // # Scopes and storage keys
 //
 // A ScopeFunc names the tenant a request acts for (HeaderScope hashes a header such as X-API-Key
@@ -73,6 +87,7 @@
 //	409 https://idemkit.dev/problems/in-flight          the original is still running (Retry-After)
 //	422 https://idemkit.dev/problems/mismatch           the key was used with another request
 //	503 https://idemkit.dev/problems/store-unavailable  the store failed; nothing ran (Retry-After)
+//	503 https://idemkit.dev/problems/overloaded         over Options.MemoryBudget; nothing ran (Retry-After)
 //	500 https://idemkit.dev/problems/handler-panic      the handler panicked; the key is released
 //	xxx https://idemkit.dev/problems/response-not-retained  replay of a response too large to keep
 //
@@ -91,8 +106,8 @@
 // # Observability
 //
 // Options.OnEvent gets an Event per request: its Outcome (executed, released, uncertain,
-// oversize, replayed, conflict, mismatch, bypass, fail_open, store_error, invalid_key,
-// missing_key, too_large, error — short strings fit for a metrics label), the status, the time
+// oversize, replayed, conflict, mismatch, bypass, fail_open, store_error, overloaded,
+// invalid_key, missing_key, too_large, error — short strings fit for a metrics label), the status, the time
 // in the middleware and in the handler, and the error behind a failure. Warnings go to
 // Options.Logger.
 package idemhttp

@@ -39,6 +39,9 @@ const (
 	// OutcomeStoreError: the store failed before the handler ran: 503
 	// (ProblemStoreUnavailable), nothing was done.
 	OutcomeStoreError Outcome = "store_error"
+	// OutcomeOverloaded: the request's body would have taken the memory the middleware holds
+	// over Options.MemoryBudget: 503 (ProblemOverloaded) with Retry-After, nothing was done.
+	OutcomeOverloaded Outcome = "overloaded"
 	// OutcomeInvalidKey: 400, ProblemInvalidKey (or ProblemInvalidScope, ProblemInvalidBody).
 	OutcomeInvalidKey Outcome = "invalid_key"
 	// OutcomeMissingKey: 400, ProblemMissingKey.

@@ -42,6 +42,7 @@ type middleware struct {
 	retry   []string // Retry-After for 503
 	methods []string
 	checkFP bool // Options.Fingerprint is the caller's: check what it returns
+	budget  memBudget
 }
 
 func newMiddleware(opt Options) (*middleware, error) {
@@ -56,6 +57,7 @@ func newMiddleware(opt Options) (*middleware, error) {
 		methods: opt.Methods, checkFP: checkFP,
 		retry: retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
 	}
+	m.budget.limit = opt.MemoryBudget
 	for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", ReplayedHeader, ExpiresHeader} {
 		m.skip.add(h)
@@ -213,14 +215,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.buf == nil {
 		c.buf, c.reqBuf = getBuf(), getBuf()
 	}
-	body, status := m.readBody(r, c.reqBuf)
+	body, status := m.readBody(r, c)
 	if status != 0 {
-		p := probInvalidBody
-		out := OutcomeInvalidKey
-		if status == http.StatusRequestEntityTooLarge {
+		p, out, ra := probInvalidBody, OutcomeInvalidKey, []string(nil)
+		switch status {
+		case http.StatusRequestEntityTooLarge:
 			p, out = probTooLarge, OutcomeTooLarge
+		case http.StatusServiceUnavailable:
+			p, out, ra = probOverloaded, OutcomeOverloaded, overloadedRetryAfter
 		}
-		p.write(w, nil)
+		p.write(w, ra)
 		m.emit(Event{Outcome: out, Request: r, Key: key, Status: p.status, Start: start})
 		c.release()
 		return
@@ -264,6 +268,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if done {
 			return
 		}
+		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
 		// The handler (or something under it) panicked, or called runtime.Goexit. The engine
 		// has released the claim. Answer 500 if nothing was sent yet, then let the panic go on
 		// to http.Server, which logs it and closes the connection (a response already started
@@ -314,9 +319,17 @@ func (h *handler) noKey(w http.ResponseWriter, r *http.Request, start time.Time)
 	m.emit(Event{Outcome: OutcomeBypass, Request: r, Start: start})
 }
 
-// readBody reads the request body into buf, bounded by MaxRequestBody. It returns a non-zero
-// status (413 or 400) when it cannot.
-func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
+// readBody reads the request body into the capture's request buffer, bounded by
+// MaxRequestBody, and charges the capture's buffers to the memory budget. It returns a non-zero
+// status when it cannot: 413 (too large), 503 (over the budget) or 400.
+//
+// The buffer grows as bytes arrive, doubling, to at most the declared length (and one byte,
+// to see EOF without growing) or the limit: a Content-Length never reserves memory that the
+// client has not sent.
+func (m *middleware) readBody(r *http.Request, c *captureWriter) ([]byte, int) {
+	if !m.budget.take(&c.held, int64(cap(*c.buf)+cap(*c.reqBuf))) {
+		return nil, http.StatusServiceUnavailable
+	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, 0
 	}
@@ -324,25 +337,35 @@ func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
 	if r.ContentLength > limit {
 		return nil, http.StatusRequestEntityTooLarge
 	}
-	b := *buf
-	if r.ContentLength > 0 && int64(cap(b)) < r.ContentLength+1 {
-		b = make([]byte, 0, r.ContentLength+1) // +1: room to see EOF without growing
-	}
+	b := *c.reqBuf
 	for {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			// Double, but no further than the declared length + 1 or the limit + 1 (enough to
+			// see that a body is too large).
+			n := max(2*int64(cap(b)), minBodyBuf)
+			if r.ContentLength > int64(len(b)) {
+				n = min(n, r.ContentLength+1)
+			}
+			n = min(n, limit+1)
+			if !m.budget.take(&c.held, n-int64(cap(b))) {
+				*c.reqBuf = b[:0]
+				return nil, http.StatusServiceUnavailable
+			}
+			nb := make([]byte, len(b), n)
+			copy(nb, b)
+			b = nb
 		}
 		n, err := r.Body.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if int64(len(b)) > limit {
-			*buf = b[:0]
+			*c.reqBuf = b[:0]
 			return nil, http.StatusRequestEntityTooLarge
 		}
 		if err == io.EOF || err == nil && r.ContentLength > 0 && int64(len(b)) == r.ContentLength {
 			break // all of a declared length is read: the server's body has nothing more
 		}
 		if err != nil {
-			*buf = b[:0]
+			*c.reqBuf = b[:0]
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				return nil, http.StatusRequestEntityTooLarge
@@ -350,14 +373,22 @@ func (m *middleware) readBody(r *http.Request, buf *[]byte) ([]byte, int) {
 			return nil, http.StatusBadRequest
 		}
 	}
-	*buf = b
+	*c.reqBuf = b
+	if m.opt.DetachBody && !m.budget.take(&c.held, int64(len(b))) {
+		return nil, http.StatusServiceUnavailable // no room for the handler's own copy
+	}
 	return b, 0
 }
+
+// overloadedRetryAfter is the Retry-After of a 503 ProblemOverloaded: buffers are held for as
+// long as a request takes, so a second is a fair first guess.
+var overloadedRetryAfter = retryAfterValue(1)
 
 // release returns the capture to its pool. The capture keeps its response and request
 // buffers (emptied), so a request takes one object from a pool, not three; if either grew too
 // large to pool, both are dropped. It keeps its body's io.NopCloser too.
 func (c *captureWriter) release() {
+	c.m.budget.give(&c.held)
 	buf, reqBuf := c.buf, c.reqBuf
 	if cap(*buf) > maxPooled || cap(*reqBuf) > maxPooled {
 		buf, reqBuf = nil, nil // fresh ones from the pool next time

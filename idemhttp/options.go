@@ -55,13 +55,33 @@ type Options struct {
 	// query and body bytes); JSONFingerprint canonicalises JSON bodies.
 	Fingerprint FingerprintFunc
 	// MaxRequestBody is the largest request body read, in bytes; a larger one is answered 413
-	// (ProblemRequestTooLarge) without running the handler. Default DefaultMaxRequestBody (1 MiB).
+	// (ProblemRequestTooLarge) without running the handler. The body is read as it arrives,
+	// into a buffer that grows with the bytes received: a declared Content-Length is checked
+	// against the limit but never reserves memory. It applies to the requests the middleware
+	// reads: processed methods with a key, or, with a KeySource that reads the body (JSONKey,
+	// FuncKey), all requests of processed methods. Requests of other methods and, with a
+	// header key, requests without one pass through untouched: their bodies stream to the
+	// handler unread and unbounded by the middleware (http.MaxBytesHandler bounds them).
+	// Default DefaultMaxRequestBody (1 MiB).
 	MaxRequestBody int64
 	// MaxResponseBody is the largest response body kept for replay, in bytes. A larger one is
 	// streamed to the client as the handler writes it, and the record is completed without
 	// the body: a retry gets ProblemNotRetained, never a second execution and never a
 	// truncated body. Default DefaultMaxResponseBody (1 MiB).
 	MaxResponseBody int64
+	// MemoryBudget bounds the bytes of request and response buffers the middleware holds at
+	// once, across all the requests in flight: request bodies as they arrive, responses
+	// captured for replay, and the copies DetachBody makes. A request that would take the total
+	// over the budget while the middleware reads its body is answered 503 (ProblemOverloaded)
+	// with Retry-After, before any claim is taken: the handler does not run, and a retry with
+	// the same key is safe. A response that would take it over is sent as the handler writes
+	// it and not retained, as one over MaxResponseBody is. A request that would be the only one
+	// holding memory is never refused, so a budget below one request's needs serves such
+	// requests one at a time. Memory is counted as it is used, never from a declared
+	// Content-Length; buffers that grew past 64 KiB are given back to the garbage collector
+	// after their request, not pooled. Default DefaultMemoryBudget (64 MiB), or
+	// 4 × (MaxRequestBody + MaxResponseBody) when that is larger; negative: unlimited.
+	MemoryBudget int64
 	// DenyHeaders are response headers that are not stored, and so not replayed, besides the
 	// hop-by-hop ones (Connection and those it names, Keep-Alive, Proxy-*, TE, Trailer,
 	// Transfer-Encoding, Upgrade). Default: Set-Cookie. A non-nil empty slice denies none.
@@ -122,6 +142,14 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxRequestBody = cmp.Or(o.MaxRequestBody, DefaultMaxRequestBody)
 	o.MaxResponseBody = cmp.Or(o.MaxResponseBody, DefaultMaxResponseBody)
 	o.StoreRetryAfter = cmp.Or(o.StoreRetryAfter, time.Second)
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = DefaultMemoryBudget
+		if o.MaxRequestBody < 1<<58 && o.MaxResponseBody < 1<<58 {
+			o.MemoryBudget = max(o.MemoryBudget, 4*(o.MaxRequestBody+o.MaxResponseBody))
+		} else {
+			o.MemoryBudget = -1 // no budget could serve one request at such limits
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -28,6 +28,10 @@ const (
 	// ProblemStoreUnavailable (503, with Retry-After): the idempotency store could not be
 	// reached, so the request was not processed (fail closed). Retry with the same key.
 	ProblemStoreUnavailable = "https://idemkit.dev/problems/store-unavailable"
+	// ProblemOverloaded (503, with Retry-After): the server holds as much request and response
+	// data as it is allowed to (Options.MemoryBudget), so the request was not processed. Retry
+	// with the same key.
+	ProblemOverloaded = "https://idemkit.dev/problems/overloaded"
 	// ProblemNotRetained (the original status, with Idempotent-Replayed: true): the request was
 	// processed before, but its response was larger than the middleware keeps, so it cannot be
 	// replayed. The operation is NOT executed again.
@@ -63,6 +67,7 @@ var (
 	probInFlight     = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later")
 	probMismatch     = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request")
 	probStore        = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later")
+	probOverloaded   = newProblem(503, ProblemOverloaded, "The request was not processed: the server is busy; retry later")
 	probPanic        = newProblem(500, ProblemHandlerPanic, "The request failed; it may be retried with the same key")
 	probInternal     = newProblem(500, ProblemInternal, "The request was not processed")
 )

@@ -1,0 +1,326 @@
+package idemhttp_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// budgetBundle is a loopback server with the middleware, and the bytes it holds.
+type budgetBundle struct {
+	*bundle
+	held func() int64
+}
+
+func setupBudget(t *testing.T, opt idemhttp.Options, h http.Handler) *budgetBundle {
+	t.Helper()
+	st := memstore.New()
+	eng, err := idem.New(st, idem.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{t: t, eng: eng, store: st}
+	opt.Engine, opt.Logger = eng, quiet
+	opt.OnEvent = func(ev idemhttp.Event) {
+		ev.Request = nil
+		b.mu.Lock()
+		b.events = append(b.events, ev)
+		b.mu.Unlock()
+	}
+	mw, held, err := idemhttp.NewCounted(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv = httptest.NewUnstartedServer(mw(h))
+	b.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	b.srv.Start()
+	t.Cleanup(b.srv.Close)
+	return &budgetBundle{bundle: b, held: held}
+}
+
+// slowConn sends a POST declaring a body of declared bytes and sends only the first part of it,
+// then waits: a client that trickles its body, or an attacker.
+func (b *budgetBundle) slowConn(t *testing.T, key string, declared int64, part []byte) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", b.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	head := "POST /charges HTTP/1.1\r\nHost: t\r\nIdempotency-Key: " + key +
+		"\r\nContent-Length: " + strconv.FormatInt(declared, 10) + "\r\n\r\n"
+	if _, err := c.Write(append([]byte(head), part...)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitHeld waits until cond holds of the bytes the middleware holds, and returns them.
+func (b *budgetBundle) waitHeld(t *testing.T, what string, cond func(int64) bool) int64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := b.held()
+		if cond(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the middleware holds %d bytes; waited 30s for %s", n, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestSlowBodiesHoldOnlyWhatArrived: many clients declare the largest body and send one byte.
+// The middleware must hold memory for the bytes received, not for the bytes declared, and give
+// all of it back when the clients go away. Not parallel: it measures the heap.
+func TestSlowBodiesHoldOnlyWhatArrived(t *testing.T) {
+	const conns = 200
+	const maxBody = 1 << 20
+	var ran atomic.Int64
+	b := setupBudget(t, idemhttp.Options{MaxRequestBody: maxBody}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+	}))
+	// Warm the server and the pools, then measure from there.
+	if r := b.do("POST", "/charges", "warm", "{}"); r.Status != 200 {
+		t.Fatalf("warm-up: %d %s", r.Status, r.Body)
+	}
+	b.waitHeld(t, "the warm-up to give back its buffers", func(n int64) bool { return n == 0 })
+	ran.Store(0)
+	before := heapAlloc()
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		cs[i] = b.slowConn(t, fmt.Sprintf("slow-%d", i), maxBody, []byte("{"))
+	}
+	// Each request holds its two pooled buffers (4 KiB each when fresh, at most 64 KiB each
+	// when a pooled one grew earlier); the declared megabyte would be 1 MiB each.
+	held := b.waitHeld(t, "every request to be reading its body", func(n int64) bool { return n >= conns*8<<10 })
+	if held > conns*128<<10 {
+		t.Fatalf("%d requests that sent 1 byte each hold %d bytes (%d each)", conns, held, held/conns)
+	}
+	grown := int64(heapAlloc()) - int64(before)
+	t.Logf("%d connections declaring %d bytes and sending 1: the middleware holds %d bytes (%d each), the heap grew %d bytes (%d each)",
+		conns, maxBody, held, held/conns, grown, grown/conns)
+	// The declared bodies would be 200 MiB; a connection costs net/http and the test client
+	// some tens of KiB (buffers, goroutine stacks are not in HeapAlloc).
+	if grown > 40<<20 {
+		t.Fatalf("the heap grew by %d bytes (%d per connection) for %d connections that sent 1 byte each", grown, grown/conns, conns)
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	b.waitHeld(t, "the budget to come back to 0 once the clients are gone", func(n int64) bool { return n == 0 })
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times for bodies cut short", n)
+	}
+}
+
+// TestMemoryBudgetRefusesBeforeTheClaim: with the budget held by a request whose body is on
+// its way, another request gets 503 ProblemOverloaded with Retry-After, the handler does not
+// run, and no claim is left behind: the same key, retried once memory is free, executes.
+func TestMemoryBudgetRefusesBeforeTheClaim(t *testing.T) {
+	t.Parallel()
+	const budget = 256 << 10
+	var ran atomic.Int64
+	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(201)
+	}))
+	// A request alone is served whatever its size: this one holds more than the budget.
+	holder := b.slowConn(t, "holder", 1<<20, bytes.Repeat([]byte("x"), 300<<10))
+	b.waitHeld(t, "the holder to hold more than the budget", func(n int64) bool { return n > budget })
+
+	r := b.do("POST", "/charges", "refused", `{"amount":1}`)
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "1" {
+		t.Fatalf("over the budget: %d, Retry-After %q, %s; want 503 and Retry-After 1", r.Status, r.Header.Get("Retry-After"), r.Body)
+	}
+	if pt := problemType(t, r); pt != idemhttp.ProblemOverloaded {
+		t.Fatalf("problem type %s, want %s", pt, idemhttp.ProblemOverloaded)
+	}
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times for a refused request", n)
+	}
+	if _, err := b.store.Get(t.Context(), idemhttp.StorageKey("", "refused")); err == nil {
+		t.Fatal("a refused request left a record behind")
+	}
+
+	holder.Close()
+	b.waitHeld(t, "the holder's memory to come back", func(n int64) bool { return n == 0 })
+	if r := b.do("POST", "/charges", "refused", `{"amount":1}`); r.Status != 201 {
+		t.Fatalf("the refused key retried with memory free: %d %s, want 201", r.Status, r.Body)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+	outs := b.outcomes()
+	if len(outs) < 2 || outs[0] != idemhttp.OutcomeOverloaded || outs[len(outs)-1] != idemhttp.OutcomeExecuted {
+		t.Fatalf("outcomes %v, want overloaded first and executed last", outs)
+	}
+	b.waitHeld(t, "the budget to come back to 0", func(n int64) bool { return n == 0 })
+}
+
+// TestMemoryBudgetBoundsManySlowBodies: many clients trickle their bodies at once, each
+// past the initial buffer; the middleware never holds much more than the budget, those it
+// cannot hold get 503 + Retry-After, and everything comes back when they finish.
+func TestMemoryBudgetBoundsManySlowBodies(t *testing.T) {
+	t.Parallel()
+	const (
+		budget = 1 << 20
+		conns  = 64
+		part   = 40 << 10 // grows a request's buffer to 64 KiB
+	)
+	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(201)
+	}))
+	var wg sync.WaitGroup
+	var ok, refused, bad atomic.Int64
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				if n := b.held(); n > peak.Load() {
+					peak.Store(n)
+				}
+			}
+		}
+	}()
+	body := bytes.Repeat([]byte("y"), 2*part)
+	for i := range conns {
+		c := b.slowConn(t, fmt.Sprintf("many-%d", i), int64(len(body)), body[:part])
+		wg.Go(func() {
+			br := bufio.NewReader(c)
+			// The rest of the body later, unless the server has answered already.
+			_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			if _, err := br.Peek(1); err != nil {
+				_ = c.SetReadDeadline(time.Time{})
+				if _, err := c.Write(body[part:]); err != nil {
+					bad.Add(1)
+					return
+				}
+			}
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				bad.Add(1)
+				return
+			}
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode == 201:
+				ok.Add(1)
+			case resp.StatusCode == 503 && resp.Header.Get("Retry-After") != "" && resp.Header.Get("Content-Type") == idemhttp.ProblemContentType:
+				refused.Add(1)
+			default:
+				bad.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	t.Logf("%d slow clients, budget %d: %d served, %d refused; the middleware held at most %d bytes", conns, budget, ok.Load(), refused.Load(), peak.Load())
+	if bad.Load() != 0 || ok.Load()+refused.Load() != conns {
+		t.Fatalf("%d served, %d refused, %d other answers or errors", ok.Load(), refused.Load(), bad.Load())
+	}
+	if refused.Load() == 0 {
+		t.Fatalf("%d clients each holding about %d bytes under a budget of %d: none refused", conns, 64<<10, budget)
+	}
+	// A request is refused before it goes over; the one allowed excess is a request alone,
+	// and a growth racing another's refusal: one largest buffer (128 KiB here, pooled ones
+	// included) more than the budget.
+	if p := peak.Load(); p > budget+128<<10 {
+		t.Fatalf("the middleware held %d bytes under a budget of %d", p, budget)
+	}
+	b.waitHeld(t, "the budget to come back to 0", func(n int64) bool { return n == 0 })
+}
+
+// TestMemoryBudgetResponseNotRetained: a response whose capture would take memory over the
+// budget is streamed whole to the client and not retained, as one over MaxResponseBody: a
+// retry gets ProblemNotRetained with the original status, never a second execution.
+func TestMemoryBudgetResponseNotRetained(t *testing.T) {
+	t.Parallel()
+	const budget = 256 << 10
+	var ran atomic.Int64
+	big := strings.Repeat("z", 600<<10)
+	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(201)
+		for i := 0; i < len(big); i += 4 << 10 {
+			_, _ = io.WriteString(w, big[i:i+4<<10])
+		}
+	}))
+	// Another request holds part of the budget while the big response is written.
+	b.slowConn(t, "holder", 1<<20, bytes.Repeat([]byte("x"), 100<<10))
+	b.waitHeld(t, "the holder to hold its body", func(n int64) bool { return n > 100<<10 })
+
+	r := b.do("POST", "/big", "big", "{}")
+	if r.Status != 201 || r.Err != nil || string(r.Body) != big {
+		t.Fatalf("first answer: %d, %d bytes, err %v; want 201 and the %d bytes written", r.Status, len(r.Body), r.Err, len(big))
+	}
+	r2 := b.do("POST", "/big", "big", "{}")
+	if r2.Status != 201 || r2.Header.Get(idemhttp.ReplayedHeader) != "true" || r2.Header.Get("Content-Type") != idemhttp.ProblemContentType {
+		t.Fatalf("retry: %d, %d bytes of %s, want a 201 ProblemNotRetained replay", r2.Status, len(r2.Body), r2.Header.Get("Content-Type"))
+	}
+	if pt := problemType(t, r2); pt != idemhttp.ProblemNotRetained {
+		t.Fatalf("retry: problem %s, want %s", pt, idemhttp.ProblemNotRetained)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+	if outs := b.outcomes(); len(outs) < 1 || outs[0] != idemhttp.OutcomeOversize {
+		t.Fatalf("outcomes %v, want oversize first", outs)
+	}
+}
+
+// TestMemoryBudgetOption: the budget's default and validation.
+func TestMemoryBudgetOption(t *testing.T) {
+	t.Parallel()
+	eng, err := idem.New(memstore.New(), idem.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		opt  idemhttp.Options
+		want int64 // -1: unlimited
+	}{
+		{idemhttp.Options{}, idemhttp.DefaultMemoryBudget},
+		{idemhttp.Options{MaxRequestBody: 32 << 20}, 4 * (32<<20 + idemhttp.DefaultMaxResponseBody)},
+		{idemhttp.Options{MemoryBudget: 1 << 10}, 1 << 10},
+		{idemhttp.Options{MemoryBudget: -1}, -1},
+	} {
+		tc.opt.Engine = eng
+		got, err := idemhttp.MemoryBudgetOf(tc.opt)
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: budget %d, %v; want %d", tc.opt, got, err, tc.want)
+		}
+	}
+}
