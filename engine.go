@@ -101,7 +101,7 @@ func New(store Store, opt Options) (*Engine, error) {
 		return nil, invalid("Options.CacheSize %d is negative", opt.CacheSize)
 	case opt.CacheBytes < 0:
 		return nil, invalid("Options.CacheBytes %d is negative", opt.CacheBytes)
-	case opt.Uncertain > UncertainPin:
+	case opt.Uncertain > UncertainHold:
 		return nil, invalid("Options.Uncertain %d is not a known policy", opt.Uncertain)
 	}
 	e := &Engine{store: store, opt: opt}
@@ -365,7 +365,7 @@ func (e *Engine) hold(ctx context.Context, key string, token int64, expires time
 	switch e.opt.Uncertain {
 	case UncertainRelease:
 		e.release(ctx, key, token)
-	case UncertainPin:
+	case UncertainHold:
 		sctx, cancel := e.detached(ctx)
 		defer cancel()
 		if err := e.store.Extend(sctx, key, token, expires); err != nil {

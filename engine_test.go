@@ -332,7 +332,7 @@ func TestUncertain(t *testing.T) {
 		}
 	})
 	t.Run("pin", func(t *testing.T) {
-		b := setup(t, idem.Options{Uncertain: idem.UncertainPin, Lease: 10 * time.Second, TTL: time.Hour})
+		b := setup(t, idem.Options{Uncertain: idem.UncertainHold, Lease: 10 * time.Second, TTL: time.Hour})
 		_, _ = b.eng.Do(context.Background(), "k", fp1, uncertain)
 		b.clock.Advance(30 * time.Minute)
 		var runs atomic.Int32

@@ -77,20 +77,50 @@ const (
 	// UncertainRelease frees the claim at once, so a retry executes again. Use it only when
 	// the effect is itself safe to repeat.
 	UncertainRelease
-	// UncertainPin extends the lease to the end of the record's window, so no retry executes
+	// UncertainHold extends the lease to the end of the record's window, so no retry executes
 	// until an operator resolves the key (idem release) or the record expires.
-	UncertainPin
+	UncertainHold
 )
 
-// String returns "expire", "release", "pin" or "invalid".
+// UncertainPin is the former name of UncertainHold.
+//
+// Deprecated: use UncertainHold.
+const UncertainPin = UncertainHold
+
+// String returns "expire", "release", "hold" or "invalid": the words UnmarshalText reads.
 func (p UncertainPolicy) String() string {
 	switch p {
 	case UncertainExpire:
 		return "expire"
 	case UncertainRelease:
 		return "release"
-	case UncertainPin:
-		return "pin"
+	case UncertainHold:
+		return "hold"
 	}
 	return "invalid"
+}
+
+// MarshalText returns the policy's word, as String does; it fails for an unknown policy.
+func (p UncertainPolicy) MarshalText() ([]byte, error) {
+	s := p.String()
+	if s == "invalid" {
+		return nil, invalid("unknown uncertain policy %d", uint8(p))
+	}
+	return []byte(s), nil
+}
+
+// UnmarshalText reads "expire", "release" or "hold" (also "pin", the former word for hold), as
+// configuration files and flags spell them. Anything else is an error wrapping ErrInvalidInput.
+func (p *UncertainPolicy) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "expire":
+		*p = UncertainExpire
+	case "release":
+		*p = UncertainRelease
+	case "hold", "pin":
+		*p = UncertainHold
+	default:
+		return invalid("uncertain policy %q is not expire, release or hold", b)
+	}
+	return nil
 }

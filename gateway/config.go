@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/idemkit/idem"
 )
 
 // Config is the gateway's configuration: what `idem serve` reads from flags, IDEM_* environment
@@ -238,8 +240,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: log_format %q is neither text nor json", c.LogFormat)
 	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
 		return fmt.Errorf("config: log_level %q is not debug, info, warn or error", c.LogLevel)
-	case c.Uncertain != "expire" && c.Uncertain != "release" && c.Uncertain != "hold":
-		return fmt.Errorf("config: uncertain %q is not expire, release or hold", c.Uncertain)
+	}
+	if err := c.uncertainPolicy(); err != nil {
+		return fmt.Errorf("config: uncertain: %w", err)
 	}
 	for _, m := range c.Methods {
 		if m == "" || strings.ContainsAny(m, " \t/") {
@@ -270,4 +273,18 @@ func (r Route) validate() error {
 		return fmt.Errorf("ttl %s is negative", time.Duration(r.TTL))
 	}
 	return nil
+}
+
+// uncertainPolicy parses Uncertain with the engine's own words; the error is nil when it is
+// one of them.
+func (c Config) uncertainPolicy() error {
+	var p idem.UncertainPolicy
+	return p.UnmarshalText([]byte(c.Uncertain))
+}
+
+// UncertainPolicy returns the engine's policy that Uncertain names (expire, release or hold).
+func (c Config) UncertainPolicy() idem.UncertainPolicy {
+	var p idem.UncertainPolicy
+	_ = p.UnmarshalText([]byte(c.Uncertain)) // Validate has rejected anything else
+	return p
 }

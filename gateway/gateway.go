@@ -141,7 +141,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		Wait:      time.Duration(g.cfg.Wait),
 		Policy:    policy,
 		CacheSize: max(g.cfg.Cache, 0),
-		Uncertain: map[string]idem.UncertainPolicy{"expire": idem.UncertainExpire, "release": idem.UncertainRelease, "hold": idem.UncertainPin}[g.cfg.Uncertain],
+		Uncertain: g.cfg.UncertainPolicy(),
 		Logger:    g.log,
 	})
 	if err != nil {
