@@ -16,10 +16,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // HeaderKey is the header that carries the idempotency key.
-const HeaderKey = "Idempotency-Key"
+//
+// Deprecated: use idem.KeyHeader, the one name every face of idem uses.
+const HeaderKey = idem.KeyHeader
 
 // ErrBodyNotReplayable: the request needed a retry but its body cannot be sent again (it has
 // no GetBody). The request was sent once; use a body type that http.NewRequest knows
@@ -182,7 +186,7 @@ var idempotentMethods = []string{http.MethodGet, http.MethodHead, http.MethodOpt
 // sent on clones carrying the key.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	key := req.Header.Get(HeaderKey)
+	key := req.Header.Get(idem.KeyHeader)
 	retryable := key != ""
 	if key == "" && t.methods[req.Method] {
 		if k, ok := KeyFrom(ctx); ok {
@@ -320,7 +324,7 @@ func (s *streamed) Close() error {
 // prepare returns the request to send for one attempt: a shallow clone with the key set and
 // the given body, so the caller's request is never modified.
 func (t *Transport) prepare(req *http.Request, key string, body io.ReadCloser) *http.Request {
-	if key == "" || req.Header.Get(HeaderKey) == key {
+	if key == "" || req.Header.Get(idem.KeyHeader) == key {
 		if body == req.Body {
 			return req
 		}
@@ -329,7 +333,7 @@ func (t *Transport) prepare(req *http.Request, key string, body io.ReadCloser) *
 		return r
 	}
 	r := req.Clone(req.Context())
-	r.Header.Set(HeaderKey, key)
+	r.Header.Set(idem.KeyHeader, key)
 	r.Body = body
 	return r
 }

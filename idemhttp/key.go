@@ -4,11 +4,14 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/idemkit/idem"
 )
 
-// HeaderName is the request header that carries the key, after the IETF draft "The
-// Idempotency-Key HTTP Header Field" and Stripe's API.
-const HeaderName = "Idempotency-Key"
+// HeaderName is the request header that carries the key.
+//
+// Deprecated: use idem.KeyHeader, the one name every face of idem uses.
+const HeaderName = idem.KeyHeader
 
 // MaxKeyLen is the longest key accepted, in bytes (after unquoting).
 const MaxKeyLen = 255
@@ -98,7 +101,7 @@ func printable(s string) bool {
 // Idempotency-Key, so the key is the sender's event id, from a header (GitHub's
 // X-GitHub-Delivery) or from the JSON body (a Stripe event's "id").
 type KeySource struct {
-	header string   // canonical header name; "" with path == nil and fn == nil: HeaderName
+	header string   // canonical header name; "" with path == nil and fn == nil: idem.KeyHeader
 	path   []string // JSON body field, split at dots
 	fn     func(r *http.Request, body []byte) (string, error)
 }
@@ -136,7 +139,7 @@ func (s KeySource) String() string {
 	case s.header != "":
 		return "header:" + s.header
 	}
-	return "header:" + HeaderName
+	return "header:" + idem.KeyHeader
 }
 
 func (s *KeySource) validate() error {
@@ -157,7 +160,7 @@ func (s *KeySource) validate() error {
 func (s *KeySource) fromHeader(h http.Header) (string, error) {
 	name := s.header
 	if name == "" {
-		name = HeaderName
+		name = idem.KeyHeader
 	}
 	vs := h[name]
 	switch len(vs) {
