@@ -40,11 +40,11 @@ bench-instructions: ## Instructions per request (callgrind) of idemhttp and Fibe
 bench-pgbench: services ## pgstore against pgbench running the same statements, same session.
 	bash scripts/bench-pgbench.sh
 
-chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS, default 100000); the verdict must be all zeros.
-	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-100000} $(GO) test -tags chaos -count=1 -v -timeout 3h -run TestChaos ./internal/chaos/
+chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS per store, default 100000; IDEM_CHAOS_STORES, default postgres,redis); the verdict must be all zeros.
+	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-100000} $(GO) test -tags chaos -count=1 -v -timeout 6h -run 'TestChaos$$' ./internal/chaos/
 
-chaos-short: services ## Chaos run for CI: 5,000 operations with faults.
-	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=5000 $(GO) test -tags chaos -count=1 -v -timeout 30m -run TestChaos ./internal/chaos/
+chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQL, Redis) under every fault class, and the unfenced store that must fail.
+	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-2000} $(GO) test -tags chaos -count=1 -v -timeout 30m -run 'TestChaos' ./internal/chaos/
 
 bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
 	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/

@@ -3,16 +3,21 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,20 +31,23 @@ import (
 // binaryPath is the gateway command, built once: the real idem CLI.
 var binaryPath string
 
+// scopeArgs are the flags `idem serve` needs to run with no scope header, if it insists on
+// being told.
+var scopeArgs []string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "idem-chaos-bin-")
 	if err != nil {
 		panic(err)
 	}
 	binaryPath = filepath.Join(dir, "idem")
-	args := []string{"build", "-o", binaryPath}
-	if os.Getenv("IDEM_CHAOS_RACE") == "1" {
-		args = append(args, "-race")
-	}
-	out, err := exec.Command("go", append(args, "github.com/idemkit/idem/cmd/idem")...).CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the gateway: %v\n%s", err, out)
+	if err := build(binaryPath, "github.com/idemkit/idem/cmd/idem"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	help, _ := exec.Command(binaryPath, "serve", "-h").CombinedOutput()
+	if regexp.MustCompile(`(?m)^\s+--?scope\b(\s|$)`).Match(help) {
+		scopeArgs = []string{"--scope", "none"}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -52,25 +60,101 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func TestChaos(t *testing.T) {
+// build compiles the command pkg to out (with the race detector if IDEM_CHAOS_RACE=1).
+func build(out, pkg string) error {
+	args := []string{"build", "-o", out}
+	if os.Getenv("IDEM_CHAOS_RACE") == "1" {
+		args = append(args, "-race")
+	}
+	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// allFaults are the fault classes; IDEM_CHAOS_FAULTS (a comma list) narrows a run to some.
+var allFaults = []string{"kill", "pause", "store", "net", "upstream", "client", "release"}
+
+// newConfig reads the run's settings from the environment, for a store kind.
+func newConfig(storeKind string) config {
 	cfg := config{
 		ops:         envInt("IDEM_CHAOS_OPS", 5000),
 		gateways:    envInt("IDEM_CHAOS_GATEWAYS", 3),
 		concurrency: envInt("IDEM_CHAOS_CONCURRENCY", 48),
-		storeKind:   os.Getenv("IDEM_CHAOS_STORE"),
+		storeKind:   storeKind,
 		seed:        uint64(envInt("IDEM_CHAOS_SEED", int(time.Now().UnixNano()%1e9))),
 		lease:       2 * time.Second,
+		faults:      map[string]bool{},
+		pauseGap:    [2]time.Duration{2 * time.Second, 5 * time.Second},
 	}
-	if cfg.storeKind == "" {
-		cfg.storeKind = "postgres"
+	names := allFaults
+	if v := os.Getenv("IDEM_CHAOS_FAULTS"); v != "" {
+		names = strings.Split(v, ",")
 	}
+	for _, f := range names {
+		cfg.faults[strings.TrimSpace(f)] = true
+	}
+	return cfg
+}
+
+// storeKinds lists the stores to run on: IDEM_CHAOS_STORES (a comma list of postgres, redis,
+// sqlite), else IDEM_CHAOS_STORE, else PostgreSQL and Redis.
+func storeKinds() []string {
+	v := cmp.Or(os.Getenv("IDEM_CHAOS_STORES"), os.Getenv("IDEM_CHAOS_STORE"), "postgres,redis")
+	return strings.Split(v, ",")
+}
+
+// TestChaos runs the load under every fault class on each store, and requires the verdict to
+// be all zeros.
+func TestChaos(t *testing.T) {
+	for _, kind := range storeKinds() {
+		t.Run(kind, func(t *testing.T) {
+			cfg := newConfig(kind)
+			v := runChaos(t, cfg, binaryPath, "")
+			if !v.OK() {
+				t.Errorf("the chaos verdict is not all zeros (rerun with IDEM_CHAOS_KEEP=1 to keep the effect table; IDEM_CHAOS_FAULTS narrows the fault classes)")
+			}
+			if v.Ops < cfg.ops || v.Probes != cfg.ops {
+				t.Errorf("judged %d operations and %d probes, want %d", v.Ops, v.Probes, cfg.ops)
+			}
+		})
+	}
+}
+
+// TestChaosUnfencedStoreFails runs gateways whose store ignores the fencing token on
+// completion (the unfenced command: a test-only wrapper), with gateways paused past their
+// lease: a paused holder's late completion then overwrites its successor's, and the verdict
+// must fail.
+func TestChaosUnfencedStoreFails(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "unfenced")
+	if err := build(bin, "github.com/idemkit/idem/internal/chaos/unfenced"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newConfig("postgres")
+	cfg.ops = envInt("IDEM_CHAOS_UNFENCED_OPS", 1500)
+	cfg.faults = map[string]bool{"pause": true}
+	cfg.pauseGap = [2]time.Duration{300 * time.Millisecond, time.Second}
+	v := runChaos(t, cfg, bin, "unfenced+")
+	if v.OK() || v.UnexplainedDoubles == 0 {
+		t.Fatalf("a store that does not fence its completions passed the verdict (pauses %d)", v.PauseTakeovers)
+	}
+}
+
+// runChaos runs one chaos run: cfg.ops operations through cfg.gateways gateways (the command
+// binary) sharing a private store of cfg.storeKind (its URL prefixed by storePrefix), under
+// the faults of cfg; then one probe per operation with no fault. It logs the verdict and the
+// fault mix, and returns the verdict.
+func runChaos(t *testing.T, cfg config, binary, storePrefix string) chaos.Verdict {
 	pgURL := testenv.PostgresURL(t)
 	run := fmt.Sprintf("r%d", time.Now().UnixNano()%1e12)
-	t.Logf("chaos run %s: %d operations, %d gateways on a %s store, %d in flight, seed %d",
-		run, cfg.ops, cfg.gateways, cfg.storeKind, cfg.concurrency, cfg.seed)
+	t.Logf("chaos run %s: %d operations, %d gateways on a %s store, %d in flight, seed %d, faults %v",
+		run, cfg.ops, cfg.gateways, cfg.storeKind, cfg.concurrency, cfg.seed, slices.Sorted(maps.Keys(cfg.faults)))
 
-	h := &harness{t: t, cfg: cfg, binary: binaryPath, dir: t.TempDir(), lease: cfg.lease,
-		rng: rand.New(rand.NewPCG(cfg.seed, 2))}
+	h := &harness{t: t, cfg: cfg, binary: binary, run: run, dir: t.TempDir(), lease: cfg.lease,
+		rng: rand.New(rand.NewPCG(cfg.seed, 2)), inFlight: map[string]bool{}, releaseOutcomes: map[string]int{}}
+	for range cfg.ops {
+		h.plans = append(h.plans, h.choosePlan())
+	}
 	switch cfg.storeKind {
 	case "postgres":
 		h.store = startPrivatePG(t)
@@ -79,61 +163,68 @@ func TestChaos(t *testing.T) {
 	case "sqlite":
 		h.store = sqliteFile{path: filepath.Join(h.dir, "idem.db")}
 	default:
-		t.Fatalf("IDEM_CHAOS_STORE=%q: want postgres, redis or sqlite", cfg.storeKind)
+		t.Fatalf("store %q: want postgres, redis or sqlite", cfg.storeKind)
 	}
-	h.up = startUpstream(t, pgURL, run, cfg.seed)
+	h.storeURL = storePrefix + h.store.URL()
+	h.up = startUpstream(t, pgURL, run, cfg.seed, cfg.lease, upstreamTimeout, h.onLost)
 	ctx := context.Background()
 	h.startSlots(ctx)
 
+	loadTime := h.load(ctx)
+	h.calm(ctx)
+	h.probe(ctx)
+
+	_, _, unstored, _ := h.gatewayLogs()
+	v := chaos.Judge(chaos.History{Effects: h.up.effects(t), Answers: h.answers, Kills: h.kills, Pauses: h.pauses,
+		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Unstored: unstored, Lease: cfg.lease})
+	var b strings.Builder
+	v.Report(&b)
+	h.faultMix(&b, loadTime)
+	h.doubledByPlan(&b, v)
+	fmt.Print("\n", b.String())
+	t.Log("\n" + b.String())
+	return v
+}
+
+// load sends every operation under faults, and returns how long it took.
+func (h *harness) load(ctx context.Context) time.Duration {
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, ResponseHeaderTimeout: 20 * time.Second}
 	defer tr.CloseIdleConnections()
 	client, err := idemclient.NewClient(idemclient.Options{
-		Base:        rotating{h: h, base: tr, via: func(s *slot) string { return s.front.Addr() }},
+		Base:        rotating{h: h, base: tr, via: func(s *slot) string { return s.front.Addr() }, impatient: true},
 		MaxAttempts: 12, BaseDelay: 20 * time.Millisecond, MaxDelay: time.Second, MaxElapsed: 30 * time.Second,
-		OnEvent: func(ev idemclient.Event) {
-			switch ev.Kind {
-			case idemclient.EventAttempt:
-				h.clientStats.attempts.Add(1)
-				switch ev.Status {
-				case http.StatusConflict:
-					h.clientStats.conflicts.Add(1)
-				case http.StatusServiceUnavailable:
-					h.clientStats.unavailable.Add(1)
-				}
-			case idemclient.EventRetry:
-				h.clientStats.retries.Add(1)
-			case idemclient.EventGiveUp:
-				h.clientStats.giveUps.Add(1)
-			}
-		},
+		OnEvent: h.clientEvent,
 	})
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-
-	// Load, under faults.
 	start := time.Now()
 	h.setFaults(true)
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults sync.WaitGroup
-	faults.Add(2)
-	go h.killer(faultCtx, &faults)
-	go h.storeCrasher(faultCtx, &faults)
+	for name, fn := range map[string]func(context.Context, *sync.WaitGroup){
+		"kill": h.killer, "store": h.storeCrasher, "pause": h.pauser, "release": h.operator,
+	} {
+		if h.cfg.faults[name] {
+			faults.Add(1)
+			go fn(faultCtx, &faults)
+		}
+	}
 
 	opc := make(chan int)
 	var workers sync.WaitGroup
-	for range cfg.concurrency {
+	for range h.cfg.concurrency {
 		workers.Go(func() {
 			for i := range opc {
-				h.operation(ctx, client, run, i)
+				h.operation(ctx, client, i)
 			}
 		})
 	}
 	progress := time.NewTicker(15 * time.Second)
-	for i := range cfg.ops {
+	for i := range h.cfg.ops {
 		select {
 		case <-progress.C:
-			t.Logf("%s: %d/%d operations sent", time.Since(start).Round(time.Second), i, cfg.ops)
+			h.t.Logf("%s: %d/%d operations sent", time.Since(start).Round(time.Second), i, h.cfg.ops)
 		default:
 		}
 		opc <- i
@@ -144,35 +235,61 @@ func TestChaos(t *testing.T) {
 	loadTime := time.Since(start)
 	stopFaults()
 	faults.Wait()
+	return loadTime
+}
+
+func (h *harness) clientEvent(ev idemclient.Event) {
+	switch ev.Kind {
+	case idemclient.EventAttempt:
+		h.clientStats.attempts.Add(1)
+		switch ev.Status {
+		case http.StatusConflict:
+			h.clientStats.conflicts.Add(1)
+		case http.StatusServiceUnavailable:
+			h.clientStats.unavailable.Add(1)
+		}
+	case idemclient.EventRetry:
+		h.clientStats.retries.Add(1)
+	case idemclient.EventGiveUp:
+		h.clientStats.giveUps.Add(1)
+	}
+}
+
+// calm turns every fault off, brings every gateway back, and waits until every lease has
+// expired.
+func (h *harness) calm(ctx context.Context) {
 	h.setFaults(false)
 	h.up.calm.Store(true)
 	for _, s := range h.slots {
 		if !s.up.Load() {
 			if err := s.start(ctx); err != nil {
-				t.Fatal(err)
+				h.t.Fatal(err)
 			}
 		}
 	}
-
-	// Every lease has expired: each operation must now go through, with no fault.
 	time.Sleep(h.lease + time.Second)
 	for _, s := range h.slots {
 		if err := s.ready(ctx); err != nil {
-			t.Fatalf("gateway %s not ready for the probes: %v", s.name, err)
+			h.t.Fatalf("gateway %s not ready for the probes: %v", s.name, err)
 		}
 	}
+}
+
+// probe sends each operation once more, with no fault: it must succeed.
+func (h *harness) probe(ctx context.Context) {
 	probeTr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer probeTr.CloseIdleConnections()
 	probe := &http.Client{Transport: rotating{h: h, base: probeTr, via: func(s *slot) string { return fmt.Sprintf("127.0.0.1:%d", s.port) }}, Timeout: 20 * time.Second}
-	opc = make(chan int)
+	opc := make(chan int)
+	var workers sync.WaitGroup
 	for range 16 {
 		workers.Go(func() {
 			for i := range opc {
-				op := opName(i)
+				op := h.opName(i)
 				// Only a network error is tried again (nothing is injected now, so it is rare).
 				var a chaos.Answer
 				for attempt := 0; attempt < 4; attempt++ {
-					if a = h.deliver(ctx, probe, op, run+"-"+op, payload(op, int64(i+1)), func(a *chaos.Answer) { a.Probe = true }); a.Status != 0 {
+					if a = h.deliver(ctx, probe, op, h.run+"-"+op, payload(op, int64(i+1)), func(a *chaos.Answer) { a.Probe = true }); a.Status != 0 {
 						break
 					}
 				}
@@ -180,31 +297,32 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-	for i := range cfg.ops {
+	for i := range h.cfg.ops {
 		opc <- i
 	}
 	close(opc)
 	workers.Wait()
-
-	v := chaos.Judge(chaos.History{Effects: h.up.effects(t), Answers: h.answers, Kills: h.kills, LostAnswers: h.lost})
-	var b strings.Builder
-	v.Report(&b)
-	h.faultMix(&b, loadTime)
-	fmt.Print("\n", b.String())
-	t.Log("\n" + b.String())
-	if !v.OK() {
-		t.Errorf("the chaos verdict is not all zeros (gateway logs in %s are removed with the test; rerun with IDEM_CHAOS_KEEP=1 to keep the effect table)", h.dir)
-	}
-	if v.Ops < cfg.ops || v.Probes != cfg.ops {
-		t.Errorf("judged %d operations and %d probes, want %d", v.Ops, v.Probes, cfg.ops)
-	}
 }
 
 // operation sends one operation: one to three deliveries with the same key, some at once, some
-// a little later; and sometimes, once it succeeded, the same key with another payload.
-func (h *harness) operation(ctx context.Context, client *http.Client, run string, i int) {
-	op := opName(i)
-	key := run + "-" + op
+// a little later; and sometimes, once it succeeded, the same key with another payload. Its plan
+// may add a client that goes away mid-request or mid-answer.
+func (h *harness) operation(ctx context.Context, client *http.Client, i int) {
+	op := h.opName(i)
+	key := h.run + "-" + op
+	body := payload(op, int64(i+1))
+	h.mu.Lock()
+	h.inFlight[op] = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.inFlight, op)
+		h.mu.Unlock()
+	}()
+	plan := planOf(op)
+	if plan == planHalfReq {
+		h.halfRequest(op, key, body)
+	}
 	n := 1
 	if h.roll() < 0.6 {
 		n++
@@ -213,25 +331,66 @@ func (h *harness) operation(ctx context.Context, client *http.Client, run string
 		n++
 	}
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	succeeded := false
+	var succeeded atomic.Bool
+	if plan == planBig || plan == planHangUp {
+		wg.Go(func() { h.hangUp(op, key, body, 4096) })
+	}
 	for range n {
 		pause := h.between(0, 80*time.Millisecond)
 		wg.Go(func() {
 			time.Sleep(pause)
-			a := h.deliver(ctx, client, op, key, payload(op, int64(i+1)), nil)
+			a := h.deliver(ctx, client, op, key, body, nil)
 			h.record(a)
 			if a.Status >= 200 && a.Status < 300 {
-				mu.Lock()
-				succeeded = true
-				mu.Unlock()
+				succeeded.Store(true)
 			}
 		})
 	}
 	wg.Wait()
-	if succeeded && h.roll() < 0.03 {
+	if succeeded.Load() && h.roll() < 0.03 {
 		h.record(h.deliver(ctx, client, op, key, payload(op, int64(i+1)+1_000_000), func(a *chaos.Answer) { a.Mismatch = true }))
 	}
+	if succeeded.Load() {
+		h.mu.Lock()
+		h.succeededOps = append(h.succeededOps, op)
+		h.mu.Unlock()
+	}
+}
+
+func clipLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " / ")
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}
+
+// doubledByPlan writes how many operations with an unexplained re-execution had each plan
+// (or were released by the operator while in progress).
+func (h *harness) doubledByPlan(b *strings.Builder, v chaos.Verdict) {
+	if len(v.DoubledOps) == 0 {
+		return
+	}
+	released := map[string]bool{}
+	for _, r := range h.releases {
+		if r.Done && !r.Force {
+			released[r.Op] = true
+		}
+	}
+	by := map[string]int{}
+	for _, op := range v.DoubledOps {
+		switch {
+		case released[op]:
+			by["released in progress by the operator"]++
+		default:
+			by[cmp.Or(planOf(op), "none")]++
+		}
+	}
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%s %d", p, by[p]))
+	}
+	fmt.Fprintf(b, "operations doubled without excuse, by plan: %s\n", strings.Join(parts, ", "))
 }
 
 // faultMix writes what was injected and how the gateways saw the run.
@@ -250,7 +409,7 @@ func (h *harness) faultMix(b *strings.Builder, load time.Duration) {
 		back.delay += k.Delays
 		starts += s.starts
 	}
-	outcomes, takeovers := h.logOutcomes()
+	outcomes, takeovers, unstored, fenced := h.gatewayLogs()
 	names := make([]string, 0, len(outcomes))
 	for k := range outcomes {
 		names = append(names, k)
@@ -269,4 +428,34 @@ func (h *harness) faultMix(b *strings.Builder, load time.Duration) {
 	fmt.Fprintf(b, "  client attempts %d, retries %d, gave up %d; answers 409 in flight %d, 503 %d\n",
 		h.clientStats.attempts.Load(), h.clientStats.retries.Load(), h.clientStats.giveUps.Load(), h.clientStats.conflicts.Load(), h.clientStats.unavailable.Load())
 	fmt.Fprintf(b, "  gateway outcomes (from their logs): %s; takeovers %d\n", strings.Join(oc, ", "), takeovers)
+	fmt.Fprintf(b, "  executions answered but not stored: %d, of which completions refused with ErrLeaseLost (fencing) %d\n", len(unstored), fenced)
+	var paused time.Duration
+	for _, p := range h.pauses {
+		paused += p.To.Sub(p.From)
+	}
+	fmt.Fprintf(b, "  gateway SIGSTOP past the lease, then SIGCONT: %d (%s in all)\n", len(h.pauses), paused.Round(time.Millisecond))
+	var plans []string
+	for _, m := range planMix {
+		n := 0
+		for _, p := range h.plans {
+			if p == m.plan {
+				n++
+			}
+		}
+		injected := int64(0)
+		if c, ok := h.up.injected.Load(m.plan); ok {
+			injected = c.(*atomic.Int64).Load()
+		}
+		plans = append(plans, fmt.Sprintf("%s %d (upstream applied %d)", m.plan, n, injected))
+	}
+	fmt.Fprintf(b, "  operation plans: %s\n", strings.Join(plans, ", "))
+	fmt.Fprintf(b, "  clients gone mid-request %d, mid-answer %d\n", h.clientFaults.halfRequests.Load(), h.clientFaults.hangUps.Load())
+	var rel []string
+	for _, k := range slices.Sorted(maps.Keys(h.releaseOutcomes)) {
+		rel = append(rel, fmt.Sprintf("%s %d", k, h.releaseOutcomes[k]))
+	}
+	fmt.Fprintf(b, "  operator `idem release`: %d [%s]\n", len(h.releases), strings.Join(rel, ", "))
+	for _, f := range h.releaseFailures {
+		fmt.Fprintf(b, "    failed: %s\n", clipLine(f))
+	}
 }

@@ -9,24 +9,35 @@
 //
 // # Running
 //
-//	go test -tags chaos -count=1 -v -timeout 30m ./internal/chaos/               # 5,000 operations
-//	IDEM_CHAOS_OPS=100000 go test -tags chaos -count=1 -v -timeout 3h ./internal/chaos/
+//	make chaos-short                      # 2,000 operations per store, and the unfenced store
+//	IDEM_CHAOS_OPS=100000 make chaos      # the long form
 //
-// Environment: IDEM_CHAOS_OPS (default 5000), IDEM_CHAOS_STORE (postgres, the default: a
-// private PostgreSQL started with initdb on a free loopback port, so it can be killed and
-// restarted; redis: a private redis-server with an fsync-always append-only file; sqlite: a
-// file shared by the gateways, no store restarts), IDEM_CHAOS_GATEWAYS (default 3),
-// IDEM_CHAOS_CONCURRENCY (operations in flight, default 48), IDEM_CHAOS_SEED, and
+// Environment: IDEM_CHAOS_OPS (per store, default 5000), IDEM_CHAOS_STORES (a comma list of
+// postgres: a private PostgreSQL started with initdb on a free loopback port, so it can be
+// killed and restarted; redis: a private redis-server with an fsync-always append-only file;
+// sqlite: a file shared by the gateways, no store restarts; default postgres,redis),
+// IDEM_CHAOS_FAULTS (a comma list of fault classes, default all), IDEM_CHAOS_GATEWAYS (default
+// 3), IDEM_CHAOS_CONCURRENCY (operations in flight, default 48), IDEM_CHAOS_SEED, and
 // IDEM_POSTGRES_URL for the effect table (default the local server, database test).
 //
 // # Faults
 //
-//   - kill -9 of a gateway, at random, mid-request, and its restart;
-//   - crash and restart of the store server (PostgreSQL immediate shutdown, SIGKILL of Redis);
-//   - a fault proxy (package faultproxy) between the clients and each gateway and between each
-//     gateway and the upstream, that drops requests, drops answers after the server acted,
+//   - kill: kill -9 of a gateway, at random, mid-request, and its restart;
+//   - pause: SIGSTOP of a gateway for longer than its lease, then SIGCONT (its claims are taken
+//     over meanwhile; its later completions must fail with ErrLeaseLost);
+//   - store: crash and restart of the store server (PostgreSQL immediate shutdown, SIGKILL of
+//     Redis);
+//   - net: a fault proxy (package faultproxy) between the clients and each gateway and between
+//     each gateway and the upstream, that drops requests, drops answers after the server acted,
 //     and delays requests;
-//   - the upstream itself answers 503 before acting, now and then.
+//   - upstream: the upstream answers 503 before acting, now and then; and for a few operations,
+//     once it acted, cuts its answer mid-body or mid-chunk, answers later than the gateway's
+//     upstream timeout, or takes longer than the lease while the clients give up on attempts
+//     and retry;
+//   - client: for a few operations, a client sends half a request and goes away, or goes away
+//     once the answer begins (mid-download, for an answer larger than the gateway keeps);
+//   - release: an operator runs `idem release` on operations in flight, and `idem release
+//     --force` on completed ones.
 //
 // # Verdict
 //
@@ -40,11 +51,10 @@
 //   - stuck keys: once every lease has expired, each operation is sent once more with no
 //     fault, and it must succeed.
 //
-// Separately it counts the re-executions that invariant 1 documents: a gateway killed after
-// the upstream acted but before the record was completed leaves an in-progress claim, which a
-// retry takes over once its lease expires, and the upstream acts again; the same when the
-// upstream's answer is lost on its way to the gateway (an uncertain outcome, held until its
-// lease expires). A re-execution is put in these classes only when the previous execution's
-// own gateway process was killed within a few seconds of it, or the fault proxy cut off that
-// very execution's answer; any other second execution is a failure.
+// A re-execution is excused only when the execution before it was never completed (no client
+// got its answer, except live from a gateway that logged it could not store it) and its own
+// gateway process was killed, paused past its lease, cut off from the store past half a lease,
+// or lost the upstream's answer, between that execution's request and half a lease before the
+// re-execution; or when an operator force-released the completed key in between. Each excuse
+// is counted separately.
 package chaos

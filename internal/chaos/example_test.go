@@ -45,5 +45,6 @@ func ExampleJudge() {
 	// run:
 	//   operations 2, executed 2, effects recorded 3
 	//   deliveries 3: succeeded 3 (replayed 1), gave up 0 []
-	//   mismatched deliveries 0, probes after the run 2
+	//   mismatched deliveries 0, probes after the run 2, successes not retained (too large) 0
+	//   live answers of executions the gateway could not store (lease lost, store down) 0
 }

@@ -4,6 +4,7 @@ package chaos_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/chaos"
 	"github.com/idemkit/idem/internal/chaos/faultproxy"
 )
@@ -41,8 +44,14 @@ type upstream struct {
 	srv     *http.Server
 	addr    string
 	refused atomic.Int64 // 503s answered before acting
-	calm    atomic.Bool  // no more injected 503s (the probe phase)
+	calm    atomic.Bool  // no more injected faults (the probe phase)
 	failed  atomic.Int64 // inserts that failed (500, nothing done)
+	// lease and timeout are the gateways' lease and upstream timeout, for planLease and
+	// planSlow; onLost hears of every answer this upstream cuts short or sends too late.
+	lease, timeout time.Duration
+	onLost         func(chaos.LostAnswer)
+	planned        sync.Map // op → struct{}: its plan was applied (to its first execution)
+	injected       sync.Map // plan → *atomic.Int64
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -52,6 +61,20 @@ func (u *upstream) roll() float64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.rng.Float64()
+}
+
+// plan returns the fault to apply to this execution of op: its plan, the first time.
+func (u *upstream) plan(op string) string {
+	p := planOf(op)
+	if p == planNone || u.calm.Load() {
+		return planNone
+	}
+	if _, seen := u.planned.LoadOrStore(op, struct{}{}); seen {
+		return planNone
+	}
+	n, _ := u.injected.LoadOrStore(p, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	return p
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -72,29 +95,64 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(time.Duration(u.roll() * float64(15*time.Millisecond)))
+	answer, ok := u.act(w, gw, op, body)
+	if !ok {
+		return
+	}
+	u.answer(w, gw, op, answer)
+}
+
+// act records one execution and returns the answer to send for it.
+func (u *upstream) act(w http.ResponseWriter, gw, op string, body []byte) (string, bool) {
 	var in struct {
 		Amount int64 `json:"amount"`
 	}
 	_ = json.Unmarshal(body, &in)
 	id := fmt.Sprintf("%s-e%d", u.run, u.seq.Add(1))
-	answer := fmt.Sprintf(`{"op":%q,"effect":%q,"gateway":%q,"amount":%d}`+"\n", op, id, gw, in.Amount)
+	pad := ""
+	if planOf(op) == planBig {
+		pad = strings.Repeat("x", bigAnswerPad)
+	}
+	answer := fmt.Sprintf(`{"op":%q,"effect":%q,"gateway":%q,"amount":%d,"pad":%q}`+"\n", op, id, gw, in.Amount, pad)
 	// The effect is committed before the answer is written: from here on, a lost answer means
 	// the upstream acted.
-	_, err = u.pool.Exec(context.Background(), `INSERT INTO `+u.table+` (op, effect, gateway, at, body) VALUES ($1, $2, $3, $4, $5)`,
+	_, err := u.pool.Exec(context.Background(), `INSERT INTO `+u.table+` (op, effect, gateway, at, body) VALUES ($1, $2, $3, $4, $5)`,
 		op, id, gw, time.Now(), []byte(answer))
 	if err != nil {
 		u.failed.Add(1)
 		http.Error(w, "effect not recorded", http.StatusInternalServerError)
-		return
+		return "", false
 	}
-	time.Sleep(time.Duration(u.roll() * float64(5*time.Millisecond)))
+	return answer, true
+}
+
+// answer sends answer for an execution of op forwarded by gateway gw, as its plan says.
+func (u *upstream) answer(w http.ResponseWriter, gw, op, answer string) {
+	lost := func(cause string) { u.onLost(chaos.LostAnswer{Op: op, Gateway: gw, At: time.Now(), Cause: cause}) }
+	switch u.plan(op) {
+	case planCut:
+		lost("cut mid-body")
+		cutAnswer(w, answer)
+		return
+	case planChunk:
+		lost("chunked answer cut short")
+		cutChunked(w, answer)
+		return
+	case planSlow:
+		lost("slower than the upstream timeout")
+		time.Sleep(u.timeout + time.Second)
+	case planLease:
+		time.Sleep(u.lease + time.Second)
+	default:
+		time.Sleep(time.Duration(u.roll() * float64(5*time.Millisecond)))
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", "/ops/"+op+"/"+id)
+	w.Header().Set("Location", "/ops/"+op)
 	w.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(w, answer)
 }
 
-func startUpstream(t *testing.T, pgURL, run string, seed uint64) *upstream {
+func startUpstream(t *testing.T, pgURL, run string, seed uint64, lease, timeout time.Duration, onLost func(chaos.LostAnswer)) *upstream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -103,7 +161,8 @@ func startUpstream(t *testing.T, pgURL, run string, seed uint64) *upstream {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	u := &upstream{pool: pool, table: "chaos_effects_" + run, run: run, rng: rand.New(rand.NewPCG(seed, 1))}
+	u := &upstream{pool: pool, table: "chaos_effects_" + run, run: run, rng: rand.New(rand.NewPCG(seed, 1)),
+		lease: lease, timeout: timeout, onLost: onLost}
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+u.table+` (id bigserial PRIMARY KEY, op text NOT NULL, effect text NOT NULL UNIQUE, gateway text NOT NULL, at timestamptz NOT NULL, body bytea NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +219,7 @@ type slot struct {
 	name   string
 	p      proc
 	up     atomic.Bool
+	paused atomic.Bool
 	starts int
 }
 
@@ -173,12 +233,13 @@ func (s *slot) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(s.h.binary, "serve",
+		args := []string{"serve",
 			"--listen", fmt.Sprintf("127.0.0.1:%d", s.port),
-			"--upstream", "http://"+s.back.Addr()+"/"+s.name,
-			"--store", s.h.store.URL(),
+			"--upstream", "http://" + s.back.Addr() + "/" + s.name,
+			"--store", s.h.storeURL,
 			"--lease", s.h.lease.String(), "--wait", "1s",
-			"--upstream-timeout", "10s", "--log-format", "json")
+			"--upstream-timeout", upstreamTimeout.String(), "--max-body", "32KiB", "--log-format", "json"}
+		cmd := exec.Command(s.h.binary, append(args, scopeArgs...)...)
 		cmd.Env = append(os.Environ(), "IDEM_CONFIG=")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -225,9 +286,8 @@ func (s *slot) ready(ctx context.Context) error {
 	return fmt.Errorf("not ready")
 }
 
-// kill sends SIGKILL, and records when.
+// kill sends SIGKILL, and records when. The caller has marked the slot down.
 func (s *slot) kill() {
-	s.up.Store(false)
 	s.h.mu.Lock()
 	s.h.kills = append(s.h.kills, chaos.Kill{Gateway: s.name, At: time.Now()})
 	s.h.mu.Unlock()
@@ -241,27 +301,49 @@ type config struct {
 	storeKind                  string
 	seed                       uint64
 	lease                      time.Duration
+	// faults are the fault classes turned on: kill, pause, store, net, upstream, client,
+	// release.
+	faults map[string]bool
+	// pauseGap bounds the time between two pauses (default 2s to 5s).
+	pauseGap [2]time.Duration
 }
 
-type harness struct {
-	t      *testing.T
-	cfg    config
-	binary string
-	dir    string
-	store  storeServer
-	up     *upstream
-	slots  []*slot
-	lease  time.Duration
-	rng    *rand.Rand
-	rngMu  sync.Mutex
+// upstreamTimeout is the gateways' --upstream-timeout: longer than a planLease upstream
+// takes (the lease and a second), shorter than a planSlow one.
+const upstreamTimeout = 4 * time.Second
 
-	mu          sync.Mutex
-	kills       []chaos.Kill
-	lost        []chaos.LostAnswer
-	answers     []chaos.Answer
-	storeCrash  int
-	storeDown   time.Duration
-	clientStats struct{ attempts, retries, giveUps, conflicts, unavailable atomic.Int64 }
+type harness struct {
+	t        *testing.T
+	cfg      config
+	binary   string // the gateway and the operator's CLI
+	run      string // prefixes every key
+	scope    string // the keys' scope in the store ("" without a scope header)
+	dir      string
+	store    storeServer
+	storeURL string // what the gateways are given (the store's URL, or a wrapper's)
+	up       *upstream
+	slots    []*slot
+	lease    time.Duration
+	rng      *rand.Rand
+	rngMu    sync.Mutex
+	pickMu   sync.Mutex // choosing a gateway to kill or pause
+	plans    []string   // by operation index
+
+	mu              sync.Mutex
+	kills           []chaos.Kill
+	pauses          []chaos.Pause
+	outages         []chaos.Outage
+	lost            []chaos.LostAnswer
+	releases        []chaos.Release
+	answers         []chaos.Answer
+	inFlight        map[string]bool // operations being delivered
+	succeededOps    []string        // finished operations that succeeded, for forced releases
+	releaseOutcomes map[string]int
+	releaseFailures []string // the first few outputs of failed releases
+	storeCrash      int
+	storeDown       time.Duration
+	clientStats     struct{ attempts, retries, giveUps, conflicts, unavailable atomic.Int64 }
+	clientFaults    struct{ halfRequests, hangUps atomic.Int64 }
 }
 
 func (h *harness) roll() float64 {
@@ -280,6 +362,12 @@ var (
 	backFaults  = faultproxy.Faults{DropRequest: 0.005, DropResponse: 0.01, Delay: 0.05, MaxDelay: 100 * time.Millisecond}
 )
 
+func (h *harness) onLost(l chaos.LostAnswer) {
+	h.mu.Lock()
+	h.lost = append(h.lost, l)
+	h.mu.Unlock()
+}
+
 func (h *harness) onBackFault(ev faultproxy.Event) {
 	if ev.Kind != faultproxy.KindDropResponse {
 		return
@@ -288,9 +376,7 @@ func (h *harness) onBackFault(ev faultproxy.Event) {
 	if m == nil {
 		return
 	}
-	h.mu.Lock()
-	h.lost = append(h.lost, chaos.LostAnswer{Op: string(m[2]), Gateway: string(m[1]), At: ev.At})
-	h.mu.Unlock()
+	h.onLost(chaos.LostAnswer{Op: string(m[2]), Gateway: string(m[1]), At: ev.At, Cause: "dropped by the proxy"})
 }
 
 func (h *harness) startSlots(ctx context.Context) {
@@ -319,7 +405,7 @@ func (h *harness) startSlots(ctx context.Context) {
 func (h *harness) setFaults(on bool) {
 	for _, s := range h.slots {
 		f, b := faultproxy.Faults{}, faultproxy.Faults{}
-		if on {
+		if on && h.cfg.faults["net"] {
 			f, b = frontFaults, backFaults
 		}
 		_ = s.front.SetFaults(f)
@@ -338,16 +424,10 @@ func (h *harness) killer(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		case <-time.After(h.between(400*time.Millisecond, 1500*time.Millisecond)):
 		}
-		var upSlots []*slot
-		for _, s := range h.slots {
-			if s.up.Load() {
-				upSlots = append(upSlots, s)
-			}
-		}
-		if len(upSlots) < 2 {
+		s := h.pickSlot(func(s *slot) { s.up.Store(false) })
+		if s == nil {
 			continue
 		}
-		s := upSlots[int(h.roll()*float64(len(upSlots)))%len(upSlots)]
 		s.kill()
 		pause := h.between(50*time.Millisecond, 500*time.Millisecond)
 		restarts.Go(func() {
@@ -383,6 +463,7 @@ func (h *harness) storeCrasher(ctx context.Context, wg *sync.WaitGroup) {
 		h.mu.Lock()
 		h.storeCrash++
 		h.storeDown += time.Since(t0)
+		h.outages = append(h.outages, chaos.Outage{From: t0, To: time.Now()})
 		h.mu.Unlock()
 	}
 }
@@ -393,6 +474,8 @@ type rotating struct {
 	h    *harness
 	base http.RoundTripper
 	via  func(s *slot) string
+	// impatient gives up on an attempt for a planLease operation after a second.
+	impatient bool
 }
 
 func (r rotating) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -400,6 +483,9 @@ func (r rotating) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	out.URL.Host = r.via(s)
 	out.Host = ""
+	if r.impatient && planOf(path.Base(req.URL.Path)) == planLease {
+		return attemptTimeout(out, r.base)
+	}
 	return r.base.RoundTrip(out)
 }
 
@@ -407,7 +493,13 @@ func payload(op string, amount int64) []byte {
 	return fmt.Appendf(nil, `{"op":%q,"amount":%d}`, op, amount)
 }
 
-func opName(i int) string { return fmt.Sprintf("op-%07d", i) }
+// opName names operation i, with its plan if it has one.
+func (h *harness) opName(i int) string {
+	if p := h.plans[i]; p != planNone {
+		return fmt.Sprintf("op-%07d.%s", i, p)
+	}
+	return fmt.Sprintf("op-%07d", i)
+}
 
 func (h *harness) record(a chaos.Answer) {
 	h.mu.Lock()
@@ -431,6 +523,7 @@ func (h *harness) deliver(ctx context.Context, client *http.Client, op, key stri
 		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		a.Status, a.Body, a.Replayed = resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true"
+		a.NotRetained = a.Replayed && bytes.Contains(b, []byte(idemhttp.ProblemNotRetained))
 		if rerr != nil {
 			a.Status, a.Err = 0, rerr.Error()
 		}
@@ -438,12 +531,15 @@ func (h *harness) deliver(ctx context.Context, client *http.Client, op, key stri
 	return a
 }
 
-// logOutcomes counts the gateways' request outcomes and takeovers from their JSON logs.
-func (h *harness) logOutcomes() (map[string]int, int) {
-	out := map[string]int{}
-	takeovers := 0
+// gatewayLogs reads the gateways' JSON logs: the count of each request outcome, the
+// takeovers, and the executions whose response was sent but could not be stored (the error
+// the middleware reports with an executed outcome), of which fenced is how many lost their
+// lease.
+func (h *harness) gatewayLogs() (outcomes map[string]int, takeovers int, unstored []chaos.Unstored, fenced int) {
+	outcomes = map[string]int{}
 	files, _ := filepath.Glob(filepath.Join(h.dir, "g*.log"))
 	for _, f := range files {
+		gw := strings.TrimSuffix(filepath.Base(f), ".log")
 		fh, err := os.Open(f)
 		if err != nil {
 			continue
@@ -454,19 +550,27 @@ func (h *harness) logOutcomes() (map[string]int, int) {
 			var line struct {
 				Msg      string `json:"msg"`
 				Outcome  string `json:"outcome"`
+				Key      string `json:"key"`
 				Takeover bool   `json:"takeover"`
+				Err      string `json:"err"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "request" {
 				continue
 			}
-			out[line.Outcome]++
+			outcomes[line.Outcome]++
 			if line.Takeover {
 				takeovers++
+			}
+			if line.Err != "" && (line.Outcome == "executed" || line.Outcome == "oversize") {
+				unstored = append(unstored, chaos.Unstored{Op: strings.TrimPrefix(line.Key, h.run+"-"), Gateway: gw, Err: line.Err})
+				if strings.Contains(line.Err, "lease lost") {
+					fenced++
+				}
 			}
 		}
 		fh.Close()
 	}
-	return out, takeovers
+	return outcomes, takeovers, unstored, fenced
 }
 
 func envInt(name string, def int) int {

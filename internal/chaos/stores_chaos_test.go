@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 )
@@ -71,6 +73,17 @@ func (p *proc) start(cmd *exec.Cmd) error {
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
 	return nil
+}
+
+// send sends sig to the running process, and does not wait.
+func (p *proc) send(sig os.Signal) error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("no process")
+	}
+	return cmd.Process.Signal(sig)
 }
 
 // signal sends sig and waits (bounded) for the process to exit.
@@ -180,7 +193,31 @@ func (s *privatePG) Start() error {
 	if err := s.p.start(cmd); err != nil {
 		return err
 	}
-	return waitPort(s.port, 30*time.Second)
+	if err := waitPort(s.port, 30*time.Second); err != nil {
+		return err
+	}
+	return s.accepting(30 * time.Second)
+}
+
+// accepting waits until the server runs queries: after a crash the port opens before WAL
+// recovery is over ("the database system is starting up").
+func (s *privatePG) accepting(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		c, err := pgx.Connect(ctx, s.URL())
+		if err == nil {
+			err = c.Ping(ctx)
+			c.Close(ctx)
+			if err == nil {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Crash is an immediate shutdown (SIGQUIT): every backend exits at once without a checkpoint,

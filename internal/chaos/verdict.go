@@ -43,6 +43,10 @@ type Answer struct {
 	// Probe marks the one delivery per operation sent after the run, once every lease had
 	// expired, with no fault: it must succeed.
 	Probe bool
+	// NotRetained marks a success whose body is the gateway's "response not retained"
+	// problem: the operation was executed, but its answer was larger than the gateway keeps,
+	// so it is not replayed. Its body is nobody's execution and is not compared.
+	NotRetained bool
 	// Err is the client's error, if any.
 	Err string
 }
@@ -85,6 +89,17 @@ type LostAnswer struct {
 	Cause string
 }
 
+// Unstored is an execution whose answer the gateway sent to its client although it could not
+// store it: its Complete failed (idem.ErrLeaseLost after a takeover, or the store was down).
+// The middleware documents that the client still gets the response; the record stays in
+// progress (or the successor's), so this execution's answer does not make it completed.
+type Unstored struct {
+	// Op is the operation, Gateway the process that executed it.
+	Op, Gateway string
+	// Err is the error the gateway reported.
+	Err string
+}
+
 // Release is an operator's `idem release` of an operation's key during the run.
 type Release struct {
 	// Op is the operation whose key was released.
@@ -107,6 +122,7 @@ type History struct {
 	Outages     []Outage
 	LostAnswers []LostAnswer
 	Releases    []Release
+	Unstored    []Unstored
 	// Lease is the gateways' lease (default 2s). A holder that is cut off (killed, paused,
 	// or unable to reach the store) keeps its claim until its lease runs out, and renews it
 	// every third of it: a takeover cannot come before about two thirds of a lease after the
@@ -170,6 +186,13 @@ type Verdict struct {
 	GaveUp map[int]int
 	// Mismatches and Probes count those deliveries.
 	Mismatches, Probes int
+	// NotRetained counts successes that said the answer was not retained (too large).
+	NotRetained int
+	// UnstoredAnswers counts live successes that carried an execution the gateway could not
+	// store (see Unstored): true, but not what a replay of the key returns.
+	UnstoredAnswers int
+	// DoubledOps lists the operations with an unexplained re-execution, sorted.
+	DoubledOps []string
 	// Examples describes the first MaxExamples violations, for diagnosis.
 	Examples []string
 }
@@ -220,6 +243,7 @@ type judge struct {
 	outages         []Outage
 	lost            map[[2]string][]*LostAnswer // by op and gateway; nil once used
 	forced          map[string][]*Release       // forced releases that deleted, by op; nil once used
+	unstored        map[[2]string]bool          // by op and gateway
 }
 
 func newJudge(h History) *judge {
@@ -227,6 +251,10 @@ func newJudge(h History) *judge {
 		lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
 		effects: map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
 		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{},
+		unstored: map[[2]string]bool{},
+	}
+	for _, u := range h.Unstored {
+		j.unstored[[2]string{u.Op, u.Gateway}] = true
 	}
 	for _, e := range h.Effects {
 		j.effects[e.Op] = append(j.effects[e.Op], e)
@@ -251,10 +279,14 @@ func newJudge(h History) *judge {
 	return j
 }
 
-// completed reports whether some client got e's answer with success: the gateway answers only
-// once the record is stored, so e's record was completed then.
+// completed reports whether e's record was completed: some client got e's answer as a
+// replay, or live from a gateway that did not report that it could not store it (the gateway
+// answers once the record is stored, or, if storing failed, says so in its log).
 func (j *judge) completed(e Effect) bool {
-	return slices.ContainsFunc(j.answers[e.Op], func(a Answer) bool { return success(a.Status) && bytes.Equal(a.Body, e.Body) })
+	unstored := j.unstored[[2]string{e.Op, e.Gateway}]
+	return slices.ContainsFunc(j.answers[e.Op], func(a Answer) bool {
+		return success(a.Status) && bytes.Equal(a.Body, e.Body) && (a.Replayed || !unstored)
+	})
 }
 
 // cutOff reports whether t, when prev's holder was cut off, can explain next: the holder was
@@ -318,6 +350,9 @@ func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
 			forced = true
 		default:
 			v.UnexplainedDoubles++
+			if !slices.Contains(v.DoubledOps, next.Op) {
+				v.DoubledOps = append(v.DoubledOps, next.Op)
+			}
 			why := "no kill, pause past the lease, store outage or lost answer of its holder explains it"
 			if j.completed(prev) {
 				why = "the earlier execution's record had been completed (a client got its answer)"
@@ -361,9 +396,17 @@ func (j *judge) answersOf(v *Verdict, op string, es []Effect, forced bool) {
 		if !success(a.Status) {
 			continue
 		}
-		if !slices.ContainsFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) }) {
+		if a.NotRetained {
+			v.NotRetained++
+			continue
+		}
+		i := slices.IndexFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) })
+		if i < 0 {
 			v.SuccessWithoutEffect++
 			v.example("%s: success %s matches no recorded execution", op, clip(a.Body))
+		} else if !a.Replayed && j.unstored[[2]string{op, es[i].Gateway}] {
+			v.UnstoredAnswers++
+			continue
 		}
 		if !slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Equal(b, a.Body) }) {
 			bodies = append(bodies, a.Body)
@@ -431,7 +474,8 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "  operations %d, executed %d, effects recorded %d\n", v.Ops, v.Executed, v.Effects)
 	fmt.Fprintf(w, "  deliveries %d: succeeded %d (replayed %d), gave up %d [%s]\n",
 		v.Deliveries, v.Succeeded, v.Replayed, v.Deliveries-v.Succeeded, strings.Join(gave, ", "))
-	fmt.Fprintf(w, "  mismatched deliveries %d, probes after the run %d\n", v.Mismatches, v.Probes)
+	fmt.Fprintf(w, "  mismatched deliveries %d, probes after the run %d, successes not retained (too large) %d\n", v.Mismatches, v.Probes, v.NotRetained)
+	fmt.Fprintf(w, "  live answers of executions the gateway could not store (lease lost, store down) %d\n", v.UnstoredAnswers)
 	if len(v.Examples) > 0 {
 		fmt.Fprintf(w, "violations (first %d):\n", len(v.Examples))
 		for _, e := range v.Examples {

@@ -151,6 +151,18 @@ func TestJudgePauseExcuse(t *testing.T) {
 			twice(h, 2500)
 			h.Pauses = []chaos.Pause{{Gateway: "g1i1", From: at(3), To: at(3000)}}
 		}, unexplained, false},
+		{"the paused holder's completion was fenced, and its client still got its answer", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Pauses = paused(3, 3000)
+			h.Answers = append(h.Answers, ok("c", "1", false))
+			h.Unstored = []chaos.Unstored{{Op: "c", Gateway: "g0i1", Err: "idem: lease lost"}}
+		}, func(v chaos.Verdict) int { return v.PauseTakeovers }, true},
+		{"an unstored answer replayed later was stored after all", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Pauses = paused(3, 3000)
+			h.Answers = append(h.Answers, ok("c", "1", false), ok("c", "1", true))
+			h.Unstored = []chaos.Unstored{{Op: "c", Gateway: "g0i1", Err: "idem: lease lost"}}
+		}, func(v chaos.Verdict) int { return v.DifferingReplays }, false},
 		{"the paused holder's stale completion got through", func(h *chaos.History) {
 			twice(h, 2500)
 			h.Pauses = paused(3, 3000)
@@ -228,5 +240,25 @@ func TestJudgeCounts(t *testing.T) {
 	if v.Ops != 1 || v.Executed != 1 || v.Effects != 1 || v.Deliveries != 4 || v.Succeeded != 2 || v.Replayed != 1 ||
 		v.GaveUp[503] != 1 || v.GaveUp[0] != 1 || v.Probes != 1 || !v.OK() {
 		t.Fatalf("%+v", v)
+	}
+}
+
+// An answer too large to keep is replayed as a "not retained" problem with the original
+// status: a success that matches no execution's body, and must not count as one that did not
+// happen.
+func TestJudgeNotRetained(t *testing.T) {
+	t.Parallel()
+	h := good()
+	h.Effects = append(h.Effects, eff("c", "1", "g0i1", 0))
+	h.Answers = append(h.Answers, ok("c", "1", false),
+		chaos.Answer{Op: "c", Status: 201, Body: []byte(`{"type":"…/response-not-retained"}`), Replayed: true, NotRetained: true},
+		chaos.Answer{Op: "c", Status: 201, Body: []byte(`{"type":"…/response-not-retained"}`), Replayed: true, NotRetained: true, Probe: true})
+	v := chaos.Judge(h)
+	if !v.OK() || v.NotRetained != 2 || v.Probes != 3 {
+		t.Fatalf("%+v", v)
+	}
+	h.Answers[len(h.Answers)-1].NotRetained = false
+	if v := chaos.Judge(h); v.SuccessWithoutEffect != 1 {
+		t.Fatalf("a success that is not marked as not retained and matches no execution passed: %+v", v)
 	}
 }
