@@ -1,0 +1,230 @@
+package clientcompat_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Timings of the scenarios. The upstream's charge takes opDelay; each client bounds one attempt
+// by attemptTimeout and an intent by budget.
+const (
+	opDelay        = 1500 * time.Millisecond
+	attemptTimeout = 600 * time.Millisecond
+	budget         = 8 * time.Second
+)
+
+// client is one retrying client under test, set up as docs/clients.md shows.
+type client struct {
+	name string
+	// post sends body as one intent with key to url+"/v1/charges" and reports the outcome.
+	post func(t *testing.T, url, key, body string) result
+	// maxPause is the longest pause the client takes on a Retry-After in these scenarios.
+	maxPause time.Duration
+	// cutRetried says whether the client itself retries an answer cut mid-body; when it does
+	// not, the caller re-sends the intent with the same key.
+	cutRetried bool
+}
+
+// withTenant adds the tenant header the gateway scopes keys by.
+type withTenant struct{ base http.RoundTripper }
+
+func (w withTenant) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(apiKey, "tenant-1")
+	return w.base.RoundTrip(r)
+}
+
+func readResult(resp *http.Response, err error, start time.Time) result {
+	if err != nil {
+		return result{Err: err.Error(), Seconds: time.Since(start).Seconds()}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	r := result{Status: resp.StatusCode, Body: string(b), Replayed: resp.Header.Get("Idempotent-Replayed") == "true", Seconds: time.Since(start).Seconds()}
+	if err != nil {
+		r.Err = err.Error()
+	}
+	return r
+}
+
+func goClients() []client {
+	return []client{
+		{name: "idemclient", cutRetried: true, maxPause: budget - min(attemptTimeout, budget/2), post: func(t *testing.T, url, key, body string) result {
+			c, err := newIdemClient(attemptTimeout, budget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Transport = withTenant{c.Transport}
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/charges", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", key)
+			start := time.Now()
+			resp, err := c.Do(req)
+			return readResult(resp, err, start)
+		}},
+		{name: "go-retryablehttp", maxPause: 2 * time.Second, post: func(t *testing.T, url, key, body string) result {
+			c := newRetryableClient(attemptTimeout)
+			c.Logger = nil
+			c.HTTPClient.Transport = withTenant{c.HTTPClient.Transport}
+			start := time.Now()
+			resp, err := postIntent(c, url+"/v1/charges", key, []byte(body))
+			return readResult(resp, err, start)
+		}},
+	}
+}
+
+// allClients is every client under test; those that need a missing program skip.
+func allClients(t *testing.T) []client {
+	return append(goClients(), otherClients(t)...)
+}
+
+// The four faults, for each client: one effect per intent, a faithful replay, no give-up while
+// the budget allows a useful attempt, and the answer within a stated bound.
+func TestClientsThroughGateway(t *testing.T) {
+	t.Parallel()
+	for _, c := range allClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("duplicate in flight", func(t *testing.T) { t.Parallel(); duplicateInFlight(t, c) })
+			t.Run("attempt timeout", func(t *testing.T) { t.Parallel(); attemptTimedOut(t, c) })
+			t.Run("answer lost", func(t *testing.T) { t.Parallel(); answerLost(t, c) })
+			t.Run("answer cut mid-body", func(t *testing.T) { t.Parallel(); answerCut(t, c) })
+			t.Run("mismatch is final", func(t *testing.T) { t.Parallel(); mismatchFinal(t, c) })
+		})
+	}
+}
+
+func charge(op string) string { return fmt.Sprintf(`{"op":%q}`, op) }
+
+// inFlight records, per client, what a duplicate of a running operation cost it.
+var inFlight sync.Map // client name → [its wait, its wait beyond the original's own end]
+
+// A duplicate sent while the original runs gets 409 + Retry-After from the gateway, obeys it
+// and gets the original's answer, replayed.
+func duplicateInFlight(t *testing.T, c client) {
+	b := setup(t, opDelay)
+	key, body := "dup-"+c.name, charge("dup")
+	orig := make(chan result, 1)
+	go func() {
+		r, err := plainPost(b.url, key, body)
+		if err != nil {
+			r.Err = err.Error()
+		}
+		orig <- r
+	}()
+	select {
+	case <-b.up.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the original never reached the upstream")
+	}
+	// What the gateway tells a duplicate now: 409 and a Retry-After (a 409 changes nothing).
+	probe, err := plainPost(b.url, key, body)
+	if err != nil || probe.Status != http.StatusConflict || probe.retryAfter <= 0 {
+		t.Fatalf("probe: %+v %v", probe, err)
+	}
+	dupStart := time.Now()
+	dup := c.post(t, b.url, key, body)
+	dupEnd := time.Now()
+	o := <-orig
+	if dup.Err != "" || dup.Status != http.StatusCreated || dup.Body != o.Body || !dup.Replayed {
+		t.Fatalf("duplicate got %+v; original %+v", dup, o)
+	}
+	if n := b.up.count("dup"); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	// Bound: the client obeys the gateway's Retry-After, or its own cap on a pause if that is
+	// shorter, then asks once more; a second of margin for a loaded machine.
+	bound := min(probe.retryAfter, c.maxPause) + time.Second
+	if d := dupEnd.Sub(dupStart); d > bound {
+		t.Errorf("the duplicate's answer came after %v, want at most %v (Retry-After %v, the client's cap %v)", d, bound, probe.retryAfter, c.maxPause)
+	}
+	extra := dupEnd.Sub(o.end)
+	t.Logf("%s: a duplicate of a %v operation was answered %v after it was sent, %v after the original (Retry-After %v)",
+		c.name, opDelay, dupEnd.Sub(dupStart).Round(10*time.Millisecond), extra.Round(10*time.Millisecond), probe.retryAfter)
+	inFlight.Store(c.name, [2]time.Duration{dupEnd.Sub(dupStart), extra})
+}
+
+// Each attempt times out before the operation ends; the retries, with the same key, find it in
+// flight, then completed.
+func attemptTimedOut(t *testing.T, c client) {
+	b := setup(t, opDelay)
+	r := c.post(t, b.url, "slow-"+c.name, charge("slow"))
+	if r.Err != "" || r.Status != http.StatusCreated || !strings.Contains(r.Body, `"op":"slow"`) {
+		t.Fatalf("got %+v", r)
+	}
+	if n := b.up.count("slow"); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	if r.elapsed() > budget {
+		t.Errorf("answer after %v, past the %v budget", r.elapsed(), budget)
+	}
+}
+
+// The gateway acts, then the answer is lost on the way back: the retry gets the replay.
+func answerLost(t *testing.T, c client) {
+	b := setup(t, 50*time.Millisecond)
+	url, dropped := dropFirstAnswer(t, b.url)
+	r := c.post(t, url, "lost-"+c.name, charge("lost"))
+	if dropped() != 1 {
+		t.Fatalf("%d answers dropped, want 1", dropped())
+	}
+	if r.Err != "" || r.Status != http.StatusCreated || !r.Replayed || !strings.Contains(r.Body, `"op":"lost"`) {
+		t.Fatalf("got %+v", r)
+	}
+	if n := b.up.count("lost"); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	if r.elapsed() > 5*time.Second {
+		t.Errorf("answer after %v", r.elapsed())
+	}
+}
+
+// The answer is reset after its first body bytes. A client that reads the body within the
+// attempt retries; with the others, the caller re-sends the intent with the same key. Either
+// way the effect happened once and the final answer is the stored one.
+func answerCut(t *testing.T, c client) {
+	b := setup(t, 50*time.Millisecond)
+	url, cuts := cutFirstAnswer(t, b.url)
+	key := "cut-" + c.name
+	r := c.post(t, url, key, charge("cut"))
+	if cuts() != 1 {
+		t.Fatalf("%d answers cut, want 1", cuts())
+	}
+	if c.cutRetried != (r.Err == "") {
+		t.Fatalf("retried by the client: %v, want %v: %+v", r.Err == "", c.cutRetried, r)
+	}
+	if r.Err != "" {
+		r = c.post(t, url, key, charge("cut"))
+	}
+	if r.Err != "" || r.Status != http.StatusCreated || !r.Replayed || !strings.Contains(r.Body, `"op":"cut"`) {
+		t.Fatalf("got %+v", r)
+	}
+	if n := b.up.count("cut"); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+}
+
+// The same key with another payload is 422, and no client retries it.
+func mismatchFinal(t *testing.T, c client) {
+	b := setup(t, 0)
+	key := "mismatch-" + c.name
+	if r, err := plainPost(b.url, key, charge("a")); err != nil || r.Status != http.StatusCreated {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	r := c.post(t, b.url, key, charge("b"))
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.Body, "problem") && !bytes.Contains([]byte(r.Body), []byte("type")) {
+		t.Fatalf("got %+v", r)
+	}
+	if r.elapsed() > time.Second {
+		t.Errorf("a 422 took %v: retried?", r.elapsed())
+	}
+	if b.up.count("b") != 0 || b.up.count("a") != 1 {
+		t.Fatalf("effects a=%d b=%d", b.up.count("a"), b.up.count("b"))
+	}
+}
