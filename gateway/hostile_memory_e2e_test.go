@@ -1,0 +1,123 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// vmKiB returns a field of /proc/PID/status (VmRSS, VmHWM), in KiB.
+func vmKiB(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// settledRSS waits until the resident memory of pid stops growing (three samples 200ms apart
+// within 1 MiB of each other, at most 30s) and returns it in KiB.
+func settledRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last, steady := vmKiB(t, pid, "VmRSS"), 0
+	for steady < 3 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		n := vmKiB(t, pid, "VmRSS")
+		if n-last < 1024 {
+			steady++
+		} else {
+			steady = 0
+		}
+		last = max(last, n)
+	}
+	return last
+}
+
+// TestBinarySlowBodiesMemory: hundreds of connections each declare the largest body and send
+// one byte. The gateway's resident memory grows by what arrived and what each connection costs,
+// never by what was declared: it stays under the middleware's memory budget (the default,
+// 64 MiB) plus a per-connection figure, and the gateway goes on serving.
+func TestBinarySlowBodiesMemory(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("needs /proc (Linux)")
+	}
+	t.Parallel()
+	const (
+		conns   = 400
+		waves   = 3
+		maxBody = 1 << 20
+		perConn = 64 << 10 // net/http's and the proxy's own cost of a connection, generously
+	)
+	api, up := upstream(t)
+	g := startGateway(t, "--upstream", up, "--store", sqliteStore(t), "--max-body", strconv.Itoa(maxBody))
+	pid := g.cmd.Process.Pid
+	if a := post(t, g.url, "warm", charge); a.status != 201 {
+		t.Fatalf("warm-up: %d %s", a.status, a.body)
+	}
+	before := settledRSS(t, pid)
+	limit := int64(idemhttp.DefaultMemoryBudget+conns*perConn) >> 10
+	addr := strings.TrimPrefix(g.url, "http://")
+	// Several waves: memory freed by one wave and reused by the next is memory the process
+	// touches, so a buffer sized from the declared length shows in the RSS from the second
+	// wave on, if not in the first.
+	for wave := range waves {
+		cs := make([]net.Conn, 0, conns)
+		for i := range conns {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+			head := "POST /v1/charges HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nIdempotency-Key: slow-" +
+				strconv.Itoa(wave) + "-" + strconv.Itoa(i) + "\r\nContent-Length: " + strconv.Itoa(maxBody) + "\r\n\r\n{"
+			if _, err := c.Write([]byte(head)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		during := settledRSS(t, pid)
+		// The gateway still serves while they wait.
+		a := post(t, g.url, "during-"+strconv.Itoa(wave), charge)
+		for _, c := range cs {
+			c.Close()
+		}
+		t.Logf("wave %d: %d connections declaring %d bytes, sending 1: RSS %d KiB before, %d KiB with them (%d KiB each); limit %d KiB",
+			wave, conns, maxBody, before, during, (during-before)/conns, limit)
+		if during-before > limit {
+			t.Fatalf("RSS grew by %d KiB for %d connections that sent 1 byte each; limit %d KiB (declared: %d KiB)",
+				during-before, conns, limit, conns*maxBody>>10)
+		}
+		if a.status != 201 {
+			t.Fatalf("a request beside the slow ones: %d %s", a.status, a.body)
+		}
+		time.Sleep(time.Second)
+	}
+	after, peak := settledRSS(t, pid), vmKiB(t, pid, "VmHWM")
+	t.Logf("after the waves: RSS %d KiB, peak %d KiB", after, peak)
+	if peak-before > limit {
+		t.Fatalf("peak RSS %d KiB, %d KiB over the start; limit %d KiB", peak, peak-before, limit)
+	}
+	if a := post(t, g.url, "after", charge); a.status != 201 {
+		t.Fatalf("after the slow connections: %d %s", a.status, a.body)
+	}
+	if n := api.Count(); n != waves+2 {
+		t.Fatalf("charges = %d, want %d (the cut-short bodies must not reach the upstream)", n, waves+2)
+	}
+}
