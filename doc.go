@@ -29,7 +29,8 @@
 //   - No silent mismatch: the same key with another fingerprint gets [ErrMismatch].
 //   - Expired is absent: a record past its expiry counts as absent, whatever the store still holds.
 //   - Failure never looks like success: an error or panic releases the claim; an uncertain
-//     outcome ([Uncertain]) is held, never silently executed again.
+//     outcome ([Uncertain]) is held, never silently executed again. An effect that may have
+//     begun (an HTTP handler that began to answer) reports a later failure as uncertain.
 //   - Fail closed: if the store cannot be reached no effect runs ([ErrStoreUnavailable]).
 //
 // # Stores

@@ -29,6 +29,7 @@ const (
 var (
 	errMarkedFailed    = errors.New("idemhttp: handler marked the request as failed")
 	errMarkedUncertain = errors.New("idemhttp: handler marked the outcome as uncertain")
+	errAborted         = errors.New("idemhttp: handler panicked after it began to answer")
 )
 
 // captureWriter is the http.ResponseWriter a handler gets under the middleware. It buffers the
@@ -50,6 +51,8 @@ type captureWriter struct {
 	committed bool // status and headers sent to w
 	omitted   bool // body outgrew the limit: not kept
 	ran       bool // the handler was called
+	gone      bool // a write to the client failed: it went away mid-answer
+	panicked  any  // what a handler that had begun to answer panicked with
 	mark      mark
 	stored    http.Header // headers to store, snapshot at commit
 	body      bodyReader  // the request body handed to the handler
@@ -92,7 +95,7 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 			if !c.committed {
 				return len(p), nil
 			}
-			return c.w.Write(p)
+			return c.send(p)
 		}
 		// Too large to keep (MaxResponseBody, MemoryBudget): send what is held, then stream
 		// the rest.
@@ -102,7 +105,16 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 		c.omitted = true
 		*c.buf = (*c.buf)[:0]
 	}
-	return c.w.Write(p)
+	return c.send(p)
+}
+
+// send writes p to the client, noting whether the client is gone.
+func (c *captureWriter) send(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil {
+		c.gone = true
+	}
+	return n, err
 }
 
 // WriteString is Write for a string.
@@ -172,7 +184,7 @@ func (c *captureWriter) commit() {
 	}
 	c.w.WriteHeader(c.status)
 	if len(*c.buf) > 0 {
-		_, _ = c.w.Write(*c.buf)
+		_, _ = c.send(*c.buf)
 	}
 }
 

@@ -88,7 +88,7 @@
 //	422 https://idemkit.dev/problems/mismatch           the key was used with another request
 //	503 https://idemkit.dev/problems/store-unavailable  the store failed; nothing ran (Retry-After)
 //	503 https://idemkit.dev/problems/overloaded         over Options.MemoryBudget; nothing ran (Retry-After)
-//	500 https://idemkit.dev/problems/handler-panic      the handler panicked; the key is released
+//	500 https://idemkit.dev/problems/handler-panic      the handler panicked before answering; the key is released
 //	xxx https://idemkit.dev/problems/response-not-retained  replay of a response too large to keep
 //
 // In-flight duplicates get 409 at once, or, with the engine's Options.Wait, wait (bounded)
@@ -98,10 +98,15 @@
 //
 // If the store fails before the handler runs, the middleware fails closed: 503 with
 // Retry-After, and the handler does not run. Options.FailOpen runs it unprotected instead,
-// logging every such request. If the handler panics, the engine releases the claim and the
-// panic goes on to http.Server; a response not yet sent becomes a 500 problem, one already
-// started (flushed, or over the limit) is cut off, so the client never mistakes it for a
-// success.
+// logging every such request. If the handler panics before it began to answer (before
+// WriteHeader or Write), the engine releases the claim, the client gets a 500 problem and the
+// panic goes on to http.Server. Once it began to answer, the effect may have happened: begun is
+// not undone. A later panic or abort (http.ErrAbortHandler, as httputil.ReverseProxy raises
+// when the upstream's answer breaks off) holds the claim as uncertain (the engine's
+// idem.UncertainPolicy), never releases it; the client's answer is cut off, so it never
+// mistakes it for a success, and the panic goes on to http.Server. One exception: a response
+// over MaxResponseBody, already streaming, whose client went away is completed without its
+// body, as if the client had read it all; a retry gets response-not-retained.
 //
 // # Observability
 //

@@ -269,10 +269,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
-		// The handler (or something under it) panicked, or called runtime.Goexit. The engine
-		// has released the claim. Answer 500 if nothing was sent yet, then let the panic go on
-		// to http.Server, which logs it and closes the connection (a response already started
-		// is cut off: the client sees a broken response, never a partial success).
+		// The handler (or something under it) panicked before it began to answer, or called
+		// runtime.Goexit. The engine has released the claim. Answer 500 if nothing was sent
+		// yet, then let the panic go on to http.Server, which logs it and closes the connection
+		// (a response already started is cut off: the client sees a broken response, never a
+		// partial success).
 		p := recover()
 		if p != nil && p != http.ErrAbortHandler && !c.committed {
 			clear(w.Header())
@@ -293,6 +294,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	res, err := m.eng.Do(r.Context(), StorageKey(scope, key), fp, c.run)
 	done = true
+	if c.panicked != nil {
+		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
+		h.aborted(r, c, key, start, res, err)
+	}
 	h.finish(w, r, c, key, start, res, err)
 	c.release()
 }
@@ -409,7 +414,7 @@ func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
 	if c.m.opt.OnEvent != nil {
 		t0 = time.Now()
 	}
-	c.h.next.ServeHTTP(c, r)
+	c.serve(r)
 	if !t0.IsZero() {
 		c.took = time.Since(t0)
 	}
@@ -428,6 +433,14 @@ func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
 		// goes back to its pool only after the answer is written.
 		resp.Body = *c.buf
 	}
+	if c.panicked != nil && !(c.omitted && c.gone) {
+		// The handler began to answer, then panicked or aborted (a reverse proxy does when
+		// the upstream's answer breaks off): the effect may have happened and the answer is
+		// not whole. Held as uncertain, never released. (A response too large to keep that
+		// was cut off because its client went away is whole as far as idem keeps it: its
+		// status and headers, completed without the body.)
+		return resp, idem.Uncertain(errAborted)
+	}
 	switch c.mark {
 	case markFailed:
 		return resp, errMarkedFailed
@@ -435,6 +448,44 @@ func (c *captureWriter) run(ctx context.Context) (idem.Response, error) {
 		return resp, idem.Uncertain(errMarkedUncertain)
 	}
 	return resp, nil
+}
+
+// serve runs the handler. A panic (http.ErrAbortHandler included) after the handler began to
+// answer is recovered into c.panicked, for run to hold the claim and ServeHTTP to panic again
+// once the engine has recorded the outcome: begun is not undone. A panic before that goes on
+// through the engine, which releases the claim.
+func (c *captureWriter) serve(r *http.Request) {
+	returned := false
+	defer func() {
+		if !returned && c.status != 0 {
+			c.panicked = recover() // nil on runtime.Goexit, which goes on
+		}
+	}()
+	c.h.next.ServeHTTP(c, r)
+	returned = true
+}
+
+// aborted answers, after the engine recorded the outcome, for a handler that panicked after it
+// began to answer, then lets the panic go on to http.Server, which closes the connection: the
+// client sees a broken response, never a partial success, and its retry gets the stored or held
+// outcome.
+func (h *handler) aborted(r *http.Request, c *captureWriter, key string, start time.Time, res idem.Result, err error) {
+	m := h.m
+	ev := Event{Request: r, Key: key, Status: c.status, Start: start, Handler: c.took, Takeover: res.Takeover, Err: errAborted, Outcome: OutcomeUncertain}
+	switch {
+	case res.Kept:
+		ev.Outcome = OutcomeOversize
+		m.opt.Logger.Warn("idemhttp: client went away while a response too large to keep streamed; completed without its body",
+			"method", r.Method, "path", r.URL.Path)
+	case errors.Is(err, errAborted):
+		m.opt.Logger.Error("idemhttp: handler panicked after it began to answer; claim held as uncertain",
+			"method", r.Method, "path", r.URL.Path)
+	default:
+		ev.Outcome, ev.Err = OutcomeError, errors.Join(errAborted, err)
+		m.opt.Logger.Error("idemhttp: handler panicked after it began to answer", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	m.emit(ev)
+	panic(c.panicked)
 }
 
 // finish answers after the engine returned.

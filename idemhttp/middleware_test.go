@@ -150,23 +150,30 @@ func TestConcurrentWait(t *testing.T) {
 
 // A handler that panics: the client gets a 500 problem (before anything was sent) or a
 // cut-off response (after), never a success; the claim is released so a retry executes.
+// A panic before the handler began to answer releases the key (a clean 500, and the retry
+// executes). Once it began to answer, the effect may have happened: a later panic or abort
+// never releases; the client's answer is cut off and the retry gets 409 (held as uncertain).
 func TestHandlerPanics(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name    string
-		h       func(w http.ResponseWriter)
-		want500 bool
+		name  string
+		h     func(w http.ResponseWriter)
+		begun bool
 	}{
-		{"before writing", func(w http.ResponseWriter) { panic("boom") }, true},
+		{"before writing", func(w http.ResponseWriter) { panic("boom") }, false},
 		{"after buffering a success", func(w http.ResponseWriter) {
 			w.Header().Set("Content-Length", "2")
 			w.WriteHeader(200)
 			io.WriteString(w, "ok")
 			panic("boom")
 		}, true},
+		{"after writing the status only", func(w http.ResponseWriter) {
+			w.WriteHeader(201)
+			panic("boom")
+		}, true},
 		{"after flushing", func(w http.ResponseWriter) {
-			// A flush sends nothing before the response is stored, so the client still
-			// gets a clean 500, not a partial success.
+			// A flush sends nothing before the response is stored, so the client never
+			// holds a partial success.
 			w.WriteHeader(200)
 			io.WriteString(w, "partial")
 			w.(http.Flusher).Flush()
@@ -175,7 +182,7 @@ func TestHandlerPanics(t *testing.T) {
 		{"abort handler", func(w http.ResponseWriter) {
 			io.WriteString(w, "partial")
 			panic(http.ErrAbortHandler)
-		}, false},
+		}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,18 +196,24 @@ func TestHandlerPanics(t *testing.T) {
 			})
 			b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
 			r := b.do("POST", "/p", "k1", "x")
-			switch {
-			case tc.want500:
+			if !tc.begun {
 				if r.Status != 500 || problemType(t, r) != idemhttp.ProblemHandlerPanic {
 					t.Fatalf("got %d %q err=%v", r.Status, r.Body, r.Err)
 				}
-			case r.Err == nil:
-				t.Fatalf("a panic after the response started must cut it off; got %d %q", r.Status, r.Body)
+				// Released: the retry executes.
+				r = b.do("POST", "/p", "k1", "x")
+				if r.Status != 200 || string(r.Body) != "second" || n.Load() != 2 {
+					t.Fatalf("retry: %d %q, %d executions", r.Status, r.Body, n.Load())
+				}
+				return
 			}
-			// Released: the retry executes.
+			if r.Err == nil {
+				t.Fatalf("a panic after the handler began to answer must cut the answer off; got %d %q", r.Status, r.Body)
+			}
+			// Held: the retry does not execute.
 			r = b.do("POST", "/p", "k1", "x")
-			if r.Status != 200 || string(r.Body) != "second" || n.Load() != 2 {
-				t.Fatalf("retry: %d %q, %d executions", r.Status, r.Body, n.Load())
+			if r.Status != 409 || problemType(t, r) != idemhttp.ProblemInFlight || n.Load() != 1 {
+				t.Fatalf("retry: %d %q, %d executions; want 409 and 1 execution", r.Status, r.Body, n.Load())
 			}
 		})
 	}
