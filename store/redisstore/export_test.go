@@ -8,3 +8,6 @@ func Shard(key string) int { return shard(key) }
 
 // Tag returns a shard's hash tag.
 func Tag(sh int) string { return tag(sh) }
+
+// PrefixOf returns the store's Options.Prefix.
+func PrefixOf(s *Store) string { return s.opt.Prefix }

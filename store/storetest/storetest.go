@@ -79,6 +79,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"ExpiredIsAbsent", s.expiredIsAbsent},
 		{"ExpiredInProgressIsAbsent", s.expiredInProgressIsAbsent},
 		{"Sweep", s.sweep},
+		{"SweepKeepsLiveClaims", s.sweepKeepsLiveClaims},
 		{"RoundTrip", s.roundTrip},
 		{"GetMissing", s.getMissing},
 		{"CancelledContext", s.cancelledContext},
@@ -531,6 +532,56 @@ func (s suite) sweep(t *testing.T, b *bundle) {
 	}
 	if n, err := b.store.Sweep(c, now, 0); err != nil || n != 0 {
 		t.Errorf("Sweep with batch 0 = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// sweepKeepsLiveClaims: Sweep decides on expires_at alone. A claim whose window is still open
+// is kept whether its lease is held or ran out (a holder that died leaves it for a takeover,
+// not for the sweeper); claims whose window closed, and released ones, are deleted.
+func (s suite) sweepKeepsLiveClaims(t *testing.T, b *bundle) {
+	c := ctx(t)
+	now := b.base.Add(2 * lease)
+	held, stale := b.key("sweep-held"), b.key("sweep-stale")
+	// The held claim's lease runs past now; the stale one's ran out at base+lease.
+	if res, err := b.store.Reserve(c, held, fpA, b.base, 3*lease, window); err != nil || !res.Claimed {
+		t.Fatalf("Reserve(%q) = %+v, %v", held, res, err)
+	}
+	staleRec := mustClaim(t, b.store, stale, fpA, b.base)
+	gone, released := b.key("sweep-window-closed"), b.key("sweep-released")
+	if res, err := b.store.Reserve(c, gone, fpA, b.base, lease/2, lease); err != nil || !res.Claimed {
+		t.Fatalf("Reserve(%q) = %+v, %v", gone, res, err)
+	}
+	rel := mustClaim(t, b.store, released, fpA, b.base)
+	if err := b.store.Release(c, released, rel.Token); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := b.store.Sweep(c, now, 100)
+		if err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+		if n < 100 {
+			break
+		}
+	}
+	for _, k := range []string{held, stale} {
+		rec, err := b.store.Get(c, k)
+		if err != nil {
+			t.Fatalf("in-progress %s within its window after Sweep: %v, want it kept", k, err)
+		}
+		if rec.State != idem.StateInProgress || !rec.ExpiresAt.After(now) {
+			t.Fatalf("%s after Sweep: %+v", k, rec)
+		}
+	}
+	for _, k := range []string{gone, released} {
+		if _, err := b.store.Get(c, k); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("%s after Sweep: %v, want ErrNotFound", k, err)
+		}
+	}
+	// The stale claim is still there to be taken over.
+	res := mustReserve(t, b.store, stale, fpA, now)
+	if !res.Claimed || !res.Takeover || res.Record.Token <= staleRec.Token {
+		t.Fatalf("takeover of the stale claim after Sweep: %+v", res)
 	}
 }
 
