@@ -25,11 +25,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// MetadataKey is the request metadata that carries the idempotency key: the gRPC spelling of
-// the Idempotency-Key HTTP header.
+// MetadataKey is the request metadata that carries the idempotency key: idem.KeyHeader in
+// lower case, as gRPC metadata spells header names.
 const MetadataKey = "idempotency-key"
 
-// ReplayedKey is the response header metadata set to "true" on every replayed reply.
+// ReplayedKey is the response header metadata set to "true" on every replayed reply: the
+// Idempotent-Replayed HTTP header in lower case.
 const ReplayedKey = "idempotent-replayed"
 
 // MaxKeyLen is the longest key accepted, in bytes, as for HTTP.

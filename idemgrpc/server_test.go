@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/idemhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -325,6 +326,17 @@ func TestReplayUnknownType(t *testing.T) {
 	r := b.call(ctx, "k", nil)
 	if status.Code(r.err) != codes.Internal || reason(r.err) != idemgrpc.ReasonNotReplayable {
 		t.Fatalf("got %s", describe(r))
+	}
+}
+
+// One name for one thing: the metadata keys are the HTTP headers in lower case.
+func TestNames(t *testing.T) {
+	t.Parallel()
+	if idemgrpc.MetadataKey != strings.ToLower(idem.KeyHeader) {
+		t.Errorf("MetadataKey %q is not idem.KeyHeader %q in lower case", idemgrpc.MetadataKey, idem.KeyHeader)
+	}
+	if idemgrpc.ReplayedKey != strings.ToLower(idemhttp.ReplayedHeader) {
+		t.Errorf("ReplayedKey %q is not idemhttp.ReplayedHeader %q in lower case", idemgrpc.ReplayedKey, idemhttp.ReplayedHeader)
 	}
 }
 
