@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(benchChildEnv) != "" {
 		os.Exit(benchChild())
 	}
+	if mode := os.Getenv(slowBodyChildEnv); mode != "" {
+		os.Exit(slowBodyChild(mode))
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -89,6 +89,11 @@ bash scripts/bench-gateway.sh
 # 4. idemhttp and Fiber's idempotency middleware, side by side (docs/bench/fiber.md).
 echo "bench: bin/idembench middleware --out docs/bench/fiber.md" >&2
 timeout --kill-after=30s 10m bin/idembench middleware --out docs/bench/fiber.md
+# 4b. Memory per slow connection declaring the largest body, idemhttp against bare net/http
+# (docs/bench/slowbodies.md).
+echo "bench: scripts/bench-slowbodies.sh" >&2
+timeout --kill-after=30s 5m bash scripts/bench-slowbodies.sh ||
+	echo "bench: scripts/bench-slowbodies.sh exited with status $?" >&2
 # 5. The same four servers' instructions per request under callgrind: reproducible whatever the
 # machine's load (docs/bench/instructions.md).
 if command -v valgrind >/dev/null; then
@@ -124,6 +129,7 @@ demote() { awk '/^```/ { fence = !fence } !fence && /^#{1,5} / { $0 = "#" $0 } {
 	echo "$redis_cmd   # → docs/bench/redis-run.md"
 	echo "scripts/bench-gateway.sh   # bin/idembench gateway --idem bin/idem --postgres \$IDEM_POSTGRES_URL --out docs/bench/gateway.md"
 	echo "bin/idembench middleware --out docs/bench/fiber.md"
+	echo "scripts/bench-slowbodies.sh   # go test -run '^\$' -bench SlowBodies -benchtime 1x ./idemhttp/ → docs/bench/slowbodies.md"
 	echo "scripts/bench-instructions.sh   # callgrind: instructions per request → docs/bench/instructions.md"
 	echo '```'
 	echo
