@@ -74,6 +74,22 @@ type Config struct {
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGINT/SIGTERM. Default 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// ReadTimeout bounds the reading of a whole request, headers and body, on the gateway's
+	// and the metrics listener: a client that sends part of a body and stalls is cut off, and a
+	// processed request whose body did not arrive is answered 400 without calling the upstream.
+	// Default 60s. Headers alone must arrive within 10s (or ReadTimeout if shorter).
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds the time from the end of a request's headers to the end of its
+	// answer on both listeners: a client that does not read its answer is cut off. It does not
+	// cut the upstream call, which is detached: a response that comes after it is still stored
+	// and replayed to the client's retry. Default UpstreamTimeout + Wait + 30s, so that a
+	// slow but answered call still reaches its client.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection that carries no request for this long.
+	// Default 90s: longer than the 60s idle timeout of common load balancers, so that the
+	// balancer, not the gateway, closes the connections it keeps, and never reuses one the
+	// gateway is closing.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// Routes refine the defaults per method and path; the first match wins.
 	Routes []Route `yaml:"routes"`
 }
@@ -215,6 +231,15 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Duration(30 * time.Second)
 	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = Duration(60 * time.Second)
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = c.UpstreamTimeout + c.Wait + Duration(30*time.Second)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = Duration(90 * time.Second)
+	}
 	return c
 }
 
@@ -232,6 +257,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: ttl %s is shorter than lease %s", time.Duration(c.TTL), time.Duration(c.Lease))
 	case c.Wait < 0:
 		return fmt.Errorf("config: wait %s is negative", time.Duration(c.Wait))
+	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.UpstreamTimeout < 0 || c.ShutdownTimeout < 0:
+		return fmt.Errorf("config: a timeout is negative (read_timeout %s, write_timeout %s, idle_timeout %s, upstream_timeout %s, shutdown_timeout %s)",
+			time.Duration(c.ReadTimeout), time.Duration(c.WriteTimeout), time.Duration(c.IdleTimeout), time.Duration(c.UpstreamTimeout), time.Duration(c.ShutdownTimeout))
 	case c.Cache < -1:
 		return fmt.Errorf("config: cache %d is below -1", c.Cache)
 	case c.MaxBody < 1:

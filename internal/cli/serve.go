@@ -54,6 +54,9 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.Func("wait", "wait up to this long for an in-flight original instead of answering 409 (default 0) (env IDEM_WAIT)", durationFlag(&c.Wait))
 	fs.Func("upstream-timeout", "bound on one upstream call (default 60s) (env IDEM_UPSTREAM_TIMEOUT)", durationFlag(&c.UpstreamTimeout))
 	fs.Func("shutdown-timeout", "bound on draining in-flight requests at shutdown (default 30s) (env IDEM_SHUTDOWN_TIMEOUT)", durationFlag(&c.ShutdownTimeout))
+	fs.Func("read-timeout", "bound on reading a whole request, headers and body (default 60s) (env IDEM_READ_TIMEOUT)", durationFlag(&c.ReadTimeout))
+	fs.Func("write-timeout", "bound from a request's headers to the end of its answer; the upstream call is not cut and its result is still stored (default upstream-timeout + wait + 30s) (env IDEM_WRITE_TIMEOUT)", durationFlag(&c.WriteTimeout))
+	fs.Func("idle-timeout", "close a keep-alive connection idle this long (default 90s) (env IDEM_IDLE_TIMEOUT)", durationFlag(&c.IdleTimeout))
 	fs.Func("max-body", "largest request body, and largest response body kept (default 1MiB) (env IDEM_MAX_BODY)", func(s string) error {
 		n, err := gateway.ParseByteSize(s)
 		c.MaxBody = gateway.ByteSize(n)
@@ -105,9 +108,11 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 	for name, target := range map[string]func(string) error{
 		"ttl": durationFlag(&f.cfg.TTL), "lease": durationFlag(&f.cfg.Lease), "wait": durationFlag(&f.cfg.Wait),
 		"upstream-timeout": durationFlag(&f.cfg.UpstreamTimeout), "shutdown-timeout": durationFlag(&f.cfg.ShutdownTimeout),
-		"max-body": func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
-		"methods":  func(s string) error { return fs.Lookup("methods").Value.Set(s) },
-		"cache":    func(s string) error { return fs.Lookup("cache").Value.Set(s) },
+		"read-timeout": durationFlag(&f.cfg.ReadTimeout), "write-timeout": durationFlag(&f.cfg.WriteTimeout),
+		"idle-timeout": durationFlag(&f.cfg.IdleTimeout),
+		"max-body":     func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
+		"methods":      func(s string) error { return fs.Lookup("methods").Value.Set(s) },
+		"cache":        func(s string) error { return fs.Lookup("cache").Value.Set(s) },
 	} {
 		v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 		if v != "" && !given[name] {
@@ -152,6 +157,8 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.LogLevel = s(over.LogLevel, base.LogLevel)
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
+	c.ReadTimeout, c.WriteTimeout = d(over.ReadTimeout, base.ReadTimeout), d(over.WriteTimeout, base.WriteTimeout)
+	c.IdleTimeout = d(over.IdleTimeout, base.IdleTimeout)
 	if over.Cache != 0 {
 		c.Cache = over.Cache
 	}
@@ -257,7 +264,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := newServer(cfg, g, log)
 	if cfg.H2C {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
@@ -272,7 +279,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 			srv.Close()
 			return err
 		}
-		admin = &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		admin = newServer(cfg, g.AdminHandler(), log)
 		go func() { errc <- admin.Serve(mln) }()
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
@@ -280,6 +287,10 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		go sweeper(ctx, g, log)
 	}
 	log.Info("idem gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", redact(cfg.Store))
+	if cfg.WriteTimeout < cfg.UpstreamTimeout+cfg.Wait {
+		log.Warn("write-timeout is shorter than upstream-timeout + wait: a slow call's client is cut off before its answer (which is still stored, for its retry)",
+			"write_timeout", time.Duration(cfg.WriteTimeout), "upstream_timeout", time.Duration(cfg.UpstreamTimeout), "wait", time.Duration(cfg.Wait))
+	}
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -309,6 +320,19 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newServer returns an http.Server for h with the configured timeouts. Headers must arrive
+// within 10s (or ReadTimeout if shorter), so a client that trickles them is cut off early.
+func newServer(cfg gateway.Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: min(10*time.Second, time.Duration(cfg.ReadTimeout)),
+		ReadTimeout:       time.Duration(cfg.ReadTimeout),
+		WriteTimeout:      time.Duration(cfg.WriteTimeout),
+		IdleTimeout:       time.Duration(cfg.IdleTimeout),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // needsSweep reports whether the store keeps expired records until someone deletes them.
