@@ -117,7 +117,7 @@ func runSlowBodies(tb testing.TB, mode string, conns int, declared int64) slowBo
 		}
 	}
 	// Warm up: one whole request, so pools and the first connection's buffers exist.
-	req := fmt.Sprintf("POST /slow HTTP/1.1\r\nHost: b\r\nIdempotency-Key: warm\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+	req := "POST /slow HTTP/1.1\r\nHost: b\r\nIdempotency-Key: warm\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
 	if c, err := net.Dial("tcp", addr); err == nil {
 		_, _ = c.Write([]byte(req))
 		_, _ = io.Copy(io.Discard, c)
