@@ -55,6 +55,8 @@
 // got its answer, except live from a gateway that logged it could not store it) and its own
 // gateway process was killed, paused past its lease, cut off from the store past half a lease,
 // or lost the upstream's answer, between that execution's request and half a lease before the
-// re-execution; or when an operator force-released the completed key in between. Each excuse
-// is counted separately.
+// re-execution; or when the re-execution itself was never completed and was run by a gateway
+// just resumed from a pause past its lease (it sent its request after its claim was taken
+// over); or when an operator force-released the completed key in between. Each excuse is
+// counted separately.
 package chaos

@@ -296,8 +296,20 @@ func (j *judge) cutOff(t time.Time, prev, next Effect) bool {
 	return !t.Before(prev.At.Add(-j.inFlight)) && !t.After(next.At.Add(-j.lease/2))
 }
 
+// lateAfterPause reports whether next was run by a holder that had just been paused past its
+// lease, and was never completed: the holder's claim was taken over while it was stopped, it
+// sent the request once resumed, and its completion was refused.
+func (j *judge) lateAfterPause(next Effect) bool {
+	return !j.completed(next) && slices.ContainsFunc(j.pauses[next.Gateway], func(p Pause) bool {
+		return p.To.Sub(p.From) >= j.lease && !p.To.After(next.At) && !p.To.Before(next.At.Add(-j.inFlight))
+	})
+}
+
 // explain classifies next, the execution after prev of the same operation.
 func (j *judge) explain(prev, next Effect) excuse {
+	if j.lateAfterPause(next) {
+		return pause
+	}
 	if j.completed(prev) {
 		// Only an operator's forced release makes a completed key execute again.
 		for i, r := range j.forced[prev.Op] {

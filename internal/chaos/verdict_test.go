@@ -163,6 +163,18 @@ func TestJudgePauseExcuse(t *testing.T) {
 			h.Answers = append(h.Answers, ok("c", "1", false), ok("c", "1", true))
 			h.Unstored = []chaos.Unstored{{Op: "c", Gateway: "g0i1", Err: "idem: lease lost"}}
 		}, func(v chaos.Verdict) int { return v.DifferingReplays }, false},
+		{"a holder paused before it sent the request, whose completion was fenced", func(h *chaos.History) {
+			// g2i1 claimed c, was paused, and sent the request once resumed (c/2), after
+			// g0i1 had taken over and completed c/1.
+			h.Effects = append(h.Effects, eff("c", "1", "g0i1", 2500), eff("c", "2", "g2i1", 3050))
+			h.Answers = append(h.Answers, ok("c", "1", false), probe("c", "1"))
+			h.Pauses = []chaos.Pause{{Gateway: "g2i1", From: at(0), To: at(3000)}}
+		}, func(v chaos.Verdict) int { return v.PauseTakeovers }, true},
+		{"a holder paused before it sent the request, whose completion got through", func(h *chaos.History) {
+			h.Effects = append(h.Effects, eff("c", "1", "g0i1", 2500), eff("c", "2", "g2i1", 3050))
+			h.Answers = append(h.Answers, ok("c", "1", false), ok("c", "2", true))
+			h.Pauses = []chaos.Pause{{Gateway: "g2i1", From: at(0), To: at(3000)}}
+		}, unexplained, false},
 		{"the paused holder's stale completion got through", func(h *chaos.History) {
 			twice(h, 2500)
 			h.Pauses = paused(3, 3000)
