@@ -251,6 +251,20 @@ func (r *bodyReader) open(detached bool) io.ReadCloser {
 	return r.rc
 }
 
+// serveUnprotected runs next for a request whose body the capture read but that the middleware
+// does not protect (no key, fail open). If next panics or exits its goroutine, the capture's
+// memory is given back to the budget here: the capture is then never released to its pool.
+func (c *captureWriter) serveUnprotected(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	ok := false
+	defer func() {
+		if !ok {
+			c.m.budget.give(&c.held)
+		}
+	}()
+	next.ServeHTTP(w, r)
+	ok = true
+}
+
 // Buffers for request and response bodies. Buffers that grew beyond maxPooled are dropped,
 // so the memory of a burst of large bodies goes back to the garbage collector, not to a pool.
 const maxPooled = 64 << 10

@@ -324,3 +324,37 @@ func TestMemoryBudgetOption(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryBudgetGivenBackOnPanic: a handler that panics gives its request's memory back,
+// whichever way the request reached it: under a claim, without a key (the key source reads the
+// body), or failing open. Bytes held for ever would shrink the budget until every request is
+// refused.
+func TestMemoryBudgetGivenBackOnPanic(t *testing.T) {
+	t.Parallel()
+	panics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic("boom") })
+	for _, tc := range []struct {
+		name       string
+		opt        idemhttp.Options
+		closeStore bool
+		key        string
+	}{
+		{"claimed", idemhttp.Options{}, false, "k"},
+		{"no key in the body", idemhttp.Options{Key: idemhttp.JSONKey("id")}, false, ""},
+		{"fail open", idemhttp.Options{FailOpen: true}, true, "k"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupBudget(t, tc.opt, panics)
+			if tc.closeStore {
+				b.store.(interface{ Close() error }).Close()
+			}
+			for range 3 {
+				r := b.do("POST", "/", tc.key, `{"amount":1}`)
+				if r.Err == nil && r.Status != 500 {
+					t.Fatalf("%d %s, want 500 or a cut connection", r.Status, r.Body)
+				}
+			}
+			b.waitHeld(t, "the memory of the panicked requests to come back", func(n int64) bool { return n == 0 })
+		})
+	}
+}

@@ -190,7 +190,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if key == "" {
-			h.noKey(w, r, start)
+			h.noKey(w, r, start, nil)
 			return
 		}
 	}
@@ -241,7 +241,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key == "" {
 			r2 := r.WithContext(r.Context())
 			r2.Body = c.body.open(m.opt.DetachBody)
-			h.noKey(w, r2, start)
+			h.noKey(w, r2, start, c)
 			c.release()
 			return
 		}
@@ -312,15 +312,19 @@ func (m *middleware) processes(method string) bool {
 	return false
 }
 
-// noKey handles a processed request without a key.
-func (h *handler) noKey(w http.ResponseWriter, r *http.Request, start time.Time) {
+// noKey handles a processed request without a key; c is the capture that read its body, if any.
+func (h *handler) noKey(w http.ResponseWriter, r *http.Request, start time.Time, c *captureWriter) {
 	m := h.m
 	if m.opt.RequireKey {
 		probMissingKey.write(w, nil)
 		m.emit(Event{Outcome: OutcomeMissingKey, Request: r, Status: 400, Start: start})
 		return
 	}
-	h.next.ServeHTTP(w, r)
+	if c != nil {
+		c.serveUnprotected(h.next, w, r)
+	} else {
+		h.next.ServeHTTP(w, r)
+	}
 	m.emit(Event{Outcome: OutcomeBypass, Request: r, Start: start})
 }
 
@@ -542,7 +546,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 				"method", r.Method, "path", r.URL.Path, "err", err)
 			r2 := r.WithContext(r.Context())
 			r2.Body = c.body.open(m.opt.DetachBody)
-			h.next.ServeHTTP(w, r2)
+			c.serveUnprotected(h.next, w, r2)
 			ev.Outcome = OutcomeFailOpen
 			break
 		}
