@@ -65,3 +65,12 @@ func NextToken(prev int64, now time.Time) int64 {
 type Deleter interface {
 	Delete(ctx context.Context, key string) error
 }
+
+// SelfExpiring is implemented by stores whose storage deletes expired records by itself (a
+// Redis key TTL, a DynamoDB TTL attribute). SelfExpiring reports whether it does, so that
+// `idem serve` and other callers of store/sweeper skip a background sweep that would only
+// delete records sooner. Expired records count as absent either way: this is about space,
+// never about the contract.
+type SelfExpiring interface {
+	SelfExpiring() bool
+}

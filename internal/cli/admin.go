@@ -6,11 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/storeurl"
+	"github.com/idemkit/idem/store/sweeper"
 )
 
 const defaultStore = "sqlite://./idem.db"
@@ -101,16 +103,10 @@ func runSweep(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	total := 0
-	for {
-		n, err := st.Sweep(ctx, time.Now(), *batch)
-		total += n
-		if err != nil {
-			return fmt.Errorf("after deleting %d records: %w", total, err)
-		}
-		if n < *batch {
-			break
-		}
+	// Until a batch comes back short: no bound on batches, none on a batch but ctx's.
+	total, err := sweeper.Sweep(ctx, st, time.Now(), *batch, math.MaxInt, 0)
+	if err != nil {
+		return fmt.Errorf("after deleting %d records: %w", total, err)
 	}
 	fmt.Fprintf(e.stdout, "deleted %d expired records\n", total)
 	return nil

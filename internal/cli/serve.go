@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/gateway"
+	"github.com/idemkit/idem/store/sweeper"
 )
 
 func init() {
@@ -283,8 +284,17 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		go func() { errc <- admin.Serve(mln) }()
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
-	if needsSweep(cfg.Store) {
-		go sweeper(ctx, g, log)
+	if sweeper.Needed(g.Store()) {
+		// Expired records are deleted every few minutes, with jitter, while the gateway runs.
+		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 5 * time.Minute, Logger: log})
+		if err != nil {
+			srv.Close()
+			if admin != nil {
+				admin.Close()
+			}
+			return err
+		}
+		defer sw.Stop()
 	}
 	log.Info("idem gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", redact(cfg.Store))
 	if cfg.WriteTimeout < cfg.UpstreamTimeout+cfg.Wait {
@@ -332,45 +342,6 @@ func newServer(cfg gateway.Config, h http.Handler, log *slog.Logger) *http.Serve
 		WriteTimeout:      time.Duration(cfg.WriteTimeout),
 		IdleTimeout:       time.Duration(cfg.IdleTimeout),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// needsSweep reports whether the store keeps expired records until someone deletes them.
-// Redis and DynamoDB delete them by their own storage TTL; a DynamoDB Sweep is a paid Scan.
-func needsSweep(store string) bool {
-	scheme, _, _ := strings.Cut(store, "://")
-	switch strings.ToLower(scheme) {
-	case "redis", "rediss", "redis+cluster", "rediss+cluster", "dynamodb":
-		return false
-	}
-	return true
-}
-
-// sweeper deletes expired records every few minutes, with jitter, while the gateway runs.
-func sweeper(ctx context.Context, g *gateway.Gateway, log *slog.Logger) {
-	const every = 5 * time.Minute
-	for {
-		jitter := time.Duration(time.Now().UnixNano() % int64(every/5))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every + jitter):
-		}
-		total := 0
-		for {
-			n, err := g.Store().Sweep(ctx, time.Now(), 1000)
-			total += n
-			if err != nil {
-				log.Warn("sweep failed", "err", err)
-				break
-			}
-			if n < 1000 {
-				break
-			}
-		}
-		if total > 0 {
-			log.Info("swept expired records", "deleted", total)
-		}
 	}
 }
 

@@ -20,8 +20,9 @@ import (
 )
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ idem.Store        = (*Store)(nil)
+	_ idem.Deleter      = (*Store)(nil)
+	_ idem.SelfExpiring = (*Store)(nil)
 )
 
 // API is the part of the DynamoDB client the store uses. *dynamodb.Client implements it; tests

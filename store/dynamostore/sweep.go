@@ -108,3 +108,8 @@ func (s *Store) scanPage(ctx context.Context, nowM types.AttributeValue) error {
 	s.sweepFrom = out.LastEvaluatedKey
 	return nil
 }
+
+// SelfExpiring implements idem.SelfExpiring: it reports true, since every item carries a TTL
+// attribute (expires_at plus TTLMargin) that DynamoDB deletes it by, once TTL is enabled on
+// the table (CreateTable enables it). Sweep, a paid Scan, is optional.
+func (s *Store) SelfExpiring() bool { return true }

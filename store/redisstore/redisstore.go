@@ -19,8 +19,9 @@ import (
 )
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ idem.Store        = (*Store)(nil)
+	_ idem.Deleter      = (*Store)(nil)
+	_ idem.SelfExpiring = (*Store)(nil)
 )
 
 // Shards is how many hash-tag groups the records of one Prefix are spread over. A record's

@@ -207,3 +207,7 @@ func globEscape(s string) string {
 	}
 	return b.String()
 }
+
+// SelfExpiring implements idem.SelfExpiring: it reports true, since every record carries a
+// storage TTL (its window plus TTLMargin) and Redis deletes it by itself. Sweep is optional.
+func (s *Store) SelfExpiring() bool { return true }

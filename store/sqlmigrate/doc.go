@@ -1,6 +1,6 @@
-// Package sqlmigrate is the small machinery the SQL stores (pgstore, mysqlstore) share:
-// a runner for versioned, embedded migrations, and a Sweeper that deletes expired records on
-// an interval.
+// Package sqlmigrate is the migration machinery the SQL stores (pgstore, mysqlstore,
+// sqlitestore) share: a runner for versioned, embedded migrations. Its Sweeper names are
+// deprecated aliases of package store/sweeper.
 //
 // # Migrations
 //
@@ -13,11 +13,4 @@
 // The backend supplies the parts that differ per database through the Target interface:
 // how to lock (pg_advisory_lock, GET_LOCK), where the applied version is kept, and how a step
 // is applied (in a transaction where DDL is transactional).
-//
-// # Sweeping
-//
-// Records past their expires_at count as absent at once (idem's invariant 5), but their rows
-// stay until deleted. A Sweeper calls a store's Sweep in bounded batches every Interval, with
-// jitter so that many processes do not sweep in step, until a batch comes back short.
-// Stop ends it and waits for it; no goroutine outlives Stop.
 package sqlmigrate

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Migration is one versioned schema step.
@@ -108,6 +109,9 @@ type Target interface {
 	// called with the lock held, in version order.
 	Apply(ctx context.Context, m Migration) error
 }
+
+// lockReleaseTimeout bounds the release of the migration lock after Run.
+const lockReleaseTimeout = 10 * time.Second
 
 // Run brings t up to the last of ms and returns how many steps it applied. It holds t's lock
 // throughout, so two processes migrating at once apply each step once: the second finds the

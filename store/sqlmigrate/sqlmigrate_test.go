@@ -5,14 +5,12 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -114,84 +112,4 @@ func TestRun(t *testing.T) {
 		t.Fatal("the lock was not released after a failed run")
 	}
 	lock.Unlock()
-}
-
-type countingStore struct {
-	calls   atomic.Int64
-	deleted atomic.Int64
-	left    atomic.Int64
-}
-
-func (c *countingStore) Sweep(ctx context.Context, _ time.Time, batch int) (int, error) {
-	c.calls.Add(1)
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	n := min(int64(batch), c.left.Load())
-	c.left.Add(-n)
-	c.deleted.Add(n)
-	return int(n), nil
-}
-
-func TestSweeper(t *testing.T) {
-	t.Parallel()
-	st := &countingStore{}
-	st.left.Store(1050)
-	sweeps := make(chan int, 100)
-	sw, err := sqlmigrate.StartSweeper(st, sqlmigrate.SweeperOptions{
-		Interval: 10 * time.Millisecond, Batch: 100, MaxBatches: 5,
-		OnSweep: func(n int, err error) {
-			if err != nil {
-				t.Error(err)
-			}
-			select {
-			case sweeps <- n:
-			default:
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A backlog is worked off MaxBatches at a time: 500, 500, then the short batch of 50.
-	for i, want := range []int{500, 500, 50, 0} {
-		select {
-		case n := <-sweeps:
-			if n != want {
-				t.Errorf("sweep %d deleted %d, want %d", i, n, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("sweeper did not sweep")
-		}
-	}
-	sw.Stop()
-	calls := st.calls.Load()
-	time.Sleep(30 * time.Millisecond)
-	if st.calls.Load() != calls {
-		t.Error("sweeper swept after Stop")
-	}
-	sw.Stop()
-}
-
-func TestSweeperOptions(t *testing.T) {
-	t.Parallel()
-	st := &countingStore{}
-	for _, tc := range []struct {
-		opt   sqlmigrate.SweeperOptions
-		field string
-	}{
-		{sqlmigrate.SweeperOptions{Interval: time.Microsecond}, "Interval"},
-		{sqlmigrate.SweeperOptions{Interval: time.Second, Jitter: time.Second}, "Jitter"},
-		{sqlmigrate.SweeperOptions{Jitter: -time.Second}, "Jitter"},
-		{sqlmigrate.SweeperOptions{Batch: -1}, "Batch"},
-		{sqlmigrate.SweeperOptions{MaxBatches: -1}, "MaxBatches"},
-		{sqlmigrate.SweeperOptions{Timeout: -1}, "Timeout"},
-	} {
-		if _, err := sqlmigrate.StartSweeper(st, tc.opt); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "SweeperOptions."+tc.field) {
-			t.Errorf("StartSweeper(%+v) = %v, want ErrInvalidInput naming %s", tc.opt, err, tc.field)
-		}
-	}
-	if _, err := sqlmigrate.StartSweeper(nil, sqlmigrate.SweeperOptions{}); !errors.Is(err, idem.ErrInvalidInput) {
-		t.Errorf("StartSweeper(nil) = %v", err)
-	}
 }

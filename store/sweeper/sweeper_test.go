@@ -1,0 +1,138 @@
+package sweeper_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/sweeper"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type countingStore struct {
+	calls   atomic.Int64
+	deleted atomic.Int64
+	left    atomic.Int64
+}
+
+func (c *countingStore) Sweep(ctx context.Context, _ time.Time, batch int) (int, error) {
+	c.calls.Add(1)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := min(int64(batch), c.left.Load())
+	c.left.Add(-n)
+	c.deleted.Add(n)
+	return int(n), nil
+}
+
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	st := &countingStore{}
+	st.left.Store(1050)
+	sweeps := make(chan int, 100)
+	sw, err := sweeper.Start(st, sweeper.Options{
+		Interval: 10 * time.Millisecond, Batch: 100, MaxBatches: 5,
+		OnSweep: func(n int, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			select {
+			case sweeps <- n:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A backlog is worked off MaxBatches at a time: 500, 500, then the short batch of 50.
+	for i, want := range []int{500, 500, 50, 0} {
+		select {
+		case n := <-sweeps:
+			if n != want {
+				t.Errorf("sweep %d deleted %d, want %d", i, n, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("sweeper did not sweep")
+		}
+	}
+	sw.Stop()
+	calls := st.calls.Load()
+	time.Sleep(30 * time.Millisecond)
+	if st.calls.Load() != calls {
+		t.Error("sweeper swept after Stop")
+	}
+	sw.Stop()
+}
+
+func TestSweeperOptions(t *testing.T) {
+	t.Parallel()
+	st := &countingStore{}
+	for _, tc := range []struct {
+		opt   sweeper.Options
+		field string
+	}{
+		{sweeper.Options{Interval: time.Microsecond}, "Interval"},
+		{sweeper.Options{Interval: time.Second, Jitter: time.Second}, "Jitter"},
+		{sweeper.Options{Jitter: -time.Second}, "Jitter"},
+		{sweeper.Options{Batch: -1}, "Batch"},
+		{sweeper.Options{MaxBatches: -1}, "MaxBatches"},
+		{sweeper.Options{Timeout: -1}, "Timeout"},
+	} {
+		if _, err := sweeper.Start(st, tc.opt); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "Options."+tc.field) {
+			t.Errorf("Start(%+v) = %v, want ErrInvalidInput naming %s", tc.opt, err, tc.field)
+		}
+	}
+	if _, err := sweeper.Start(nil, sweeper.Options{}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("Start(nil) = %v", err)
+	}
+}
+
+type selfExpiring struct {
+	countingStore
+	on bool
+}
+
+func (s *selfExpiring) SelfExpiring() bool { return s.on }
+
+func TestNeeded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		st   sweeper.Sweepable
+		want bool
+	}{
+		{"memstore", memstore.New(), true},
+		{"a store that does not say", &countingStore{}, true},
+		{"a store that expires records itself", &selfExpiring{on: true}, false},
+		{"a store that says it does not", &selfExpiring{on: false}, true},
+	} {
+		if got := sweeper.Needed(tc.st); got != tc.want {
+			t.Errorf("Needed(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSweepUntilShort: Sweep stops at the first short batch, or after maxBatches; a timeout
+// of 0 bounds the calls by ctx alone.
+func TestSweepUntilShort(t *testing.T) {
+	t.Parallel()
+	st := &countingStore{}
+	st.left.Store(1050)
+	ctx := context.Background()
+	if n, err := sweeper.Sweep(ctx, st, time.Now(), 100, 3, time.Second); n != 300 || err != nil {
+		t.Fatalf("Sweep with 3 batches = %d, %v; want 300", n, err)
+	}
+	if n, err := sweeper.Sweep(ctx, st, time.Now(), 100, 1000, 0); n != 750 || err != nil || st.calls.Load() != 3+8 {
+		t.Fatalf("Sweep without a timeout = %d, %v after %d calls; want 750 in 8 calls", n, err, st.calls.Load()-3)
+	}
+}
