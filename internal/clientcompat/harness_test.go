@@ -50,6 +50,7 @@ type upstream struct {
 	effects map[string]int
 	seq     atomic.Int64
 	started chan string // an operation reached the upstream (buffered; never blocks)
+	gate    chan struct{}  // if set, an operation's delay starts when it is closed
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -61,6 +62,12 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case u.started <- in.Op:
 	default:
+	}
+	if u.gate != nil {
+		select {
+		case <-u.gate:
+		case <-time.After(20 * time.Second):
+		}
 	}
 	time.Sleep(u.delay)
 	u.mu.Lock()
