@@ -49,8 +49,8 @@ type upstream struct {
 	mu      sync.Mutex
 	effects map[string]int
 	seq     atomic.Int64
-	started chan string // an operation reached the upstream (buffered; never blocks)
-	gate    chan struct{}  // if set, an operation's delay starts when it is closed
+	started chan string   // an operation reached the upstream (buffered; never blocks)
+	gate    chan struct{} // if set, an operation's delay starts when it is closed
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -62,12 +62,6 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case u.started <- in.Op:
 	default:
-	}
-	if u.gate != nil {
-		select {
-		case <-u.gate:
-		case <-time.After(20 * time.Second):
-		}
 	}
 	time.Sleep(u.delay)
 	u.mu.Lock()
@@ -159,15 +153,15 @@ func startGateway(t *testing.T, args ...string) string {
 // faithfully. It returns the proxy's URL and a count of the answers it dropped.
 func dropFirstAnswer(t *testing.T, target string) (string, func() int64) {
 	t.Helper()
-	var p *faultproxy.Proxy
-	var err error
-	p, err = faultproxy.New(faultproxy.Options{
+	var proxy atomic.Pointer[faultproxy.Proxy] // set before any request goes through
+	p, err := faultproxy.New(faultproxy.Options{
 		Target: target[len("http://"):],
 		Faults: faultproxy.Faults{DropResponse: 1},
 		OnFault: func(faultproxy.Event) {
-			_ = p.SetFaults(faultproxy.Faults{})
+			_ = proxy.Load().SetFaults(faultproxy.Faults{})
 		},
 	})
+	proxy.Store(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,38 +121,48 @@ var inFlight sync.Map // client name → [its wait, its wait beyond the original
 // and gets the original's answer, replayed.
 func duplicateInFlight(t *testing.T, c client) {
 	b := setup(t, opDelay)
-	// The operation's time runs from the duplicate's first arrival, so that a client program's
-	// start-up does not count: the upstream holds the original until then.
-	b.up.gate = make(chan struct{})
+	key, body := "dup-"+c.name, charge("dup")
+	// The original starts when the duplicate's first attempt arrives, so that a client
+	// program's start-up does not count: a proxy in front of the gateway sends the original,
+	// waits until it reaches the upstream, asks the gateway what a duplicate is told now (409
+	// and a Retry-After; a 409 changes nothing), then forwards the duplicate.
+	orig := make(chan result, 1)
+	probed := make(chan result, 1)
 	var once sync.Once
 	target, _ := url.Parse(b.url)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(b.up.gate) })
+		once.Do(func() {
+			go func() {
+				r, err := plainPost(b.url, key, body)
+				if err != nil {
+					r.Err = err.Error()
+				}
+				orig <- r
+			}()
+			select {
+			case <-b.up.started:
+			case <-time.After(10 * time.Second):
+			}
+			p, err := plainPost(b.url, key, body)
+			if err != nil {
+				p.Err = err.Error()
+			}
+			probed <- p
+		})
 		rp.ServeHTTP(w, r)
 	}))
 	defer front.Close()
-	key, body := "dup-"+c.name, charge("dup")
-	orig := make(chan result, 1)
-	go func() {
-		r, err := plainPost(b.url, key, body)
-		if err != nil {
-			r.Err = err.Error()
-		}
-		orig <- r
-	}()
-	select {
-	case <-b.up.started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the original never reached the upstream")
-	}
-	// What the gateway tells a duplicate now: 409 and a Retry-After (a 409 changes nothing).
-	probe, err := plainPost(b.url, key, body)
-	if err != nil || probe.Status != http.StatusConflict || probe.retryAfter <= 0 {
-		t.Fatalf("probe: %+v %v", probe, err)
-	}
-
 	dup := c.post(t, front.URL, key, body)
+	var probe result
+	select {
+	case probe = <-probed:
+	default:
+		t.Fatalf("the duplicate never reached the gateway: %+v", dup)
+	}
+	if probe.Err != "" || probe.Status != http.StatusConflict || probe.retryAfter <= 0 {
+		t.Fatalf("probe: %+v", probe)
+	}
 	o := <-orig
 	if dup.Err != "" || dup.Status != http.StatusCreated || dup.Body != o.Body || !dup.Replayed {
 		t.Fatalf("duplicate got %+v; original %+v", dup, o)
@@ -162,12 +172,11 @@ func duplicateInFlight(t *testing.T, c client) {
 	}
 	// Bound: past the original's own answer, the duplicate waits at most one pause, then asks
 	// again. The pause is the gateway's Retry-After — an estimate no longer than the operation's
-	// age rounded up to a second (its age counts the wait at the gate too: a second is allowed
-	// for that), or the lease left, a figure the probe sees — or the client's own cap on a
-	// pause if that is shorter; plus a second of margin for a loaded machine.
-	estimate := max(probe.retryAfter, opDelay.Round(time.Second)+time.Second)
-	// The original's answer exists opDelay after the duplicate's first arrival (the gate); the
-	// client's own clock runs from just before that arrival.
+	// age rounded up to a second, or the lease left, a figure the probe sees — or the client's
+	// own cap on a pause if that is shorter; plus a second of margin for a loaded machine.
+	estimate := max(probe.retryAfter, opDelay.Round(time.Second))
+	// The original's answer exists opDelay after the duplicate's first arrival; the client's
+	// own clock runs from just before that arrival.
 	extra := dup.elapsed() - opDelay
 	if bound := min(estimate, c.maxPause) + time.Second; extra > bound {
 		t.Errorf("the duplicate's answer came %v after the original's, want at most %v (Retry-After %v, the client's cap %v)",
