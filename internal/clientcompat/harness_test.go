@@ -49,8 +49,7 @@ type upstream struct {
 	mu      sync.Mutex
 	effects map[string]int
 	seq     atomic.Int64
-	started chan string   // an operation reached the upstream (buffered; never blocks)
-	gate    chan struct{} // if set, an operation's delay starts when it is closed
+	started chan string // an operation reached the upstream (buffered; never blocks)
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
