@@ -42,8 +42,14 @@ const (
 	// OutcomeOverloaded: the request's body would have taken the memory the middleware holds
 	// over Options.MemoryBudget: 503 (ProblemOverloaded) with Retry-After, nothing was done.
 	OutcomeOverloaded Outcome = "overloaded"
-	// OutcomeInvalidKey: 400, ProblemInvalidKey (or ProblemInvalidScope, ProblemInvalidBody).
+	// OutcomeInvalidKey: 400, ProblemInvalidKey: the key (in the header, or in the body with
+	// JSONKey or FuncKey) is malformed or sent twice.
 	OutcomeInvalidKey Outcome = "invalid_key"
+	// OutcomeInvalidScope: 400, ProblemInvalidScope: Options.Scope could not name the caller.
+	OutcomeInvalidScope Outcome = "invalid_scope"
+	// OutcomeInvalidBody: 400, ProblemInvalidBody: the body could not be read (the client
+	// stopped sending it, or the connection broke) or Options.Fingerprint refused it.
+	OutcomeInvalidBody Outcome = "invalid_body"
 	// OutcomeMissingKey: 400, ProblemMissingKey.
 	OutcomeMissingKey Outcome = "missing_key"
 	// OutcomeTooLarge: 413, ProblemRequestTooLarge.

@@ -185,8 +185,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !m.opt.Key.needsBody() {
 		var err error
 		if key, err = m.opt.Key.fromHeader(r.Header); err != nil {
-			probInvalidKey.write(w, nil)
-			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Status: 400, Start: start, Err: err})
+			h.reject(w, r, nil, probInvalidKey, Event{Start: start, Err: err})
 			return
 		}
 		if key == "" {
@@ -203,8 +202,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			m.opt.Logger.Warn("idemhttp: could not scope the request", "method", r.Method, "path", r.URL.Path, "err", err)
-			probInvalidScope.write(w, nil)
-			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Key: key, Status: 400, Start: start, Err: errors.Join(ErrInvalidScope, err)})
+			h.reject(w, r, nil, probInvalidScope, Event{Key: key, Start: start, Err: errors.Join(ErrInvalidScope, err)})
 			return
 		}
 	}
@@ -215,49 +213,32 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.buf == nil {
 		c.buf, c.reqBuf = getBuf(), getBuf()
 	}
-	body, status := m.readBody(r, c)
-	if status != 0 {
-		p, out, ra := probInvalidBody, OutcomeInvalidKey, []string(nil)
-		switch status {
-		case http.StatusRequestEntityTooLarge:
-			p, out = probTooLarge, OutcomeTooLarge
-		case http.StatusServiceUnavailable:
-			p, out, ra = probOverloaded, OutcomeOverloaded, overloadedRetryAfter
-		}
-		p.write(w, ra)
-		m.emit(Event{Outcome: out, Request: r, Key: key, Status: p.status, Start: start})
-		c.release()
+	body, p, err := m.readBody(r, c)
+	if p != nil {
+		h.reject(w, r, c, p, Event{Key: key, Start: start, Err: err})
 		return
 	}
 	c.body.b = body
 	if m.opt.Key.needsBody() {
-		var err error
 		if key, err = m.opt.Key.fromBody(r, body); err != nil {
-			probInvalidKey.write(w, nil)
-			m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Status: 400, Start: start, Err: err})
-			c.release()
+			h.reject(w, r, c, probInvalidKey, Event{Start: start, Err: err})
 			return
 		}
 		if key == "" {
 			r2 := r.WithContext(r.Context())
 			r2.Body = c.body.open(m.opt.DetachBody)
 			h.noKey(w, r2, start, c)
-			c.release()
 			return
 		}
 	}
 	fp, err := m.opt.Fingerprint(r, body)
 	if err == nil && m.checkFP && !idem.ValidFingerprint(fp) {
 		m.opt.Logger.Error("idemhttp: Options.Fingerprint returned an invalid fingerprint", "fingerprint", fp)
-		probInternal.write(w, nil)
-		m.emit(Event{Outcome: OutcomeError, Request: r, Key: key, Status: 500, Start: start, Err: errors.New("idemhttp: invalid fingerprint")})
-		c.release()
+		h.reject(w, r, c, probInternal, Event{Key: key, Start: start, Err: errInvalidFingerprint})
 		return
 	}
 	if err != nil {
-		probInvalidBody.write(w, nil)
-		m.emit(Event{Outcome: OutcomeInvalidKey, Request: r, Key: key, Status: 400, Start: start, Err: err})
-		c.release()
+		h.reject(w, r, c, probInvalidBody, Event{Key: key, Start: start, Err: err})
 		return
 	}
 
@@ -312,39 +293,56 @@ func (m *middleware) processes(method string) bool {
 	return false
 }
 
-// noKey handles a processed request without a key; c is the capture that read its body, if any.
+// noKey handles a processed request without a key; c is the capture that read its body, if
+// any, and noKey releases it.
 func (h *handler) noKey(w http.ResponseWriter, r *http.Request, start time.Time, c *captureWriter) {
 	m := h.m
 	if m.opt.RequireKey {
-		probMissingKey.write(w, nil)
-		m.emit(Event{Outcome: OutcomeMissingKey, Request: r, Status: 400, Start: start})
+		h.reject(w, r, c, probMissingKey, Event{Start: start})
 		return
 	}
 	if c != nil {
 		c.serveUnprotected(h.next, w, r)
+		c.release()
 	} else {
 		h.next.ServeHTTP(w, r)
 	}
 	m.emit(Event{Outcome: OutcomeBypass, Request: r, Start: start})
 }
 
+// reject is the one way out of a request the middleware refuses before it asks the engine for
+// a claim, as http.ReverseProxy sends every error to one ErrorHandler: nothing has run and
+// nothing is held. It writes problem p (with its Retry-After, if it has one), reports ev with
+// p's outcome and status, and returns the capture c, if any, to its pool.
+func (h *handler) reject(w http.ResponseWriter, r *http.Request, c *captureWriter, p *problem, ev Event) {
+	p.write(w, p.retryAfter)
+	ev.Outcome, ev.Request, ev.Status = p.outcome, r, p.status
+	h.m.emit(ev)
+	if c != nil {
+		c.release()
+	}
+}
+
+var errInvalidFingerprint = errors.New("idemhttp: Options.Fingerprint returned an invalid fingerprint")
+
 // readBody reads the request body into the capture's request buffer, bounded by
-// MaxRequestBody, and charges the capture's buffers to the memory budget. It returns a non-zero
-// status when it cannot: 413 (too large), 503 (over the budget) or 400.
+// MaxRequestBody, and charges the capture's buffers to the memory budget. When it cannot, it
+// returns the problem to answer (probTooLarge, probOverloaded, probInvalidBody) and the error
+// behind it, if any.
 //
 // The buffer grows as bytes arrive, doubling, to at most the declared length (and one byte,
 // to see EOF without growing) or the limit: a Content-Length never reserves memory that the
 // client has not sent.
-func (m *middleware) readBody(r *http.Request, c *captureWriter) ([]byte, int) {
+func (m *middleware) readBody(r *http.Request, c *captureWriter) ([]byte, *problem, error) {
 	if !m.budget.take(&c.held, int64(cap(*c.buf)+cap(*c.reqBuf))) {
-		return nil, http.StatusServiceUnavailable
+		return nil, probOverloaded, nil
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, 0
+		return nil, nil, nil
 	}
 	limit := m.opt.MaxRequestBody
 	if r.ContentLength > limit {
-		return nil, http.StatusRequestEntityTooLarge
+		return nil, probTooLarge, nil
 	}
 	b := *c.reqBuf
 	for {
@@ -358,7 +356,7 @@ func (m *middleware) readBody(r *http.Request, c *captureWriter) ([]byte, int) {
 			n = min(n, limit+1)
 			if !m.budget.take(&c.held, n-int64(cap(b))) {
 				*c.reqBuf = b[:0]
-				return nil, http.StatusServiceUnavailable
+				return nil, probOverloaded, nil
 			}
 			nb := make([]byte, len(b), n)
 			copy(nb, b)
@@ -368,7 +366,7 @@ func (m *middleware) readBody(r *http.Request, c *captureWriter) ([]byte, int) {
 		b = b[:len(b)+n]
 		if int64(len(b)) > limit {
 			*c.reqBuf = b[:0]
-			return nil, http.StatusRequestEntityTooLarge
+			return nil, probTooLarge, nil
 		}
 		if err == io.EOF || err == nil && r.ContentLength > 0 && int64(len(b)) == r.ContentLength {
 			break // all of a declared length is read: the server's body has nothing more
@@ -377,21 +375,17 @@ func (m *middleware) readBody(r *http.Request, c *captureWriter) ([]byte, int) {
 			*c.reqBuf = b[:0]
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return nil, http.StatusRequestEntityTooLarge
+				return nil, probTooLarge, err
 			}
-			return nil, http.StatusBadRequest
+			return nil, probInvalidBody, err
 		}
 	}
 	*c.reqBuf = b
 	if m.opt.DetachBody && !m.budget.take(&c.held, int64(len(b))) {
-		return nil, http.StatusServiceUnavailable // no room for the handler's own copy
+		return nil, probOverloaded, nil // no room for the handler's own copy
 	}
-	return b, 0
+	return b, nil, nil
 }
-
-// overloadedRetryAfter is the Retry-After of a 503 ProblemOverloaded: buffers are held for as
-// long as a request takes, so a second is a fair first guess.
-var overloadedRetryAfter = retryAfterValue(1)
 
 // release returns the capture to its pool. The capture keeps its response and request
 // buffers (emptied), so a request takes one object from a pool, not three; if either grew too

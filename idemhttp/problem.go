@@ -48,28 +48,38 @@ const ProblemContentType = "application/problem+json"
 
 // problem is one precomputed answer.
 type problem struct {
-	status int
-	body   []byte
-	length []string // Content-Length, precomputed
+	status     int
+	body       []byte
+	length     []string // Content-Length, precomputed
+	outcome    Outcome  // reported when the middleware refuses a request with this problem
+	retryAfter []string // Retry-After of a refusal, if any
 }
 
-func newProblem(status int, typ, title string) *problem {
+func newProblem(status int, typ, title string, outcome Outcome) *problem {
 	b := []byte(`{"type":"` + typ + `","title":"` + title + `","status":` + strconv.Itoa(status) + "}\n")
-	return &problem{status: status, body: b, length: []string{strconv.Itoa(len(b))}}
+	return &problem{status: status, body: b, length: []string{strconv.Itoa(len(b))}, outcome: outcome}
+}
+
+// withRetryAfter sets the Retry-After, in seconds, sent when the middleware refuses a request
+// with p.
+func (p *problem) withRetryAfter(seconds int64) *problem {
+	p.retryAfter = retryAfterValue(seconds)
+	return p
 }
 
 var (
-	probMissingKey   = newProblem(400, ProblemMissingKey, "This request requires an idempotency key")
-	probInvalidKey   = newProblem(400, ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once")
-	probInvalidScope = newProblem(400, ProblemInvalidScope, "The caller could not be identified")
-	probInvalidBody  = newProblem(400, ProblemInvalidBody, "The request body could not be read")
-	probTooLarge     = newProblem(413, ProblemRequestTooLarge, "The request body is too large")
-	probInFlight     = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later")
-	probMismatch     = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request")
-	probStore        = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later")
-	probOverloaded   = newProblem(503, ProblemOverloaded, "The request was not processed: the server is busy; retry later")
-	probPanic        = newProblem(500, ProblemHandlerPanic, "The request failed; it may be retried with the same key")
-	probInternal     = newProblem(500, ProblemInternal, "The request was not processed")
+	probMissingKey   = newProblem(400, ProblemMissingKey, "This request requires an idempotency key", OutcomeMissingKey)
+	probInvalidKey   = newProblem(400, ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once", OutcomeInvalidKey)
+	probInvalidScope = newProblem(400, ProblemInvalidScope, "The caller could not be identified", OutcomeInvalidScope)
+	probInvalidBody  = newProblem(400, ProblemInvalidBody, "The request body could not be read", OutcomeInvalidBody)
+	probTooLarge     = newProblem(413, ProblemRequestTooLarge, "The request body is too large", OutcomeTooLarge)
+	probInFlight     = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later", OutcomeConflict)
+	probMismatch     = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request", OutcomeMismatch)
+	probStore        = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later", OutcomeStoreError)
+	// Buffers are held as long as a request takes: a second is a fair first guess.
+	probOverloaded = newProblem(503, ProblemOverloaded, "The request was not processed: the server is busy; retry later", OutcomeOverloaded).withRetryAfter(1)
+	probPanic      = newProblem(500, ProblemHandlerPanic, "The request failed; it may be retried with the same key", OutcomeReleased)
+	probInternal   = newProblem(500, ProblemInternal, "The request was not processed", OutcomeError)
 )
 
 var (
