@@ -24,7 +24,7 @@ def idem_session():
         status_forcelist=[409, 429, 500, 502, 503, 504],
         allowed_methods=None,  # every method, POST included: the key makes it safe
         respect_retry_after_header=True,
-        retry_after_max=2,  # cap the server's Retry-After (urllib3 >= 2.6)
+        retry_after_max=2,  # cap the server's Retry-After (a recent urllib3: 2.7 has it)
         raise_on_status=False,  # when retries run out, return the last answer
     )
     session = requests.Session()
