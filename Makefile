@@ -49,6 +49,21 @@ chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQ
 bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
 	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/
 
+GREMLINS ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTATION_WORKERS ?= 2
+# name:package:files-to-skip (a regexp on paths). The engine skips every file in a
+# subdirectory; idemhttp skips its JSON canonicalizer and key parser (fuzzed against
+# encoding/json and the RFC grammar: make fuzz) and its option, problem and budget tables, so
+# the run stays near half an hour on 2 cores.
+MUTATION_TARGETS := engine:.:/ idemhttp:./idemhttp:canonjson[.]go$$ memstore:./store/memstore:^$$
+
+mutation: ## Mutation testing (gremlins) of the engine, idemhttp and memstore; reports in tmp/mutation/ (~30 min on 2 cores).
+	@mkdir -p tmp/mutation; set -e; for t in $(MUTATION_TARGETS); do \
+		name=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; skip=$${rest#*:}; echo "== $$name ($$pkg)"; \
+		$(GO) run $(GREMLINS) unleash --workers $(MUTATION_WORKERS) --timeout-coefficient 5 \
+			-E "$$skip" -o tmp/mutation/$$name.json $$pkg | tee tmp/mutation/$$name.txt | grep -v '^ *KILLED'; \
+	done
+
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	.:FuzzDecodeResponse \
@@ -66,4 +81,4 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
-.PHONY: help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short fuzz demo
+.PHONY: help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short mutation fuzz demo
