@@ -55,7 +55,7 @@ MUTATION_WORKERS ?= 2
 # subdirectory; idemhttp skips its JSON canonicalizer and key parser (fuzzed against
 # encoding/json and the RFC grammar: make fuzz) and its option, problem and budget tables, so
 # the run stays near half an hour on 2 cores.
-MUTATION_TARGETS := engine:.:/ idemhttp:./idemhttp:(canonjson|key|options|problem|budget)[.]go$$ memstore:./store/memstore:^$$
+MUTATION_TARGETS := 'engine:.:/' 'idemhttp:./idemhttp:(canonjson|key|options|problem|budget)[.]go$$' 'memstore:./store/memstore:^$$'
 
 mutation: ## Mutation testing (gremlins) of the engine, idemhttp and memstore; reports in tmp/mutation/ (~30 min on 2 cores).
 	@mkdir -p tmp/mutation; set -e; for t in $(MUTATION_TARGETS); do \
