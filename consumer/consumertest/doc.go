@@ -1,5 +1,5 @@
 // Package consumertest is the conformance suite for consumer adapters: every broker adapter
-// (consumer/natsjs, consumer/amqp, consumer/sqs) passes it unchanged.
+// (consumer/natsjs, consumer/amqp, consumer/sqs, consumer/kafka) passes it unchanged.
 //
 // # What an adapter supplies
 //

@@ -1,0 +1,11 @@
+package kafka
+
+import "github.com/idemkit/idem/consumer"
+
+// WithBeforeCommit returns opt with a hook called before each settled record is marked for
+// commit; true stops the worker at once, committing nothing more, as if the process died at
+// that instant. For tests only.
+func WithBeforeCommit(opt Options, f func(consumer.Result) bool) Options {
+	opt.beforeCommit = f
+	return opt
+}
