@@ -216,3 +216,29 @@ func TestBinaryClientGoneUpstreamSlowerThanLease(t *testing.T) {
 		t.Fatalf("upstream called %d times, want 1", n)
 	}
 }
+
+// An upstream answer received whole is stored, even if the upstream then drops the connection:
+// the retries replay it.
+func TestBinaryUpstreamClosesAfterWholeAnswer(t *testing.T) {
+	t.Parallel()
+	const body = `{"id":"ch_1","amount":1000}`
+	for name, raw := range map[string]string{
+		"content-length": "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body,
+		"chunked":        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			up, calls := rawUpstream(t, func(c net.Conn) { io.WriteString(c, raw) })
+			g := startGateway(t, "--upstream", up, "--store", sqliteStore(t))
+			for i := range 3 {
+				a, err := try(g.url, "whole-1")
+				if err != nil || a.status != 201 || a.body != body || (i > 0) != (a.header.Get("Idempotent-Replayed") == "true") {
+					t.Fatalf("POST %d: %d %v %.200q %v", i+1, a.status, err, a.body, a.header)
+				}
+			}
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("upstream called %d times, want 1", n)
+			}
+		})
+	}
+}

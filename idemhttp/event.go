@@ -14,11 +14,11 @@ const (
 	// OutcomeExecuted: the handler ran and its response is stored for replay.
 	OutcomeExecuted Outcome = "executed"
 	// OutcomeReleased: the handler ran and the policy did not keep its response (by default
-	// 5xx, 401, 403, 408, 409, 425, 429), or it panicked, or it called MarkFailed: the key is
-	// released and a retry executes.
+	// 5xx, 401, 403, 408, 409, 425, 429), or it panicked before it began to answer, or it
+	// called MarkFailed: the key is released and a retry executes.
 	OutcomeReleased Outcome = "released"
-	// OutcomeUncertain: the handler ran and called MarkUncertain: the claim is held as the
-	// engine's idem.UncertainPolicy says.
+	// OutcomeUncertain: the handler ran and called MarkUncertain, or panicked (or aborted)
+	// after it began to answer: the claim is held as the engine's idem.UncertainPolicy says.
 	OutcomeUncertain Outcome = "uncertain"
 	// OutcomeOversize: the handler ran and its response was larger than
 	// Options.MaxResponseBody: it was streamed to the client and the record kept without the
