@@ -78,7 +78,11 @@
 //   - the store unreachable before the handler ran: Unavailable with a RetryInfo
 //     (ServerOptions.StoreRetryAfter). The handler does not run: fail closed;
 //   - a stored reply that cannot be rebuilt: Internal (ReasonNotReplayable), never a reply of
-//     another type.
+//     another type;
+//   - a call whose reply was larger than ServerOptions.MaxReplyBytes (1 MiB by default), so
+//     not kept: AlreadyExists (ReasonNotRetained), with idempotent-replayed: true. The
+//     operation was done and is not done again; only its reply is gone. AlreadyExists is the
+//     code for "what you asked to create exists already", which is what the key says here.
 //
 // If the handler ran but its outcome could not be stored (the store failed, the lease was lost),
 // the caller gets the handler's own reply and a warning is logged; a retry then sees Aborted

@@ -50,7 +50,11 @@ const (
 	ReasonInFlight         = "IDEMPOTENCY_KEY_IN_FLIGHT"  // Aborted, with RetryInfo
 	ReasonStoreUnavailable = "IDEMPOTENCY_STORE_DOWN"     // Unavailable, with RetryInfo
 	ReasonNotReplayable    = "IDEMPOTENCY_NOT_REPLAYABLE" // Internal
+	ReasonNotRetained      = "IDEMPOTENCY_NOT_RETAINED"   // AlreadyExists
 )
+
+// DefaultMaxReplyBytes is the default ServerOptions.MaxReplyBytes: 1 MiB, as idemhttp keeps.
+const DefaultMaxReplyBytes = 1 << 20
 
 // ScopeFunc returns the tenant a call acts for, from its context (incoming metadata, the peer's
 // verified identity, what an authentication interceptor stored). It prefixes the storage key,
@@ -91,6 +95,11 @@ type ServerOptions struct {
 	// with it. Default protoregistry.GlobalTypes, where every generated message type
 	// registers itself.
 	Types protoregistry.MessageTypeResolver
+	// MaxReplyBytes is the largest reply kept for replay, in bytes of the stored status and
+	// message. A larger reply goes to the caller as usual and the record is completed without
+	// it: a retry gets AlreadyExists (ReasonNotRetained), never a second run of the handler.
+	// Default DefaultMaxReplyBytes (1 MiB); stores have item limits (DynamoDB: 400 KB).
+	MaxReplyBytes int
 	// StoreRetryAfter is the retry delay sent (as RetryInfo) with Unavailable when the store
 	// fails. Default 1s.
 	StoreRetryAfter time.Duration
@@ -118,6 +127,10 @@ func UnaryServerInterceptor(opt ServerOptions) (grpc.UnaryServerInterceptor, err
 	if opt.StoreRetryAfter < 0 {
 		return nil, fmt.Errorf("%w: ServerOptions.StoreRetryAfter %s is negative", ErrOptions, opt.StoreRetryAfter)
 	}
+	if opt.MaxReplyBytes < 0 {
+		return nil, fmt.Errorf("%w: ServerOptions.MaxReplyBytes %d is negative", ErrOptions, opt.MaxReplyBytes)
+	}
+	opt.MaxReplyBytes = cmp.Or(opt.MaxReplyBytes, DefaultMaxReplyBytes)
 	opt.StoreRetryAfter = cmp.Or(opt.StoreRetryAfter, time.Second)
 	if opt.Types == nil {
 		opt.Types = protoregistry.GlobalTypes
@@ -182,7 +195,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			ctx = grpc.NewContextWithServerTransportStream(ctx, cs)
 		}
 		reply, replyErr = handler(ctx, req)
-		return outcome(reply, replyErr, cs)
+		return outcome(reply, replyErr, cs, s.opt.MaxReplyBytes)
 	})
 	if res.Executed {
 		// The handler ran in this call: its own answer is the truth, whatever the store did.
@@ -222,7 +235,7 @@ func keyFrom(ctx context.Context) (string, error) {
 // outcome turns what the handler returned into what the engine decides on: a canceled or
 // deadline-exceeded handler is uncertain (it may have acted before it gave up), any other
 // answer is a Response whose Status is its code's HTTPStatus, for the engine's Policy.
-func outcome(reply any, err error, cs *captureStream) (idem.Response, error) {
+func outcome(reply any, err error, cs *captureStream, maxBytes int) (idem.Response, error) {
 	var st *status.Status
 	if err != nil {
 		var ok bool
@@ -245,17 +258,23 @@ func outcome(reply any, err error, cs *captureStream) (idem.Response, error) {
 		}
 		sp = &spb.Status{Details: []*anypb.Any{a}}
 	}
+	code := HTTPStatus(codes.Code(sp.GetCode()))
+	if proto.Size(sp) > maxBytes {
+		return idem.Response{Status: code, BodyOmitted: true}, nil
+	}
 	body, merr := proto.Marshal(sp)
 	if merr != nil {
 		return idem.Response{}, fmt.Errorf("idemgrpc: marshalling the status: %w", merr)
 	}
-	return idem.Response{Status: HTTPStatus(codes.Code(sp.GetCode())), Header: cs.stored(), Body: body}, nil
+	return idem.Response{Status: code, Header: cs.stored(), Body: body}, nil
 }
 
 // replay answers a call from a stored reply.
 func (s *server) replay(ctx context.Context, method string, r idem.Response) (any, error) {
 	if r.BodyOmitted {
-		return nil, fail(codes.Internal, ReasonNotReplayable, "the reply to this idempotency key was not retained")
+		_ = grpc.SetHeader(ctx, metadata.MD{ReplayedKey: []string{"true"}})
+		return nil, fail(codes.AlreadyExists, ReasonNotRetained,
+			"a call with this idempotency key was already processed; its reply was too large to be retained")
 	}
 	var sp spb.Status
 	if err := proto.Unmarshal(r.Body, &sp); err != nil {

@@ -340,6 +340,30 @@ func TestNames(t *testing.T) {
 	}
 }
 
+// A reply above MaxReplyBytes reaches the first caller whole and is not kept: a retry gets
+// AlreadyExists, and the handler does not run again.
+func TestReplyTooLargeNotRetained(t *testing.T) {
+	t.Parallel()
+	b := setup(t, config{server: idemgrpc.ServerOptions{MaxReplyBytes: 1000}})
+	var runs atomic.Int32
+	big := strings.Repeat("x", 2000)
+	b.svc.set(func(context.Context, *structpb.Struct) (*wrapperspb.StringValue, error) {
+		runs.Add(1)
+		return wrapperspb.String(big), nil
+	})
+	ctx := ctxT(t)
+	if r := b.call(ctx, "k", nil); r.err != nil || r.msg.GetValue() != big {
+		t.Fatalf("first: err %v, %d bytes", r.err, len(r.msg.GetValue()))
+	}
+	r := b.call(ctx, "k", nil)
+	if status.Code(r.err) != codes.AlreadyExists || reason(r.err) != idemgrpc.ReasonNotRetained || !r.replayed() {
+		t.Fatalf("retry: %s", describe(r))
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
 func TestHTTPStatus(t *testing.T) {
 	t.Parallel()
 	for c, want := range map[codes.Code]int{codes.OK: 200, codes.NotFound: 404, codes.AlreadyExists: 409,
