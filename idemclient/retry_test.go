@@ -267,6 +267,9 @@ func TestRetryableClassification(t *testing.T) {
 	// ResponseHeaderTimeout.
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
+		if r.URL.Path == "/warm" {
+			return
+		}
 		select {
 		case <-r.Context().Done():
 		case <-time.After(5 * time.Second):
@@ -276,10 +279,18 @@ func TestRetryableClassification(t *testing.T) {
 	rht := &http.Transport{ResponseHeaderTimeout: 50 * time.Millisecond}
 	defer rht.CloseIdleConnections()
 	ctxDeadline := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		// A connection made beforehand, so that the deadline strikes while waiting for the
+		// answer, not while dialling (where net reports its own timeout error).
+		c := &http.Client{Transport: &http.Transport{}}
+		defer c.CloseIdleConnections()
+		if resp, err := c.Post(slow.URL+"/warm", "text/plain", strings.NewReader("x")); err == nil {
+			_, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, slow.URL, strings.NewReader("x"))
-		_, err := http.DefaultClient.Do(req)
+		_, err := c.Do(req)
 		return err
 	}
 

@@ -1,7 +1,6 @@
 package clientcompat_test
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -173,12 +173,12 @@ func duplicateInFlight(t *testing.T, c client) {
 	// Bound: past the original's own answer, the duplicate waits at most one pause, then asks
 	// again. The pause is the gateway's Retry-After — an estimate no longer than the operation's
 	// age rounded up to a second, or the lease left, a figure the probe sees — or the client's
-	// own cap on a pause if that is shorter; plus a second of margin for a loaded machine.
+	// own cap on a pause if that is shorter; plus two seconds of margin for a loaded machine.
 	estimate := max(probe.retryAfter, opDelay.Round(time.Second))
 	// The original's answer exists opDelay after the duplicate's first arrival; the client's
 	// own clock runs from just before that arrival.
 	extra := dup.elapsed() - opDelay
-	if bound := min(estimate, c.maxPause) + time.Second; extra > bound {
+	if bound := min(estimate, c.maxPause) + 2*time.Second; extra > bound {
 		t.Errorf("the duplicate's answer came %v after the original's, want at most %v (Retry-After %v, the client's cap %v)",
 			extra, bound, probe.retryAfter, c.maxPause)
 	}
@@ -254,12 +254,21 @@ func mismatchFinal(t *testing.T, c client) {
 	if r, err := plainPost(b.url, key, charge("a")); err != nil || r.Status != http.StatusCreated {
 		t.Fatalf("first: %+v %v", r, err)
 	}
-	r := c.post(t, b.url, key, charge("b"))
-	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.Body, "problem") && !bytes.Contains([]byte(r.Body), []byte("type")) {
+	// Count what reaches the gateway from the client.
+	var seen atomic.Int32
+	target, _ := url.Parse(b.url)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		rp.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	r := c.post(t, front.URL, key, charge("b"))
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.Body, `"status":422`) {
 		t.Fatalf("got %+v", r)
 	}
-	if r.elapsed() > time.Second {
-		t.Errorf("a 422 took %v: retried?", r.elapsed())
+	if n := seen.Load(); n != 1 {
+		t.Errorf("a 422 was sent %d times", n)
 	}
 	if b.up.count("b") != 0 || b.up.count("a") != 1 {
 		t.Fatalf("effects a=%d b=%d", b.up.count("a"), b.up.count("b"))
