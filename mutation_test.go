@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -73,5 +75,27 @@ func TestEncodeResponseOneExactAllocation(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(20, func() { _ = EncodeResponse(r) }); n != 1 {
 		t.Fatalf("EncodeResponse allocates %v times, want 1", n)
+	}
+}
+
+// Every three-digit status round-trips, and nothing above: a stored status is an HTTP status.
+func TestCodecStatusRange(t *testing.T) {
+	for _, s := range []int{100, 999} {
+		got, err := DecodeResponse(EncodeResponse(Response{Status: s}))
+		if err != nil || got.Status != s {
+			t.Fatalf("status %d: decoded %+v, %v", s, got, err)
+		}
+	}
+	if _, err := DecodeResponse(EncodeResponse(Response{Status: 1000})); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("status 1000: %v, want ErrCorruptRecord", err)
+	}
+}
+
+// uvarintLen agrees with binary.AppendUvarint at every length boundary.
+func TestUvarintLen(t *testing.T) {
+	for _, v := range []uint64{0, 1, 127, 128, 1<<14 - 1, 1 << 14, 1<<21 - 1, 1 << 21, 1<<63 - 1, 1<<64 - 1} {
+		if got, want := uvarintLen(v), len(binary.AppendUvarint(nil, v)); got != want {
+			t.Errorf("uvarintLen(%d) = %d, want %d", v, got, want)
+		}
 	}
 }
