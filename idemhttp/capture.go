@@ -48,11 +48,12 @@ type captureWriter struct {
 	held   int64   // bytes charged to the memory budget (Options.MemoryBudget)
 
 	status    int
-	committed bool // status and headers sent to w
-	omitted   bool // body outgrew the limit: not kept
-	ran       bool // the handler was called
-	gone      bool // a write to the client failed: it went away mid-answer
-	panicked  any  // what a handler that had begun to answer panicked with
+	committed bool   // status and headers sent to w
+	omitted   bool   // body outgrew the limit: not kept
+	ran       bool   // the handler was called
+	gone      bool   // a write to the client failed: it went away mid-answer
+	panicked  any    // what a handler that had begun to answer panicked with
+	stack     []byte // where it panicked (not for http.ErrAbortHandler)
 	mark      mark
 	stored    http.Header // headers to store, snapshot at commit
 	body      bodyReader  // the request body handed to the handler

@@ -3,8 +3,10 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -457,6 +459,9 @@ func (c *captureWriter) serve(r *http.Request) {
 	defer func() {
 		if !returned && c.status != 0 {
 			c.panicked = recover() // nil on runtime.Goexit, which goes on
+			if c.panicked != nil && c.panicked != http.ErrAbortHandler {
+				c.stack = debug.Stack() // the panic goes on from elsewhere: keep where it began
+			}
 		}
 	}()
 	c.h.next.ServeHTTP(c, r)
@@ -475,9 +480,12 @@ func (h *handler) aborted(r *http.Request, c *captureWriter, key string, start t
 		ev.Outcome = OutcomeOversize
 		m.opt.Logger.Warn("idemhttp: client went away while a response too large to keep streamed; completed without its body",
 			"method", r.Method, "path", r.URL.Path)
+	case errors.Is(err, errAborted) && c.stack == nil:
+		m.opt.Logger.Warn("idemhttp: handler aborted after it began to answer; claim held as uncertain",
+			"method", r.Method, "path", r.URL.Path)
 	case errors.Is(err, errAborted):
 		m.opt.Logger.Error("idemhttp: handler panicked after it began to answer; claim held as uncertain",
-			"method", r.Method, "path", r.URL.Path)
+			"method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(c.panicked), "stack", string(c.stack))
 	default:
 		ev.Outcome, ev.Err = OutcomeError, errors.Join(errAborted, err)
 		m.opt.Logger.Error("idemhttp: handler panicked after it began to answer", "method", r.Method, "path", r.URL.Path, "err", err)
