@@ -9,7 +9,7 @@ func NewCounted(opt Options) (func(http.Handler) http.Handler, func() int64, err
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(next http.Handler) http.Handler { return &handler{m: m, next: next} }, m.budget.used.Load, nil
+	return func(next http.Handler) http.Handler { return &handler{m: m, next: next} }, m.budget.InUse, nil
 }
 
 // MemoryBudgetOf returns the memory budget the middleware uses with opt: -1 when unlimited.

@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -356,5 +357,31 @@ func TestMemoryBudgetGivenBackOnPanic(t *testing.T) {
 			}
 			b.waitHeld(t, "the memory of the panicked requests to come back", func(n int64) bool { return n == 0 })
 		})
+	}
+}
+
+// TestSharedBudget: two middlewares given one Budget are bounded together: memory held under
+// one refuses a request under the other, and InUse comes back to 0.
+func TestSharedBudget(t *testing.T) {
+	t.Parallel()
+	shared := idemhttp.NewBudget(256 << 10)
+	if shared.Limit() != 256<<10 || idemhttp.NewBudget(0).Limit() != idemhttp.DefaultMemoryBudget || idemhttp.NewBudget(-1).Limit() >= 0 {
+		t.Fatal("NewBudget's limits")
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
+	a := setupBudget(t, idemhttp.Options{Budget: shared}, ok)
+	b := setupBudget(t, idemhttp.Options{Budget: shared}, ok)
+	a.slowConn(t, "holder", 1<<20, bytes.Repeat([]byte("x"), 300<<10))
+	a.waitHeld(t, "the holder to hold more than the budget", func(n int64) bool { return n > 256<<10 })
+	if r := b.do("POST", "/", "other-route", "{}"); r.Status != http.StatusServiceUnavailable || problemType(t, r) != idemhttp.ProblemOverloaded {
+		t.Fatalf("under the other middleware: %d %s, want 503 overloaded", r.Status, r.Body)
+	}
+	if n := shared.InUse(); n <= 256<<10 {
+		t.Fatalf("InUse %d while the holder holds more than the budget", n)
+	}
+	a.srv.CloseClientConnections()
+	b.waitHeld(t, "the shared budget to come back to 0", func(n int64) bool { return n == 0 && shared.InUse() == 0 })
+	if _, err := idemhttp.New(idemhttp.Options{Engine: a.eng, Budget: shared, MemoryBudget: 1}); !errors.Is(err, idemhttp.ErrOptions) {
+		t.Fatalf("MemoryBudget and Budget both set: %v, want ErrOptions", err)
 	}
 }

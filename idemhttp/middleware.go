@@ -44,7 +44,7 @@ type middleware struct {
 	retry   []string // Retry-After for 503
 	methods []string
 	checkFP bool // Options.Fingerprint is the caller's: check what it returns
-	budget  memBudget
+	budget  *Budget
 }
 
 func newMiddleware(opt Options) (*middleware, error) {
@@ -59,7 +59,10 @@ func newMiddleware(opt Options) (*middleware, error) {
 		methods: opt.Methods, checkFP: checkFP,
 		retry: retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
 	}
-	m.budget.limit = opt.MemoryBudget
+	m.budget = opt.Budget
+	if m.budget == nil {
+		m.budget = NewBudget(opt.MemoryBudget)
+	}
 	for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", ReplayedHeader, ExpiresHeader} {
 		m.skip.add(h)

@@ -82,6 +82,11 @@ type Options struct {
 	// after their request, not pooled. Default DefaultMemoryBudget (64 MiB), or
 	// 4 × (MaxRequestBody + MaxResponseBody) when that is larger; negative: unlimited.
 	MemoryBudget int64
+	// Budget, if set, is a memory budget shared with other middlewares (NewBudget), used
+	// instead of one of MemoryBudget bytes for this middleware alone: middlewares in front of
+	// several routes of one server are then bounded together. MemoryBudget must then be 0.
+	// Default nil.
+	Budget *Budget
 	// DenyHeaders are response headers that are not stored, and so not replayed, besides the
 	// hop-by-hop ones (Connection and those it names, Keep-Alive, Proxy-*, TE, Trailer,
 	// Transfer-Encoding, Upgrade). Default: Set-Cookie. A non-nil empty slice denies none.
@@ -142,7 +147,10 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxRequestBody = cmp.Or(o.MaxRequestBody, DefaultMaxRequestBody)
 	o.MaxResponseBody = cmp.Or(o.MaxResponseBody, DefaultMaxResponseBody)
 	o.StoreRetryAfter = cmp.Or(o.StoreRetryAfter, time.Second)
-	if o.MemoryBudget == 0 {
+	if o.Budget != nil && o.MemoryBudget != 0 {
+		return o, fmt.Errorf("%w: Options.MemoryBudget and Options.Budget are both set", ErrOptions)
+	}
+	if o.MemoryBudget == 0 && o.Budget == nil {
 		o.MemoryBudget = DefaultMemoryBudget
 		if o.MaxRequestBody < 1<<58 && o.MaxResponseBody < 1<<58 {
 			o.MemoryBudget = max(o.MemoryBudget, 4*(o.MaxRequestBody+o.MaxResponseBody))
