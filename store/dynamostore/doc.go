@@ -57,8 +57,8 @@
 // value (Options.SortKey, Options.SortKeyValue). Attributes: fingerprint (S), state (S:
 // in_progress or completed), token (N), lease_until, created_at, completed_at, expires_at (N,
 // Unix microseconds), attempts (N), response (B, idem.EncodeResponse) and the TTL attribute
-// (N, Unix seconds, Options.TTLMargin beyond expires_at). Keys must be UTF-8 without NUL, at
-// most MaxKeyBytes with the prefix.
+// (N, Unix seconds, Options.TTLMargin beyond expires_at). Keys pass idem.CheckKey (UTF-8
+// without NUL, at most idem.MaxKeyLen bytes) and are at most MaxKeyBytes with the prefix.
 //
 // A response whose encoding exceeds PartSize (384 KiB; DynamoDB items hold 400 KiB) is split:
 // the record keeps the first part and the number of parts, and part items under the key
@@ -79,10 +79,11 @@
 // # Errors
 //
 // ErrLeaseLost and ErrNotFound as the contract says; bad keys and options wrap
-// idem.ErrInvalidInput; every DynamoDB failure is an *Error that matches
+// idem.ErrInvalidInput; every DynamoDB failure is an *idem.StoreError that matches
 // idem.ErrStoreUnavailable and unwraps to the SDK's error (for instance a
 // *types.ProvisionedThroughputExceededException once the SDK's retryer, 4 attempts with jittered
-// backoff for DynamoDB clients, gives up), so the engine fails closed.
+// backoff for DynamoDB clients, gives up), so the engine fails closed. A closed Store returns
+// idem.ErrClosed.
 //
 // # DynamoDB Local
 //

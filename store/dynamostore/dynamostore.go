@@ -181,28 +181,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Error is a failure of a DynamoDB call (network, throttling past the retryer, service
-// error). It matches idem.ErrStoreUnavailable with errors.Is and unwraps to the SDK's error.
-type Error struct {
-	// Op is the store operation: "reserve", "complete", "release", "extend", "get", "sweep".
-	Op string
-	// Err is the SDK's error, or a description of an unexpected answer.
-	Err error
-}
-
-// Error implements error.
-func (e *Error) Error() string { return "dynamostore: " + e.Op + ": " + e.Err.Error() }
-
-// Unwrap returns the SDK's error.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes an Error match idem.ErrStoreUnavailable.
-func (e *Error) Is(target error) bool { return target == idem.ErrStoreUnavailable }
-
-var errClosed = errors.New("store is closed")
+// Error is the type of every failure of a DynamoDB call (network, throttling past the
+// retryer, service error): an *idem.StoreError, which matches idem.ErrStoreUnavailable with
+// errors.Is and unwraps to the SDK's error.
+//
+// Deprecated: use idem.StoreError.
+type Error = idem.StoreError
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: dynamostore: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return fmt.Errorf("dynamostore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
 }
 
 func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
@@ -210,28 +197,26 @@ func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsR
 // begin checks what every operation checks first.
 func (s *Store) begin(ctx context.Context, op, key string) error {
 	if s.closed.Load() {
-		return &Error{Op: op, Err: errClosed}
+		return idem.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	switch {
-	case key == "":
-		return invalid("empty key")
-	case !validText(key):
-		return invalid("key is not UTF-8 without NUL")
-	case len(s.opt.KeyPrefix)+len(key) > MaxKeyBytes:
+	if err := idem.CheckKey(key); err != nil {
+		return err
+	}
+	if len(s.opt.KeyPrefix)+len(key) > MaxKeyBytes {
 		return invalid("key of %d bytes is too long (KeyPrefix plus key at most %d)", len(key), MaxKeyBytes)
 	}
 	return nil
 }
 
-// wrap turns an SDK error into an *Error, leaving context errors recognisable.
+// wrap turns an SDK error into an *idem.StoreError of op.
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &Error{Op: op, Err: err}
+	return &idem.StoreError{Op: op, Err: fmt.Errorf("dynamostore: %w", err)}
 }
 
 // itemKey returns the primary key of the record of key, or of its part n when n > 0.

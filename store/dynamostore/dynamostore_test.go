@@ -194,7 +194,7 @@ func TestBadKeys(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
-	for _, key := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("k", dynamostore.MaxKeyBytes+1)} {
+	for _, key := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("k", idem.MaxKeyLen+1)} {
 		if _, err := b.store.Reserve(ctx, key, fp, now, time.Second, time.Hour); !isInvalid(err) {
 			t.Errorf("Reserve(%q…): %v, want ErrInvalidInput", key[:min(len(key), 8)], err)
 		}
@@ -208,8 +208,20 @@ func TestBadKeys(t *testing.T) {
 	if ops := b.calls.take(); len(ops) != 0 {
 		t.Errorf("invalid input sent %v to DynamoDB", ops)
 	}
+	// KeyPrefix and key together fit in MaxKeyBytes.
+	prefixed, err := dynamostore.New(dynamostore.Options{Client: b.client, Table: b.table,
+		KeyPrefix: strings.Repeat("p", dynamostore.MaxKeyBytes-idem.MaxKeyLen+1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prefixed.Reserve(ctx, strings.Repeat("k", idem.MaxKeyLen), fp, now, time.Second, time.Hour); !isInvalid(err) {
+		t.Errorf("Reserve of a key that overflows MaxKeyBytes with the prefix: %v, want ErrInvalidInput", err)
+	}
+	if ops := b.calls.take(); len(ops) != 0 {
+		t.Errorf("invalid input sent %v to DynamoDB", ops)
+	}
 	// The longest allowed key works, part items included.
-	long := strings.Repeat("k", dynamostore.MaxKeyBytes)
+	long := strings.Repeat("k", idem.MaxKeyLen)
 	res, err := b.store.Reserve(ctx, long, fp, now, time.Second, time.Hour)
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve of a %d-byte key: %v %+v", len(long), err, res)

@@ -8,6 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idemkit/idem"
 )
 
 // Sweep implements idem.Store: it deletes at most batch records that expired before now
@@ -23,7 +25,7 @@ import (
 // and use Sweep only where TTL is not available or not prompt enough.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
 	if s.closed.Load() {
-		return 0, &Error{Op: "sweep", Err: errClosed}
+		return 0, idem.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -89,17 +89,10 @@ func (s *Store) lock(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errClosed
+		return idem.ErrClosed
 	}
 	return nil
 }
-
-var errClosed = &closedError{}
-
-type closedError struct{}
-
-func (*closedError) Error() string        { return "memstore: closed" }
-func (*closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
 
 // micros returns t as Unix microseconds (t is truncated to the microsecond).
 func micros(t time.Time) int64 { return t.UnixMicro() }
@@ -149,6 +142,9 @@ func (s *Store) link(h uint64, from, ref int32) {
 
 // Reserve implements idem.Store.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := idem.CheckKey(key); err != nil {
+		return idem.Reservation{}, err
+	}
 	if err := s.lock(ctx); err != nil {
 		return idem.Reservation{}, err
 	}

@@ -56,6 +56,6 @@
 // # Failure
 //
 // Every error but the contract's sentinels means the store could not answer, and the engine
-// fails closed. A Store whose Close was called returns ErrClosed, which matches
+// fails closed. A Store whose Close was called returns idem.ErrClosed, which matches
 // idem.ErrStoreUnavailable.
 package mysqlstore

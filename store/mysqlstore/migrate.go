@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -37,7 +38,7 @@ const migrateLockTimeout = 60 // seconds
 // table is newer than this release.
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return idem.ErrClosed
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -53,7 +54,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Version returns the schema version applied to the records table, 0 if none.
 func (s *Store) Version(ctx context.Context) (int, error) {
 	if s.closed.Load() {
-		return 0, ErrClosed
+		return 0, idem.ErrClosed
 	}
 	var v int
 	err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+s.migrations+` WHERE tbl = ?`, s.opt.Table).Scan(&v)

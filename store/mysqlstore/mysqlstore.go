@@ -7,11 +7,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -62,14 +60,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("mysqlstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
 }
 
-// ErrClosed is returned by every method of a closed Store. It matches idem.ErrStoreUnavailable
-// with errors.Is, so the engine fails closed.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string        { return "mysqlstore: store is closed" }
-func (closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
+//
+// Deprecated: use idem.ErrClosed.
+var ErrClosed = idem.ErrClosed
 
 // Store is an idem.Store in a MySQL or MariaDB (InnoDB) table. It is safe for concurrent use by
 // many goroutines and many processes sharing the database. Create it with New or Open; run
@@ -146,7 +140,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Table returns the quoted, database-qualified (when Options.Database is set) records table.
 func (s *Store) Table() string { return s.name }
 
-// Close makes every later call fail with ErrClosed and, if the store was made by Open, closes
+// Close makes every later call fail with idem.ErrClosed and, if the store was made by Open, closes
 // its database handle. It is safe to call twice.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -184,7 +178,7 @@ func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		_ = st.Close()
-		return nil, ErrClosed
+		return nil, idem.ErrClosed
 	}
 	if prev := s.stmts[q]; prev != nil {
 		_ = st.Close()
@@ -212,27 +206,13 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, 
 
 func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return idem.ErrClosed
 	}
 	return ctx.Err()
 }
 
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return invalid("empty key")
-	case len(key) > idem.MaxKeyLen:
-		return invalid("key of %d bytes is longer than %d", len(key), idem.MaxKeyLen)
-	case !utf8.ValidString(key):
-		return invalid("key is not valid UTF-8")
-	case strings.IndexByte(key, 0) >= 0:
-		return invalid("key contains a NUL byte")
-	}
-	return nil
-}
-
 func opErr(op string, err error) error {
-	if err == nil || errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == ErrClosed {
+	if err == nil || errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == idem.ErrClosed {
 		return err
 	}
 	return fmt.Errorf("mysqlstore: %s: %w", op, err)
@@ -278,7 +258,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 }
 
 func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if err := checkKey(key); err != nil {
+	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
 	switch {

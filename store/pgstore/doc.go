@@ -69,7 +69,7 @@
 // Every error but the contract's sentinels means the store could not answer, and the engine
 // fails closed. A statement timeout (statement_timeout) or a full pool surfaces as an error
 // within the caller's deadline; after a server restart the pool reconnects by itself. A Store
-// whose Close was called returns ErrClosed, which matches idem.ErrStoreUnavailable.
+// whose Close was called returns idem.ErrClosed, which matches idem.ErrStoreUnavailable.
 //
 // # Compatible engines
 //

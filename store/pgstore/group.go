@@ -85,7 +85,7 @@ func newGroup(s *Store, workers int) *group {
 
 // close stops the workers once the transactions in flight have ended (each bounded by its
 // calls' deadlines, as a statement of its own would be) and lets go of the calls not yet
-// taken, which get ErrClosed.
+// taken, which get idem.ErrClosed.
 func (g *group) close() {
 	close(g.quit)
 	g.wg.Wait()
@@ -93,7 +93,7 @@ func (g *group) close() {
 		select {
 		case op := <-g.ops:
 			if op.state.CompareAndSwap(opQueued, opAbandoned) {
-				op.finish(ErrClosed)
+				op.finish(idem.ErrClosed)
 			}
 		default:
 			return
@@ -102,7 +102,7 @@ func (g *group) close() {
 }
 
 // call queues op and waits for its outcome. A call whose context ends, or whose store closes,
-// before a worker took it is never sent, and returns the context's error (or ErrClosed). One
+// before a worker took it is never sent, and returns the context's error (or idem.ErrClosed). One
 // whose context ends once its statement was sent returns the context's error too, but the
 // statement may still commit, as when a deadline interrupts a statement of its own.
 func (g *group) call(op *groupOp) error {
@@ -110,7 +110,7 @@ func (g *group) call(op *groupOp) error {
 	select {
 	case g.ops <- op:
 	case <-g.quit:
-		return ErrClosed
+		return idem.ErrClosed
 	case <-op.ctx.Done():
 		return op.ctx.Err()
 	}
@@ -123,7 +123,7 @@ func (g *group) call(op *groupOp) error {
 		}
 	case <-g.quit:
 		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return ErrClosed // never sent
+			return idem.ErrClosed // never sent
 		}
 	}
 	// In a transaction: its outcome, unless the context ends first.
@@ -151,7 +151,7 @@ func (g *group) work() {
 			select {
 			case <-g.quit: // closed meanwhile: close lets go of the queued calls, this one too
 				if op.state.CompareAndSwap(opQueued, opAbandoned) {
-					op.finish(ErrClosed)
+					op.finish(idem.ErrClosed)
 				}
 				return
 			default:

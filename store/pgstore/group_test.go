@@ -251,7 +251,7 @@ func TestGroupCommitClose(t *testing.T) {
 	for range 5 {
 		select {
 		case err := <-waiting:
-			if !errors.Is(err, pgstore.ErrClosed) || !errors.Is(err, idem.ErrStoreUnavailable) {
+			if !errors.Is(err, idem.ErrClosed) || !errors.Is(err, idem.ErrStoreUnavailable) {
 				t.Errorf("waiting call after Close: %v, want ErrClosed", err)
 			}
 		case <-time.After(5 * time.Second):

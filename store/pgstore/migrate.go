@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -37,7 +38,7 @@ const migrateLockKey int64 = 0x1de3_0001
 // release.
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return idem.ErrClosed
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -54,7 +55,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Version returns the schema version applied to the records table, 0 if none.
 func (s *Store) Version(ctx context.Context) (int, error) {
 	if s.closed.Load() {
-		return 0, ErrClosed
+		return 0, idem.ErrClosed
 	}
 	var v int
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.migrations+` WHERE tbl = $1`, s.opt.Table).Scan(&v)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -84,14 +83,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("pgstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
 }
 
-// ErrClosed is returned by every method of a closed Store. It matches idem.ErrStoreUnavailable
-// with errors.Is, so the engine fails closed.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string        { return "pgstore: store is closed" }
-func (closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
+//
+// Deprecated: use idem.ErrClosed.
+var ErrClosed = idem.ErrClosed
 
 // Store is an idem.Store in a PostgreSQL table. It is safe for concurrent use by many
 // goroutines and many processes sharing the database. Create it with New or Open; run Migrate
@@ -169,8 +164,8 @@ func (s *Store) GroupCommit() int { return s.opt.GroupCommit }
 // Table returns the quoted, schema-qualified (when Options.Schema is set) records table.
 func (s *Store) Table() string { return s.name }
 
-// Close makes every later call fail with ErrClosed and, if the store was made by Open, closes
-// its pool. With Options.GroupCommit, the calls waiting for a group transaction get ErrClosed
+// Close makes every later call fail with idem.ErrClosed and, if the store was made by Open, closes
+// its pool. With Options.GroupCommit, the calls waiting for a group transaction get idem.ErrClosed
 // (nothing of theirs was sent) and Close waits for the transactions in flight to end. It is
 // safe to call twice.
 func (s *Store) Close() error {
@@ -194,33 +189,16 @@ type querier interface {
 
 func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return idem.ErrClosed
 	}
 	return ctx.Err()
-}
-
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return invalid("empty key")
-	case len(key) > idem.MaxKeyLen:
-		return invalid("key of %d bytes is longer than %d", len(key), idem.MaxKeyLen)
-	case !utf8.ValidString(key):
-		return invalid("key is not valid UTF-8")
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
-			return invalid("key contains a NUL byte")
-		}
-	}
-	return nil
 }
 
 func opErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == ErrClosed {
+	if errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == idem.ErrClosed {
 		return err
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
@@ -256,7 +234,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 
 // reserveArgs checks a claim's input and returns the parameters of queries.reserve.
 func reserveArgs(key, fingerprint string, now time.Time, lease, window time.Duration) ([]any, error) {
-	if err := checkKey(key); err != nil {
+	if err := idem.CheckKey(key); err != nil {
 		return nil, err
 	}
 	switch {

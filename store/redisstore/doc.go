@@ -77,8 +77,9 @@
 // appendfsync everysec and a crash, or an asynchronous replica promoted after a failover)
 // forgets claims and completions, and a retry of a forgotten key executes again. Where that
 // matters, run Redis with appendonly yes and appendfsync always, and know that a replica
-// promoted by a failover may lack the last writes acknowledged by its master. Every failure of a call is an *Error matching idem.ErrStoreUnavailable, so the
-// engine fails closed: no effect runs. A record the store cannot read (written by something
+// promoted by a failover may lack the last writes acknowledged by its master. Every failure of
+// a call is an *idem.StoreError matching idem.ErrStoreUnavailable, so the engine fails closed:
+// no effect runs; a closed Store returns idem.ErrClosed. A record the store cannot read (written by something
 // else) is such an error too (wrapping idem.ErrCorruptRecord when it is decoded in Go), never
 // a claim or a replay.
 //

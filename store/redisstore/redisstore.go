@@ -30,8 +30,11 @@ var (
 // constant.
 const Shards = 1024
 
-// MaxKeyBytes is the longest key the store accepts.
-const MaxKeyBytes = 4096
+// MaxKeyBytes is the longest key the store accepts: idem.MaxKeyLen, the one rule of
+// idem.CheckKey that every store applies.
+//
+// Deprecated: use idem.MaxKeyLen.
+const MaxKeyBytes = idem.MaxKeyLen
 
 // Options configure a Store. Only Client is required.
 type Options struct {
@@ -158,53 +161,34 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Error is a failure of a Redis call (network, server error, an unreadable record). It
-// matches idem.ErrStoreUnavailable with errors.Is and unwraps to the client's error.
-type Error struct {
-	// Op is the store operation: "reserve", "complete", "release", "extend", "get", "delete",
-	// "sweep".
-	Op string
-	// Err is go-redis's error, or a description of an unexpected answer.
-	Err error
-}
-
-// Error implements error.
-func (e *Error) Error() string { return "redisstore: " + e.Op + ": " + e.Err.Error() }
-
-// Unwrap returns the underlying error.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes an Error match idem.ErrStoreUnavailable.
-func (e *Error) Is(target error) bool { return target == idem.ErrStoreUnavailable }
-
-var errClosed = errors.New("store is closed")
+// Error is the type of every failure of a Redis call (network, server error, an unreadable
+// record): an *idem.StoreError, which matches idem.ErrStoreUnavailable with errors.Is and
+// unwraps to go-redis's error.
+//
+// Deprecated: use idem.StoreError.
+type Error = idem.StoreError
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: redisstore: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return fmt.Errorf("redisstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
 }
 
 // begin checks what every keyed operation checks first.
 func (s *Store) begin(ctx context.Context, op, key string) error {
 	if s.closed.Load() {
-		return &Error{Op: op, Err: errClosed}
+		return idem.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	switch {
-	case key == "":
-		return invalid("empty key")
-	case len(key) > MaxKeyBytes:
-		return invalid("key of %d bytes is longer than %d", len(key), MaxKeyBytes)
-	}
-	return nil
+	return idem.CheckKey(key)
 }
 
+// wrap makes err, a failure of a Redis call, an *idem.StoreError of op.
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &Error{Op: op, Err: err}
+	return &idem.StoreError{Op: op, Err: fmt.Errorf("redisstore: %w", err)}
 }
 
 // shard returns the hash-tag group of key.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
 )
 
 // sweepPage is the COUNT of each SCAN of Sweep: how many keys one page looks at.
@@ -30,7 +32,7 @@ const sweepPage = 1000
 // TTLMargin after it expires anyway. Sweep deletes expired records sooner.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
 	if s.closed.Load() {
-		return 0, &Error{Op: "sweep", Err: errClosed}
+		return 0, idem.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

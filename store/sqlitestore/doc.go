@@ -74,5 +74,5 @@
 // A file that cannot be opened, or is not a database, fails Open with an error naming the
 // path. A stored response that cannot be decoded returns an error wrapping
 // idem.ErrCorruptRecord, never a panic, and the engine fails closed. A closed store returns
-// ErrClosed, which matches idem.ErrStoreUnavailable.
+// idem.ErrClosed, which matches idem.ErrStoreUnavailable.
 package sqlitestore

@@ -32,6 +32,9 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
+	if err := idem.CheckKey(key); err != nil {
+		return idem.Reservation{}, err
+	}
 	if lease <= 0 || window <= 0 {
 		return idem.Reservation{}, invalid("lease %s and window %s must be positive", lease, window)
 	}

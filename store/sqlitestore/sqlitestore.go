@@ -85,14 +85,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("sqlitestore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
 }
 
-// ErrClosed is returned by every method of a closed Store. It matches idem.ErrStoreUnavailable
-// with errors.Is, so the engine fails closed.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string        { return "sqlitestore: store is closed" }
-func (closedError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
+//
+// Deprecated: use idem.ErrClosed.
+var ErrClosed = idem.ErrClosed
 
 // Store is an idem.Store in one SQLite file. It is safe for concurrent use by many goroutines
 // and by several processes sharing the file. Create it with Open; release it with Close.
@@ -255,7 +251,7 @@ func (s *Store) Path() string { return s.path }
 // Table returns the name of the records table.
 func (s *Store) Table() string { return s.table }
 
-// Close closes the store's connections. Every later call fails with ErrClosed. Calls in flight
+// Close closes the store's connections. Every later call fails with idem.ErrClosed. Calls in flight
 // finish first. It is safe to call twice; the second call does nothing.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -282,16 +278,16 @@ func (s *Store) closeAll() error {
 // ready fails if the store is closed or ctx is done.
 func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return idem.ErrClosed
 	}
 	return ctx.Err()
 }
 
 // fail wraps a driver error with the operation's name. An error caused by Close racing the
-// call is reported as ErrClosed.
+// call is reported as idem.ErrClosed.
 func (s *Store) fail(op string, err error) error {
 	if s.closed.Load() {
-		return fmt.Errorf("sqlitestore: %s: %w (%v)", op, ErrClosed, err)
+		return fmt.Errorf("sqlitestore: %s: %w (%v)", op, idem.ErrClosed, err)
 	}
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }

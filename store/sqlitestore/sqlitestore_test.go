@@ -236,7 +236,7 @@ func TestClosed(t *testing.T) {
 	_, checks["Sweep"] = st.Sweep(ctx, time.Now(), 10)
 	checks["Delete"] = st.Delete(ctx, "k")
 	for op, err := range checks {
-		if !errors.Is(err, sqlitestore.ErrClosed) || !errors.Is(err, idem.ErrStoreUnavailable) {
+		if !errors.Is(err, idem.ErrClosed) || !errors.Is(err, idem.ErrStoreUnavailable) {
 			t.Errorf("%s after Close: %v, want ErrClosed (ErrStoreUnavailable)", op, err)
 		}
 	}

@@ -86,6 +86,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"CompleteRacesTakeover", s.completeRacesTakeover},
 		{"ManyKeysConcurrently", s.manyKeys},
 		{"LoserGetsBlockingRecord", s.loserGetsBlockingRecord},
+		{"InvalidKeys", s.invalidKeys},
 		{"Delete", s.delete},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
@@ -768,16 +769,42 @@ func (s suite) closed(t *testing.T, b *bundle) {
 		t.Fatalf("Close: %v", err)
 	}
 	c := ctx(t)
-	if _, err := b.store.Reserve(c, b.key("after-close"), fpA, b.base, lease, window); err == nil {
-		t.Error("Reserve on a closed store succeeded")
+	closed := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, idem.ErrClosed) || !errors.Is(err, idem.ErrStoreUnavailable) {
+			t.Errorf("%s on a closed store: %v, want idem.ErrClosed (idem.ErrStoreUnavailable)", op, err)
+		}
 	}
-	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)); err == nil {
-		t.Error("Complete on a closed store succeeded")
-	}
-	if _, err := b.store.Get(c, k); err == nil {
-		t.Error("Get on a closed store succeeded")
-	}
+	_, err := b.store.Reserve(c, b.key("after-close"), fpA, b.base, lease, window)
+	closed("Reserve", err)
+	closed("Complete", b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)))
+	closed("Extend", b.store.Extend(c, k, claim.Token, b.base.Add(window)))
+	closed("Release", b.store.Release(c, k, claim.Token))
+	_, err = b.store.Get(c, k)
+	closed("Get", err)
+	_, err = b.store.Sweep(c, b.base, 10)
+	closed("Sweep", err)
 	_ = cl.Close() // a second Close must not panic
+}
+
+// invalidKeys: every store refuses the keys idem.CheckKey refuses, with idem.ErrInvalidInput
+// and without touching a record, and accepts the longest valid one.
+func (s suite) invalidKeys(t *testing.T, b *bundle) {
+	c := ctx(t)
+	for name, key := range map[string]string{
+		"empty":      "",
+		"too long":   b.key(strings.Repeat("k", idem.MaxKeyLen)),
+		"not UTF-8":  b.key("k\xff"),
+		"with a NUL": b.key("k\x00"),
+	} {
+		if res, err := b.store.Reserve(c, key, fpA, b.base, lease, window); !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("Reserve of a key %s = %+v, %v; want idem.ErrInvalidInput", name, res, err)
+		}
+	}
+	longest := b.key(strings.Repeat("k", idem.MaxKeyLen-len(b.key(""))))
+	if res := mustReserve(t, b.store, longest, fpA, b.base); !res.Claimed {
+		t.Fatalf("Reserve of a %d-byte key did not claim: %+v", len(longest), res)
+	}
 }
 
 func (s suite) delete(t *testing.T, b *bundle) {
