@@ -259,12 +259,12 @@ func outcome(reply any, err error, cs *captureStream, maxBytes int) (idem.Respon
 		sp = &spb.Status{Details: []*anypb.Any{a}}
 	}
 	code := HTTPStatus(codes.Code(sp.GetCode()))
-	if proto.Size(sp) > maxBytes {
-		return idem.Response{Status: code, BodyOmitted: true}, nil
-	}
 	body, merr := proto.Marshal(sp)
 	if merr != nil {
 		return idem.Response{}, fmt.Errorf("idemgrpc: marshalling the status: %w", merr)
+	}
+	if len(body) > maxBytes {
+		return idem.Response{Status: code, BodyOmitted: true}, nil
 	}
 	return idem.Response{Status: code, Header: cs.stored(), Body: body}, nil
 }
