@@ -242,3 +242,39 @@ func TestBinaryUpstreamClosesAfterWholeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// An answer cut mid-body shows in the metrics: the upstream call failed, the request was held
+// as uncertain, nothing is left in flight.
+func TestBinaryMidAnswerMetrics(t *testing.T) {
+	t.Parallel()
+	up, _ := rawUpstream(t, func(c net.Conn) { io.WriteString(c, head201+"partial") })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maddr := ln.Addr().String()
+	ln.Close()
+	g := startGateway(t, "--upstream", up, "--store", "memory://", "--metrics-listen", maddr)
+	_, _ = try(g.url, "m-cut")
+	if a, err := try(g.url, "m-cut"); err != nil || a.status != 409 {
+		t.Fatalf("retry: %d %v", a.status, err)
+	}
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + maddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), "idem_requests_in_flight 0") || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range []string{`idem_upstream_seconds_count{result="error"} 1`, `idem_requests_total{outcome="uncertain"} 1`,
+		`idem_requests_total{outcome="conflict"} 1`, "idem_requests_in_flight 0"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

@@ -217,8 +217,19 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	call := &upstreamCall{Context: r.Context(), deadline: p.deadlines.get(start)}
 	p.metrics.InFlight.Inc()
-	defer p.metrics.InFlight.Dec()
+	returned := false
+	defer func() {
+		p.metrics.InFlight.Dec()
+		if !returned {
+			// The answer broke off after it began (the upstream cut it, the timeout fired
+			// mid-body, or the client went away while it streamed): ReverseProxy aborts with
+			// http.ErrAbortHandler, which goes on to the middleware; the claim is held, or the
+			// record completed without its body, never released. The call counts as failed.
+			p.metrics.upstream(time.Since(start), true)
+		}
+	}()
 	p.rp.ServeHTTP(w, r.WithContext(call))
+	returned = true
 	p.metrics.upstream(time.Since(start), call.failure != 0)
 	if call.failure != 0 {
 		p.failures.record(r.URL, call.failure)
