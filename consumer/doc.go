@@ -1,7 +1,7 @@
 // Package consumer makes the effect of a message happen once, although brokers deliver every
 // message at least once. It is broker-neutral: consumer/natsjs (NATS JetStream), consumer/amqp
-// (RabbitMQ), consumer/sqs (SQS, SNS fan-out, Lambda) and consumer/kafka (Kafka consumer
-// groups) adapt it to their brokers.
+// (RabbitMQ), consumer/sqs (SQS, SNS fan-out, Lambda), consumer/kafka (Kafka consumer
+// groups) and consumer/redisstream (Redis Streams consumer groups) adapt it to their brokers.
 //
 // # Why duplicates come
 //

@@ -1,5 +1,6 @@
 // Package consumertest is the conformance suite for consumer adapters: every broker adapter
-// (consumer/natsjs, consumer/amqp, consumer/sqs, consumer/kafka) passes it unchanged.
+// (consumer/natsjs, consumer/amqp, consumer/sqs, consumer/kafka, consumer/redisstream)
+// passes it unchanged.
 //
 // # What an adapter supplies
 //
