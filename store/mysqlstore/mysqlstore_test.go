@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/mysqlstore"
-	"github.com/idemkit/idem/store/sqlmigrate"
 	"github.com/idemkit/idem/store/storetest"
 )
 
@@ -90,53 +88,6 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); !errors.Is(err, idem.ErrCorruptRecord) {
 		t.Errorf("Reserve of a corrupt record = %v, want ErrCorruptRecord", err)
-	}
-}
-
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-	d := db(t)
-	ctx := context.Background()
-	table := randomName("m_")
-	t.Cleanup(func() { dropTable(t, d, testDatabase, table) })
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			st, err := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table})
-			if err == nil {
-				err = st.Migrate(ctx)
-			}
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent Migrate: %v", err)
-		}
-	}
-	st, _ := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table})
-	if v, err := st.Version(ctx); err != nil || v != mysqlstore.SchemaVersion {
-		t.Fatalf("Version = %d, %v; want %d", v, err, mysqlstore.SchemaVersion)
-	}
-	var steps int
-	if err := d.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM `%s`.`%s` WHERE tbl = ?", testDatabase, mysqlstore.MigrationsTable), table).Scan(&steps); err != nil || steps != mysqlstore.SchemaVersion {
-		t.Fatalf("%d migration rows, %v; want %d (each step once)", steps, err, mysqlstore.SchemaVersion)
-	}
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.ExecContext(ctx, fmt.Sprintf("INSERT INTO `%s`.`%s` VALUES (?, 999, 'future', 0)", testDatabase, mysqlstore.MigrationsTable), table); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Migrate(ctx); !errors.Is(err, sqlmigrate.ErrNewerSchema) {
-		t.Fatalf("Migrate of a newer schema = %v, want ErrNewerSchema", err)
-	}
-	fresh, _ := mysqlstore.New(d, mysqlstore.Options{Database: "idem_no_such_db", Table: "nothing"})
-	if v, err := fresh.Version(ctx); err != nil || v != 0 {
-		t.Fatalf("Version of a missing table = %d, %v", v, err)
 	}
 }
 

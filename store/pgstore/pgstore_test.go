@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/pgstore"
-	"github.com/idemkit/idem/store/sqlmigrate"
 	"github.com/idemkit/idem/store/storetest"
 )
 
@@ -101,57 +99,6 @@ func badInput(t *testing.T, opt pgstore.Options) {
 	}
 	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); !errors.Is(err, idem.ErrCorruptRecord) {
 		t.Errorf("Reserve of a corrupt record = %v, want ErrCorruptRecord", err)
-	}
-}
-
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-	p := pool(t)
-	ctx := context.Background()
-	table := randomName("m_")
-	t.Cleanup(func() { dropTable(t, p, testSchema, table) })
-	// Ten processes' worth of migrators at once, on one new table.
-	var wg sync.WaitGroup
-	errs := make(chan error, 10)
-	for range 10 {
-		wg.Go(func() {
-			st, err := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table})
-			if err == nil {
-				err = st.Migrate(ctx)
-			}
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent Migrate: %v", err)
-		}
-	}
-	st, _ := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table})
-	if v, err := st.Version(ctx); err != nil || v != pgstore.SchemaVersion {
-		t.Fatalf("Version = %d, %v; want %d", v, err, pgstore.SchemaVersion)
-	}
-	var steps int
-	if err := p.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.%q WHERE tbl = $1`, testSchema, pgstore.MigrationsTable), table).Scan(&steps); err != nil || steps != pgstore.SchemaVersion {
-		t.Fatalf("%d migration rows, %v; want %d (each step once)", steps, err, pgstore.SchemaVersion)
-	}
-	// Twice is a no-op.
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A table from the future is refused.
-	if _, err := p.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.%q VALUES ($1, 999, 'future', 0)`, testSchema, pgstore.MigrationsTable), table); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Migrate(ctx); !errors.Is(err, sqlmigrate.ErrNewerSchema) {
-		t.Fatalf("Migrate of a newer schema = %v, want ErrNewerSchema", err)
-	}
-	// Never migrated: version 0.
-	fresh, _ := pgstore.New(p, pgstore.Options{Schema: "idem_no_such_schema", Table: "nothing"})
-	if v, err := fresh.Version(ctx); err != nil || v != 0 {
-		t.Fatalf("Version of a missing table = %d, %v", v, err)
 	}
 }
 

@@ -16,11 +16,13 @@
 //
 // # Schema versions
 //
-// The schema is a series of numbered SQL files embedded in the package and applied in order,
-// each recorded in the table idem_migrations (per records table), all in one write
-// transaction. Two processes opening one file at once apply each step once: the second
-// waits for the first's lock (Options.BusyTimeout) and finds the work done. A file whose
-// schema is newer than this release knows is refused rather than misread. Migrate applies
+// The schema is a series of numbered SQL files embedded in the package and applied in order
+// by store/sqlmigrate, as for the other SQL stores, each recorded in the table
+// idem_migrations (per records table), all in one write transaction. Two processes opening
+// one file at once apply each step once: the second waits for the first's lock
+// (Options.BusyTimeout) and finds the work done. A file whose schema is newer than this
+// release knows is refused with an error wrapping sqlmigrate.ErrNewerSchema rather than
+// misread. Migrate applies
 // the migrations without keeping the store open, for deployment scripts (`idem migrate`).
 //
 // # Claims

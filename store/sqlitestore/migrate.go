@@ -5,16 +5,15 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
-// The schema is a numbered series of SQL files, migrations/NNNN_name.sql, applied in order.
-// "{{table}}" in a file stands for the configured table name. Files are never edited once
-// released: a change to the schema is a new file.
+// The schema is a numbered series of SQL files, migrations/NNNN_name.sql, applied in order by
+// sqlmigrate. "{{table}}" in a file stands for the configured table name. Files are never
+// edited once released: a change to the schema is a new file.
 //
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -23,95 +22,78 @@ var migrationFiles embed.FS
 // have been applied.
 const migrationsTable = "idem_migrations"
 
-// migration is one schema step.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
 // migrations is the parsed, ordered list of embedded migrations.
-var migrations = mustLoadMigrations()
+var migrations = sqlmigrate.MustLoad(migrationFiles, "migrations")
 
 // SchemaVersion is the schema version this release writes and reads: the number of the last
-// embedded migration. Open brings an older database up to it and refuses a newer one.
-var SchemaVersion = migrations[len(migrations)-1].version
+// embedded migration. Open brings an older database up to it and refuses a newer one with an
+// error wrapping sqlmigrate.ErrNewerSchema.
+var SchemaVersion = migrations[len(migrations)-1].Version
 
-func mustLoadMigrations() []migration {
-	ms, err := loadMigrations(migrationFiles)
-	if err != nil {
-		panic("sqlitestore: embedded migrations: " + err.Error())
+// migrate brings table up to SchemaVersion. The migration lock is one write transaction
+// (BEGIN IMMEDIATE on the writer), so two processes opening the same file at once apply each
+// step exactly once: the second waits for the first's lock, then finds the work done. Each
+// step is a savepoint in it: applied whole, with its record, or not at all.
+func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) error {
+	t := &sqliteTarget{db: db, table: table, id: strings.ToLower(table), now: now}
+	if _, err := sqlmigrate.Run(ctx, t, migrations); err != nil {
+		return fmt.Errorf("migrate %s: %w", table, err)
 	}
-	return ms
+	return nil
 }
 
-// loadMigrations reads migrations/NNNN_name.sql from fsys; versions must run 1, 2, 3, ….
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
+// sqliteTarget is a sqlmigrate.Target on the writer. Lock begins the transaction that
+// Version and Apply run in, and the unlock function commits it.
+type sqliteTarget struct {
+	db    *sql.DB
+	tx    *sql.Tx
+	table string
+	id    string // SQLite's names are case-insensitive: "T" and "t" are one table
+	now   time.Time
+}
+
+func (t *sqliteTarget) Lock(ctx context.Context) (func(context.Context) error, error) {
+	tx, err := t.db.BeginTx(ctx, nil) // the writer's DSN makes this BEGIN IMMEDIATE
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, n := range names { // fs.Glob returns names in lexical order
-		base := path.Base(n)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("%s: name is not NNNN_name.sql", n)
-		}
-		if v != len(ms)+1 {
-			return nil, fmt.Errorf("%s: version %d, want %d", n, v, len(ms)+1)
-		}
-		b, err := fs.ReadFile(fsys, n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(b)})
-	}
-	if len(ms) == 0 {
-		return nil, fmt.Errorf("no migrations")
-	}
-	return ms, nil
+	t.tx = tx
+	return func(context.Context) error { return tx.Commit() }, nil
 }
 
-// migrate brings table up to SchemaVersion in one write transaction (BEGIN IMMEDIATE on the
-// writer), so two processes opening the same file at once apply each step exactly once: the
-// second waits for the first's lock, then finds the work done.
-func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) (err error) {
-	id := strings.ToLower(table)    // SQLite's names are case-insensitive: "T" and "t" are one table
-	tx, err := db.BeginTx(ctx, nil) // the writer's DSN makes this BEGIN IMMEDIATE
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	if _, err = tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+migrationsTable+` (
+func (t *sqliteTarget) Version(ctx context.Context) (int, error) {
+	if _, err := t.tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+migrationsTable+` (
 		tbl        TEXT    NOT NULL,
 		version    INTEGER NOT NULL,
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL,
 		PRIMARY KEY (tbl, version)
 	)`); err != nil {
+		return 0, err
+	}
+	var v int
+	err := t.tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+migrationsTable+` WHERE tbl = ?`, t.id).Scan(&v)
+	return v, err
+}
+
+func (t *sqliteTarget) Apply(ctx context.Context, m sqlmigrate.Migration) (err error) {
+	if _, err := t.tx.ExecContext(ctx, `SAVEPOINT idem_migration`); err != nil {
 		return err
 	}
-	var current int
-	if err = tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+migrationsTable+` WHERE tbl = ?`, id).Scan(&current); err != nil {
+	defer func() {
+		if err != nil {
+			c := context.WithoutCancel(ctx)
+			_, _ = t.tx.ExecContext(c, `ROLLBACK TO idem_migration`)
+			_, _ = t.tx.ExecContext(c, `RELEASE idem_migration`)
+		}
+	}()
+	if _, err := t.tx.ExecContext(ctx, sqlmigrate.Expand(m.SQL, map[string]string{"table": t.table})); err != nil {
 		return err
 	}
-	if current > SchemaVersion {
-		return fmt.Errorf("table %s has schema version %d, newer than this release knows (%d): upgrade idem", table, current, SchemaVersion)
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO `+migrationsTable+` (tbl, version, name, applied_at) VALUES (?, ?, ?, ?)`,
+		t.id, m.Version, m.Name, t.now.UnixMicro()); err != nil {
+		return err
 	}
-	for _, m := range migrations[current:] {
-		if _, err = tx.ExecContext(ctx, strings.ReplaceAll(m.sql, "{{table}}", table)); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if _, err = tx.ExecContext(ctx, `INSERT INTO `+migrationsTable+` (tbl, version, name, applied_at) VALUES (?, ?, ?, ?)`,
-			id, m.version, m.name, now.UnixMicro()); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-	}
-	return tx.Commit()
+	_, err = t.tx.ExecContext(ctx, `RELEASE idem_migration`)
+	return err
 }
