@@ -70,7 +70,8 @@ FUZZ_TARGETS := \
 	./idemhttp:FuzzParseKey ./idemhttp:FuzzCanonicalJSON ./idemhttp:FuzzJSONKey \
 	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize \
 	./idemclient:FuzzRetryAfter ./consumer/sqs:FuzzUnwrapSNS \
-	./store/sqlitestore:FuzzStoredRecord ./store/redisstore:FuzzDecodeRecord ./store/dynamostore:FuzzDecodeItem
+	./store/sqlitestore:FuzzStoredRecord ./store/redisstore:FuzzDecodeRecord ./store/dynamostore:FuzzDecodeItem \
+	./idemlambda:FuzzKeyPath
 
 fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -33,7 +33,7 @@ machine "start" >"$work/machine-start.md"
 
 # 1. go test benchmarks, in the packages that have them.
 pkgs=()
-for p in . ./idemhttp ./idemclient ./store/* ./consumer ./consumer/*; do
+for p in . ./idemhttp ./idemclient ./idemgrpc ./store/* ./consumer ./consumer/*; do
 	[ -d "$p" ] && ls "$p"/*_test.go >/dev/null 2>&1 && grep -qs '^func Benchmark' "$p"/*_test.go && pkgs+=("$p")
 done
 gotest_cmd="go test -run '^\$' -bench . -benchmem -count 1 -benchtime 1s PKG   # for each of: ${pkgs[*]}"

@@ -1,9 +1,10 @@
 // Package doccheck keeps the documentation honest: every Go block of the README and of docs/
 // compiles, and every YAML block loads with the gateway's own config parser.
 //
-// A Go block that starts with "package" is compiled as a file of its own. Any other Go block is
-// a fragment: it is compiled as the body of a function, with the packages it names imported
-// for it. The names a fragment uses without declaring them (a handler, a request body) are
+// A Go block that starts with "package" is compiled as a file of its own; a block of
+// declarations (functions, types) as a file without its package clause; any other Go block is
+// a fragment, compiled as the body of a function. The packages a block names are imported for
+// it. The names a fragment uses without declaring them (a handler, a request body) are
 // declared in an HTML comment right above the block, which readers of the rendered page do not
 // see:
 //
@@ -207,14 +208,7 @@ func goFile(b block, pkgs map[string]string) ([]byte, error) {
 	if strings.HasPrefix(strings.TrimSpace(b.code), "package ") {
 		return []byte(fmt.Sprintf("//line %s:%d\n%s", b.file, b.line, b.code)), nil
 	}
-	// Parse the fragment as a function body to learn what it declares and which packages it
-	// names.
-	body := "package p\nfunc _() {\n" + b.code + "\n}\n"
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "", body, parser.SkipObjectResolution)
-	if err != nil {
-		return nil, fmt.Errorf("Go block does not parse as a function body: %v", err)
-	}
 	ctxFile, err := parser.ParseFile(fset, "", "package p\n"+contextDecls(b.context), parser.SkipObjectResolution)
 	if err != nil {
 		return nil, fmt.Errorf("go-context comment does not parse: %v", err)
@@ -225,14 +219,29 @@ func goFile(b block, pkgs map[string]string) ([]byte, error) {
 			declared[n] = true
 		}
 	}
-	fn := f.Decls[0].(*ast.FuncDecl)
+	// A block of declarations (functions, types) is a file without its package clause; any
+	// other block is a function body.
+	f, err := parser.ParseFile(fset, "", "package p\n"+b.code, parser.SkipObjectResolution)
+	topLevel := err == nil
 	var locals []string
-	for _, s := range fn.Body.List {
-		for _, n := range stmtNames(s) {
-			if n != "_" && !slices.Contains(locals, n) {
-				locals = append(locals, n)
+	if topLevel {
+		for _, d := range f.Decls {
+			for _, n := range declNames(d) {
+				declared[n] = true
 			}
-			declared[n] = true
+		}
+	} else {
+		f, err = parser.ParseFile(fset, "", "package p\nfunc _() {\n"+b.code+"\n}\n", parser.SkipObjectResolution)
+		if err != nil {
+			return nil, fmt.Errorf("Go block parses neither as declarations nor as a function body: %v", err)
+		}
+		for _, s := range f.Decls[0].(*ast.FuncDecl).Body.List {
+			for _, n := range stmtNames(s) {
+				if n != "_" && !slices.Contains(locals, n) {
+					locals = append(locals, n)
+				}
+				declared[n] = true
+			}
 		}
 	}
 	imports := map[string]string{}
@@ -260,6 +269,10 @@ func goFile(b block, pkgs map[string]string) ([]byte, error) {
 		fmt.Fprintf(&src, "import %s %q\n", n, imports[n])
 	}
 	src.WriteString(contextDecls(b.context))
+	if topLevel {
+		fmt.Fprintf(&src, "\n//line %s:%d\n%s", b.file, b.line, b.code)
+		return []byte(src.String()), nil
+	}
 	src.WriteString("\nfunc _() {\n")
 	fmt.Fprintf(&src, "//line %s:%d\n", b.file, b.line)
 	src.WriteString(b.code)
@@ -338,6 +351,9 @@ func modulePackages(t *testing.T, root string) map[string]string {
 	} {
 		pkgs[p[strings.LastIndexByte(p, '/')+1:]] = p
 	}
+	// Modules of other projects that the documentation shows idem with.
+	pkgs["retryablehttp"] = "github.com/hashicorp/go-retryablehttp"
+	pkgs["grpc"] = "google.golang.org/grpc"
 	mod := "github.com/idemkit/idem"
 	clause := regexp.MustCompile(`(?m)^package (\w+)`)
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
