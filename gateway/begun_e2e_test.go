@@ -204,6 +204,10 @@ func TestBinaryClientGoneUpstreamSlowerThanLease(t *testing.T) {
 	if err != nil || a.status != 409 {
 		t.Fatalf("retry past the lease: %d %v %.200q, want 409 (still in flight); upstream calls %d", a.status, err, a.body, calls.Load())
 	}
+	// Another payload with the key while it is in flight: 422, not 409.
+	if other := post(t, g.url, "slow-1", `{"amount":5,"currency":"eur"}`); other.status != 422 {
+		t.Fatalf("another payload while in flight: %d %.200q, want 422", other.status, other.body)
+	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("upstream called %d times, want 1", n)
 	}
