@@ -324,7 +324,7 @@ func TestOptions(t *testing.T) {
 	}{
 		{"empty key", func() error { _, err := st.Reserve(ctx, "", fp, now, time.Second, time.Hour); return err }()},
 		{"long key", func() error {
-			_, err := st.Reserve(ctx, string(make([]byte, redisstore.MaxKeyBytes+1)), fp, now, time.Second, time.Hour)
+			_, err := st.Reserve(ctx, string(make([]byte, idem.MaxKeyLen+1)), fp, now, time.Second, time.Hour)
 			return err
 		}()},
 		{"zero lease", func() error { _, err := st.Reserve(ctx, "k", fp, now, 0, time.Hour); return err }()},
@@ -337,9 +337,9 @@ func TestOptions(t *testing.T) {
 	}
 	// An unreachable server is a store error, never a panic or a claim.
 	_, err = st.Reserve(ctx, "k", fp, now, time.Second, time.Hour)
-	var se *redisstore.Error
+	var se *idem.StoreError
 	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.As(err, &se) || se.Op != "reserve" {
-		t.Errorf("Reserve against no server: %v, want a *redisstore.Error matching ErrStoreUnavailable", err)
+		t.Errorf("Reserve against no server: %v, want an *idem.StoreError matching ErrStoreUnavailable", err)
 	}
 }
 
