@@ -53,6 +53,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives warnings (a lost lease, a failed release). Default slog.Default().
 	Logger *slog.Logger
+	// Observer is told when each stage of Do begins and ends (claim, wait, effect, complete,
+	// release), for tracing and metrics; see package idemotel for OpenTelemetry. Default nil:
+	// nothing is observed, at the cost of a nil check per stage.
+	Observer Observer
 }
 
 // Engine runs effects at most once per key. It is safe for concurrent use; create one per
@@ -160,23 +164,32 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	if err := checkArgs(key, fingerprint, fn); err != nil {
 		return Result{}, err
 	}
+	cctx, claim := e.observe(ctx, StageClaim, key)
+	var wait observation
 	if e.cache != nil {
 		if rec, ok := e.cache.get(key, e.opt.Now); ok {
-			return e.fromRecord(&rec, fingerprint)
+			res, err := e.fromRecord(&rec, fingerprint)
+			claim.end(Event{Stage: StageClaim, Key: key, Outcome: answered(err), Err: err, Cached: true})
+			return res, err
 		}
 	}
 	var deadline time.Time
 	var pause time.Duration
 	for {
 		if err := ctx.Err(); err != nil {
+			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeCanceled, Err: err})
 			return Result{}, err
 		}
 		now := e.opt.Now()
-		res, err := e.store.Reserve(ctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
+		res, err := e.store.Reserve(cctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
 		if err != nil {
-			return Result{}, &StoreError{Op: "reserve", Err: err}
+			err := &StoreError{Op: "reserve", Err: err}
+			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeStoreError, Err: err})
+			return Result{}, err
 		}
 		if res.Claimed {
+			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeNew, Takeover: res.Takeover,
+				Attempt: res.Record.Attempts, Lease: e.opt.Lease})
 			return e.execute(ctx, key, res, fn)
 		}
 		rec := &res.Record
@@ -184,25 +197,49 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 			if rec.State == StateCompleted && e.cache != nil && rec.Fingerprint == fingerprint {
 				e.cache.put(*rec)
 			}
-			return e.fromRecord(rec, fingerprint)
+			result, err := e.fromRecord(rec, fingerprint)
+			endClaim(&claim, &wait, Event{Key: key, Outcome: answered(err), Err: err})
+			return result, err
 		}
 		// In flight elsewhere, with the same fingerprint.
 		if e.opt.Wait == 0 {
-			return Result{}, e.inFlight(rec, now)
+			err := e.inFlight(rec, now)
+			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeInFlight, Err: err})
+			return Result{}, err
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(e.opt.Wait)
 			pause = e.opt.PollInterval
+			_, wait = e.observe(cctx, StageWait, key)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return Result{}, e.inFlight(rec, e.opt.Now())
+			err := e.inFlight(rec, e.opt.Now())
+			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeInFlight, Err: err})
+			return Result{}, err
 		}
 		if err := e.wake.wait(ctx, key, min(pause, left)); err != nil {
+			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeCanceled, Err: err})
 			return Result{}, err
 		}
 		pause = min(pause*2, e.opt.PollInterval*16)
 	}
+}
+
+// answered is the claim outcome of an answer from an existing record.
+func answered(err error) Outcome {
+	if err != nil {
+		return OutcomeMismatch
+	}
+	return OutcomeReplay
+}
+
+// endClaim ends the wait (if one began) and then the claim, both with ev's outcome.
+func endClaim(claim, wait *observation, ev Event) {
+	ev.Stage = StageWait
+	wait.end(ev)
+	ev.Stage = StageClaim
+	claim.end(ev)
 }
 
 func checkArgs(key, fingerprint string, fn Func) error {
@@ -245,6 +282,8 @@ func (e *Engine) inFlight(rec *Record, now time.Time) error {
 // execute runs fn under the claim in res and records its outcome.
 func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Func) (result Result, err error) {
 	token := res.Record.Token
+	ctx, effect := e.observe(ctx, StageEffect, key)
+	ev := Event{Stage: StageEffect, Key: key, Takeover: res.Takeover, Attempt: res.Record.Attempts, Lease: e.opt.Lease}
 	fnCtx := newEffectContext(ctx)
 	defer fnCtx.finish()
 	hb := e.heartbeat(fnCtx, key, token)
@@ -257,6 +296,8 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		hb.stop()
 		e.release(ctx, key, token)
 		e.wake.done(key)
+		ev.Outcome = OutcomePanic
+		effect.end(ev)
 	}()
 	resp, ferr := fn(fnCtx)
 	finished = true
@@ -274,11 +315,15 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		now := e.opt.Now()
 		expires := now.Add(e.opt.TTL)
 		if err := e.complete(ctx, key, token, resp, now, expires); err != nil {
+			ev.Outcome, ev.Err = storeOutcome(err), err
+			effect.end(ev)
 			return result, err
 		}
 		// The cache is filled by the first replay read from the store, not here: most keys
 		// are never replayed, and the new-key path stays free of it.
 		result.Kept, result.ExpiresAt = true, expires
+		ev.Outcome = OutcomeKept
+		effect.end(ev)
 		return result, nil
 	case Hold:
 		e.hold(ctx, key, token, res.Record.ExpiresAt)
@@ -287,10 +332,25 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		} else if !errors.Is(ferr, ErrUncertain) {
 			ferr = Uncertain(ferr)
 		}
+		ev.Outcome, ev.Err = OutcomeUncertain, ferr
+		effect.end(ev)
 		return result, ferr
 	}
 	e.release(ctx, key, token)
+	ev.Outcome, ev.Err = OutcomeReleased, ferr
+	effect.end(ev)
 	return result, ferr
+}
+
+// storeOutcome is the outcome of a store call that returned err.
+func storeOutcome(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, ErrLeaseLost):
+		return OutcomeLeaseLost
+	}
+	return OutcomeStoreError
 }
 
 // detached returns a context for store calls after fn: not cancelled with the caller's, but
@@ -299,7 +359,15 @@ func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(context.WithoutCancel(ctx), e.opt.StoreTimeout)
 }
 
+// complete stores resp under the claim, observed as StageComplete.
 func (e *Engine) complete(ctx context.Context, key string, token int64, resp Response, now, expires time.Time) error {
+	ctx, ob := e.observe(ctx, StageComplete, key)
+	err := e.completeStore(ctx, key, token, resp, now, expires)
+	ob.end(Event{Stage: StageComplete, Key: key, Outcome: storeOutcome(err), Err: err})
+	return err
+}
+
+func (e *Engine) completeStore(ctx context.Context, key string, token int64, resp Response, now, expires time.Time) error {
 	// First with the caller's context while it lasts (no allocation on the common path);
 	// if that fails for any reason but a lost lease, again detached and bounded.
 	if ctx.Err() == nil {
@@ -352,9 +420,12 @@ func (e *Engine) lostOnComplete(ctx context.Context, key string, token int64) er
 }
 
 func (e *Engine) release(ctx context.Context, key string, token int64) {
+	ctx, ob := e.observe(ctx, StageRelease, key)
 	sctx, cancel := e.detached(ctx)
 	defer cancel()
-	if err := e.store.Release(sctx, key, token); err != nil && !errors.Is(err, ErrLeaseLost) {
+	err := e.store.Release(sctx, key, token)
+	ob.end(Event{Stage: StageRelease, Key: key, Outcome: storeOutcome(err), Err: err})
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.opt.Logger.Warn("idem: could not release claim; the key stays in flight until its lease runs out",
 			"key", key, "err", err)
 	}
