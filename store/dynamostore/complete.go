@@ -21,7 +21,7 @@ const heldCond = "#tok = :tok AND #st = :ip AND #exp <> :zero"
 // PartSize bytes; otherwise one TransactWriteItems that updates the record and puts its part
 // items, all or nothing.
 func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
-	if err := s.begin(ctx, "complete", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	enc := idem.EncodeResponse(resp)
@@ -117,7 +117,7 @@ func fenced(op string, err error) error {
 // record with ExpiresAt and LeaseUntil at the Unix epoch, so the next claim's token is larger;
 // the storage TTL is left as it was.
 func (s *Store) Release(ctx context.Context, key string, token int64) error {
-	if err := s.begin(ctx, "release", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -135,7 +135,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 // window (the heartbeat's case); when it is beyond, a second one that also moves ExpiresAt and
 // the storage TTL.
 func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	if err := s.begin(ctx, "extend", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	u := micros(until)

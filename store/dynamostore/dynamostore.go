@@ -172,12 +172,17 @@ func invalid(format string, args ...any) error {
 
 func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
-// begin checks what every operation checks first.
-func (s *Store) begin(ctx context.Context, op, key string) error {
+// ready fails if the store is closed or ctx is done.
+func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return idem.ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
+	return ctx.Err()
+}
+
+// begin checks what every keyed operation checks first.
+func (s *Store) begin(ctx context.Context, key string) error {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	if err := idem.CheckKey(key); err != nil {

@@ -17,7 +17,7 @@ import (
 // Get implements idem.Store with one strongly consistent GetItem, plus one BatchGetItem for a
 // response that spans parts.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	if err := s.begin(ctx, "get", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return idem.Record{}, err
 	}
 	for range maxTries {
@@ -118,7 +118,7 @@ func (s *Store) loadParts(ctx context.Context, key string, rec *idem.Record, n i
 // --force`); a deleted completed record lets its key execute again. Deleting a missing key is
 // not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.begin(ctx, "delete", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	out, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{

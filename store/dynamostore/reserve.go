@@ -29,7 +29,7 @@ import (
 // A second write that loses to a concurrent writer re-evaluates the record it returns, a
 // bounded number of times.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if err := s.begin(ctx, "reserve", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return idem.Reservation{}, err
 	}
 	if !validText(fingerprint) {

@@ -8,8 +8,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/idemkit/idem"
 )
 
 // Sweep implements idem.Store: it deletes at most batch records that expired before now
@@ -24,14 +22,8 @@ import (
 // not, so in production let DynamoDB's TTL (see CreateTable) delete old records for free
 // and use Sweep only where TTL is not available or not prompt enough.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if s.closed.Load() {
-		return 0, idem.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.ready(ctx); err != nil || batch <= 0 {
 		return 0, err
-	}
-	if batch <= 0 {
-		return 0, nil
 	}
 	s.sweepMu.Lock()
 	defer s.sweepMu.Unlock()

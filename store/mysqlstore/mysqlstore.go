@@ -204,7 +204,8 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, 
 	return st.QueryRowContext(ctx, args...), nil
 }
 
-func (s *Store) check(ctx context.Context) error {
+// ready fails if the store is closed or ctx is done.
+func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return idem.ErrClosed
 	}
@@ -250,7 +251,7 @@ const reserveRetries = 32
 // Deadlocks InnoDB reports on concurrent inserts of one key roll back only that statement
 // and are retried the same way.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
 	res, err := s.reserve(ctx, key, fingerprint, now, lease, window)
@@ -321,7 +322,7 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.T
 
 // Complete implements idem.Store: one UPDATE fenced on the token.
 func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	r, err := s.exec(ctx, s.q.complete, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro(), key, token)
@@ -345,7 +346,7 @@ func changedOne(r sql.Result, err error) error {
 // Release implements idem.Store: the record stays, expired (expires_at = lease_until = 0),
 // so the next claim's token is larger and the released token is dead.
 func (s *Store) Release(ctx context.Context, key string, token int64) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	r, err := s.exec(ctx, s.q.release, key, token)
@@ -355,7 +356,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 // Extend implements idem.Store: one UPDATE, and a SELECT only when the UPDATE changed nothing
 // (the same lease set twice: MySQL counts changed rows, not matched ones).
 func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	err := changedOne(s.exec(ctx, s.q.extend, until.UnixMicro(), until.UnixMicro(), key, token))
@@ -374,7 +375,7 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 
 // Get implements idem.Store. A released record is returned expired (ExpiresAt at the epoch).
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return idem.Record{}, err
 	}
 	rec, err := s.get(ctx, key)
@@ -420,7 +421,7 @@ func (s *Store) get(ctx context.Context, key string) (idem.Record, error) {
 
 // Delete removes key's record whatever its state (idem.Deleter, for operators).
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	_, err := s.exec(ctx, s.q.del, key)
@@ -431,7 +432,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // expires_at index from the oldest; no long lock, no full scan. A negative batch is an error;
 // 0 deletes nothing.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
 	if batch < 0 {

@@ -46,7 +46,7 @@ const txRetries = 5
 // The stored response is replayed for Options.TxTTL; fn's response is always kept (return an
 // error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return idem.Result{}, err
 	}
 	if fn == nil {

@@ -187,7 +187,8 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func (s *Store) check(ctx context.Context) error {
+// ready fails if the store is closed or ctx is done.
+func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return idem.ErrClosed
 	}
@@ -211,7 +212,7 @@ const reserveRetries = 16
 // Reserve implements idem.Store in one statement: one round trip (a second only in the rare
 // race described at queries.reserve).
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
 	var res idem.Reservation
@@ -273,7 +274,7 @@ func errNeither(key string) error {
 
 // Complete implements idem.Store: one UPDATE fenced on the token.
 func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	if s.group != nil {
@@ -307,7 +308,7 @@ func fenced(tag pgconn.CommandTag, err error) error {
 // Release implements idem.Store: the record stays, expired (expires_at = lease_until = 0),
 // so the next claim's token is larger and the released token is dead.
 func (s *Store) Release(ctx context.Context, key string, token int64) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.q.release, key, token)
@@ -316,7 +317,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.q.extend, key, token, until.UnixMicro())
@@ -325,7 +326,7 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 
 // Get implements idem.Store. A released record is returned expired (ExpiresAt at the epoch).
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return idem.Record{}, err
 	}
 	rec := idem.Record{Key: key}
@@ -345,7 +346,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 
 // Delete removes key's record whatever its state (idem.Deleter, for operators).
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	_, err := s.pool.Exec(ctx, s.q.del, key)
@@ -356,7 +357,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // index, oldest first, skipping rows locked by a concurrent claim; no long lock, no full scan.
 // A negative batch is an error; 0 deletes nothing.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
 	if batch < 0 {

@@ -172,12 +172,17 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("redisstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
 }
 
-// begin checks what every keyed operation checks first.
-func (s *Store) begin(ctx context.Context, op, key string) error {
+// ready fails if the store is closed or ctx is done.
+func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return idem.ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
+	return ctx.Err()
+}
+
+// begin checks what every keyed operation checks first.
+func (s *Store) begin(ctx context.Context, key string) error {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	return idem.CheckKey(key)
@@ -231,7 +236,7 @@ func opID() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // released, or a stale lease of the same fingerprint to take over) does Reserve make a second
 // round trip, the reserve script, which decides atomically on the record it finds then.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if err := s.begin(ctx, "reserve", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return idem.Reservation{}, err
 	}
 	switch {
@@ -346,7 +351,7 @@ func (s *Store) fenced(ctx context.Context, op string, script *redis.Script, key
 
 // Complete implements idem.Store in one round trip (one script).
 func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
-	if err := s.begin(ctx, "complete", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	now = now.Truncate(time.Microsecond)
@@ -359,7 +364,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 // Release implements idem.Store in one round trip (one script). The record stays, expired,
 // until Sweep or its storage TTL deletes it, so the next claim's token is larger than this one.
 func (s *Store) Release(ctx context.Context, key string, token int64) error {
-	if err := s.begin(ctx, "release", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	return s.fenced(ctx, "release", releaseScript, key, strconv.FormatInt(token, 10), opID())
@@ -367,7 +372,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 
 // Extend implements idem.Store in one round trip (one script).
 func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	if err := s.begin(ctx, "extend", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	return s.fenced(ctx, "extend", extendScript, key, strconv.FormatInt(token, 10), micros(until.Truncate(time.Microsecond)))
@@ -375,7 +380,7 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 
 // Get implements idem.Store with one GET.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	if err := s.begin(ctx, "get", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return idem.Record{}, err
 	}
 	get := redis.NewStringCmd(ctx, "get", s.recordKey(shard(key), key))
@@ -395,7 +400,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 
 // Delete removes key's record whatever its state (idem.Deleter), with one DEL.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.begin(ctx, "delete", key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	return wrap("delete", s.exec(ctx, redis.NewIntCmd(ctx, "del", s.recordKey(shard(key), key))))

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idemkit/idem"
 )
 
 // sweepPage is the COUNT of each SCAN of Sweep: how many keys one page looks at.
@@ -31,14 +29,8 @@ const sweepPage = 1000
 // Sweeping is optional with Redis: every record carries a storage TTL, so Redis deletes it
 // TTLMargin after it expires anyway. Sweep deletes expired records sooner.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if s.closed.Load() {
-		return 0, idem.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.ready(ctx); err != nil || batch <= 0 {
 		return 0, err
-	}
-	if batch <= 0 {
-		return 0, nil
 	}
 	now = now.Truncate(time.Microsecond)
 	sw := &sweeper{s: s, now: micros(now), nowMicros: now.UnixMicro(), budget: batch,
