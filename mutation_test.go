@@ -65,6 +65,22 @@ func TestCacheKeepsExactlyItsBudget(t *testing.T) {
 	}
 }
 
+// Putting a key already cached replaces its record and its accounted size.
+func TestCacheReplaceAccountsTheNewSize(t *testing.T) {
+	small := Record{Key: "k", State: StateCompleted, Response: &Response{Status: 200, Body: []byte("s")}}
+	large := Record{Key: "k", State: StateCompleted, Response: &Response{Status: 200, Body: []byte(strings.Repeat("l", 500))}}
+	c := newLRU(10, 1<<20)
+	c.put(small)
+	c.put(large)
+	if c.order.Len() != 1 || c.bytes != size(&large) {
+		t.Fatalf("after replacing: %d records, %d bytes; want 1 record of %d bytes", c.order.Len(), c.bytes, size(&large))
+	}
+	c.put(small)
+	if c.bytes != size(&small) {
+		t.Fatalf("after replacing back: %d bytes, want %d", c.bytes, size(&small))
+	}
+}
+
 // EncodeResponse makes one allocation, of exactly the size it needs.
 func TestEncodeResponseOneExactAllocation(t *testing.T) {
 	r := Response{Status: 201, Body: []byte(strings.Repeat("x", 300)), Header: map[string][]string{
