@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -32,4 +33,41 @@ func TestStatusRangeEnds(t *testing.T) {
 	if r := b.do(http.MethodPost, "/max", "k2", `{}`); r.Status != 999 || string(r.Body) != "done" {
 		t.Fatalf("status 999: got %d %q", r.Status, r.Body)
 	}
+}
+
+// An explicit WriteHeader(200) is held like any final status: the response leaves only once
+// stored, with the headers the middleware adds (here Idempotency-Expires).
+func TestExplicitOKIsHeldUntilStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if r.Status != http.StatusOK || r.Header.Get(idemhttp.ExpiresHeader) == "" {
+		t.Fatalf("got %d with headers %v; want 200 with %s", r.Status, r.Header, idemhttp.ExpiresHeader)
+	}
+}
+
+// A response of exactly MaxResponseBody bytes is kept and replayed, even when the buffer had
+// to grow to hold it (the limit is above the largest pooled buffer, 64 KiB).
+func TestResponseOfExactlyMaxIsKept(t *testing.T) {
+	t.Parallel()
+	const max = 100_000
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: max}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("a", 60_000))
+		_, _ = io.WriteString(w, strings.Repeat("b", max-60_000))
+	}))
+	first := b.do(http.MethodPost, "/", "k", `{}`)
+	again := b.do(http.MethodPost, "/", "k", `{}`)
+	if len(first.Body) != max || string(again.Body) != string(first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %d bytes, replay %d %q…; want the %d bytes replayed", len(first.Body), again.Status, clip(again.Body), max)
+	}
+}
+
+func clip(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80])
+	}
+	return string(b)
 }
