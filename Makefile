@@ -49,22 +49,8 @@ chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQ
 bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
 	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/
 
-GREMLINS ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATION_WORKERS ?= 2
-# name:package:timeout-coefficient:files-to-skip (a regexp on paths). A mutant's time limit is
-# the coefficient times the package's coverage run (build included): large enough for a
-# rebuild, small enough that a mutant that hangs does not hold a worker for long. The engine
-# skips every file in a subdirectory; idemhttp skips its JSON canonicalizer and key parser
-# (fuzzed against encoding/json and the RFC grammar: make fuzz) and its option, problem and
-# budget tables, so the run stays near half an hour on 2 cores.
-MUTATION_TARGETS := 'engine:.:4:/' 'idemhttp:./idemhttp:3:(canonjson|key|options|problem|budget)[.]go$$' 'memstore:./store/memstore:30:^$$'
-
-mutation: ## Mutation testing (gremlins) of the engine, idemhttp and memstore; reports in tmp/mutation/ (~45 min on 2 busy cores).
-	@mkdir -p tmp/mutation; set -e; for t in $(MUTATION_TARGETS); do \
-		IFS=: read -r name pkg coef skip <<< "$$t"; echo "== $$name ($$pkg)"; \
-		$(GO) run $(GREMLINS) unleash --workers $(MUTATION_WORKERS) --timeout-coefficient $$coef \
-			-E "$$skip" -o tmp/mutation/$$name.json $$pkg | tee tmp/mutation/$$name.txt | grep -v '^ *KILLED'; \
-	done
+mutation: ## Mutation testing (gremlins v0.6.0) of the engine, idemhttp and memstore; reports in tmp/mutation/ (~45 min on 2 busy cores).
+	GO=$(GO) bash scripts/mutation.sh
 
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Mutation testing (gremlins) of the engine, idemhttp and memstore: `make mutation`.
+#
+# gremlins measures coverage with `go test ./...` under the path it is given ("." is the whole
+# module) and gives each mutant a time limit of that run times a coefficient. So each package
+# is mutated in a copy of the working tree that keeps only that package, the packages its
+# tests import, and that package's tests: the coverage run is short, and so is the limit of a
+# mutant that hangs. Reports (one line per mutant, and gremlins' JSON) go to tmp/mutation/.
+#
+# Each target is name:package:timeout-coefficient:files-to-skip (a regexp on paths). The
+# coefficient leaves room for the rebuild each mutant needs. idemhttp skips its JSON
+# canonicalizer and key parser (fuzzed against encoding/json and the RFC grammar: make fuzz)
+# and its option, problem and budget tables, to keep the run near half an hour on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+GREMLINS=${GREMLINS:-github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0}
+WORKERS=${MUTATION_WORKERS:-2}
+TARGETS=${MUTATION_TARGETS:-"engine:.:15:^store/ idemhttp:./idemhttp:3:(canonjson|key|options|problem|budget)[.]go$ memstore:./store/memstore:30:^$"}
+module=$($GO list -m)
+out=$PWD/tmp/mutation
+mkdir -p "$out"
+
+# leanCopy copies the tracked files of the working tree to $1, then drops every package that
+# $2's tests do not need, and every test file outside $2.
+leanCopy() {
+	local dir=$1 pkg=$2
+	git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$dir"
+	local keep
+	keep=$(cd "$dir" && $GO list -deps -test "$pkg" | sed -n "s#^$module\(/[^ ]*\)\{0,1\}\( .*\)\{0,1\}\$#.\1#p" | grep -v '\.test$' | sort -u)
+	local want
+	want=$(cd "$dir" && $GO list -f '{{.Dir}}' "$pkg")
+	want=.${want#"$dir"}
+	(cd "$dir" && find . -name '*.go' -printf '%h\n' | sort -u) | while read -r d; do
+		if ! grep -qx -- "$d" <<<"$keep"; then
+			find "$dir/$d" -maxdepth 1 -name '*.go' -delete
+		elif [ "$d" != "$want" ]; then
+			find "$dir/$d" -maxdepth 1 -name '*_test.go' -delete
+		fi
+	done
+}
+
+for t in $TARGETS; do
+	IFS=: read -r name pkg coef skip <<<"$t"
+	echo "== $name ($pkg)"
+	dir=$(mktemp -d)
+	leanCopy "$dir" "$pkg"
+	(cd "$dir" && $GO run "$GREMLINS" unleash --workers "$WORKERS" --timeout-coefficient "$coef" \
+		-E "$skip" -o "$out/$name.json" ${MUTATION_FLAGS:-} "$pkg") | tee "$out/$name.txt" | grep -v '^ *KILLED' || true
+	rm -rf "$dir"
+done
