@@ -34,6 +34,9 @@ bench-gateway: services ## Gateway load benchmark against a tuned ReverseProxy â
 test-bench-module: ## Vet and test the separate benchmark module (bench/, which brings Fiber).
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+test-modules: ## Vet and test (-race) the separate modules other than bench/: the gorilla/mux, Echo and Gin examples.
+	cd examples/routers && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
 bench-instructions: ## Instructions per request (callgrind) of idemhttp and Fiber against their bare servers â†’ docs/bench/instructions.md (~3 min).
 	bash scripts/bench-instructions.sh
 

@@ -24,18 +24,17 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func main() {
-	listen := flag.String("listen", "", "serve on this address instead of running the demo")
-	flag.Parse()
+// api is the payments API: it counts the charges it made and the webhooks it handled.
+type api struct {
+	charges, deliveries atomic.Int64
+}
 
-	store := memstore.New()
-	eng, err := idem.New(store, idem.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
+// router returns the chi router of the API, with idemhttp on the /v1 group and on the webhook
+// route, both sharing eng.
+func (a *api) router(eng *idem.Engine) (http.Handler, error) {
 	payments, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.HeaderScope("Authorization")})
 	if err != nil {
-		log.Fatal(err)
+		return nil, err
 	}
 	webhooks, err := idemhttp.New(idemhttp.Options{
 		Engine:     eng,
@@ -43,27 +42,41 @@ func main() {
 		RequireKey: true,
 	})
 	if err != nil {
-		log.Fatal(err)
+		return nil, err
 	}
-
-	var charges, deliveries atomic.Int64
 	r := chi.NewRouter()
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(payments)
 		r.Post("/charges", func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
-			fmt.Fprintf(w, `{"charge":"ch_%d"}`, charges.Add(1))
+			fmt.Fprintf(w, `{"charge":"ch_%d","request":%s}`, a.charges.Add(1), body)
 		})
 		r.Get("/charges", func(w http.ResponseWriter, r *http.Request) { // GET: passes through
-			fmt.Fprintf(w, `{"count":%d}`, charges.Load())
+			fmt.Fprintf(w, `{"count":%d}`, a.charges.Load())
 		})
 	})
 	r.With(webhooks).Post("/webhooks/github", func(w http.ResponseWriter, r *http.Request) {
-		deliveries.Add(1)
+		a.deliveries.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	})
+	return r, nil
+}
 
+func main() {
+	listen := flag.String("listen", "", "serve on this address instead of running the demo")
+	flag.Parse()
+
+	eng, err := idem.New(memstore.New(), idem.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var a api
+	r, err := a.router(eng)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if *listen != "" {
 		log.Printf("serving on %s", *listen)
 		log.Fatal(http.ListenAndServe(*listen, r))
@@ -91,5 +104,5 @@ func main() {
 	send("POST", "/webhooks/github", "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	send("POST", "/webhooks/github", "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	send("POST", "/webhooks/github")
-	fmt.Println("charges:", charges.Load(), "deliveries handled:", deliveries.Load())
+	fmt.Println("charges:", a.charges.Load(), "deliveries handled:", a.deliveries.Load())
 }
