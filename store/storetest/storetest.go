@@ -14,11 +14,13 @@
 //
 // Concurrent claims of one key (exactly one wins, repeated), takeover only after the lease ran
 // out and only with the same fingerprint, fencing of Complete, Release and Extend, expired
-// records counting as absent, Sweep deleting only expired records in bounded batches, exact
-// round trips of empty, binary and large bodies, long and unicode keys and multi-valued headers,
-// cancelled contexts, Complete racing a takeover, a closed store failing cleanly, and a
-// porcupine check that concurrent histories of all operations are linearizable with respect
-// to the contract (see CheckLinearizable).
+// records counting as absent, Sweep deleting only expired records in bounded batches (never a
+// claim inside its window, whether its lease is held or ran out), exact round trips of empty,
+// binary and large bodies, long and unicode keys and multi-valued headers, the keys
+// idem.CheckKey refuses refused with idem.ErrInvalidInput, cancelled contexts, Complete racing a
+// takeover, every method of a closed store returning idem.ErrClosed, and a porcupine check that
+// concurrent histories of all operations are linearizable with respect to the contract (see
+// CheckLinearizable).
 package storetest
 
 import (
