@@ -92,7 +92,7 @@ func noKey(int64) string { return "" }
 
 func newBenchGateway(b *testing.B) *gateway.Gateway {
 	b.Helper()
-	g, err := gateway.New(context.Background(), gateway.Config{Upstream: "http://upstream.test", Store: "memory://"},
+	g, err := gateway.New(context.Background(), gateway.Config{Upstream: "http://upstream.test", Store: "memory://", Scope: gateway.ScopeNone},
 		gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Transport: cannedUpstream{}})
 	if err != nil {
 		b.Fatal(err)

@@ -16,8 +16,8 @@ import (
 )
 
 // Config is the gateway's configuration: what `idem serve` reads from flags, IDEM_* environment
-// variables and a YAML file (in that order of precedence). The zero value plus an Upstream is
-// a working gateway.
+// variables and a YAML file (in that order of precedence). The zero value plus an Upstream and
+// a scope decision (ScopeHeader with a ScopeSecret, or Scope "none") is a working gateway.
 type Config struct {
 	// Listen is the address the proxy serves on. Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
@@ -25,11 +25,28 @@ type Config struct {
 	Upstream string `yaml:"upstream"`
 	// Store is the store URL. Default sqlite://./idem.db.
 	Store string `yaml:"store"`
-	// ScopeHeader names the header whose value (hashed with SHA-256) scopes keys per tenant,
-	// e.g. X-API-Key. It must carry a stable identity: a rotating bearer token is NOT a stable
-	// scope (a refreshed token makes a retry look like another tenant's first request).
-	// Default: no scope (one tenant).
+	// ScopeHeader names the header whose value scopes keys per tenant, e.g. X-API-Key: two
+	// callers that send the same key never see or block each other's records. Its value is
+	// hashed with HMAC-SHA256 under ScopeSecret, so the scope in stored keys and logs cannot be
+	// turned back into the credential offline. It must carry a stable identity: a rotating
+	// bearer token is NOT a stable scope (a refreshed token makes a retry look like another
+	// tenant's first request). A request that sends it twice is refused (400). Either
+	// ScopeHeader or Scope "none" is required: without a scope, one caller's key returns
+	// another's stored response.
 	ScopeHeader string `yaml:"scope_header"`
+	// Scope "none" declares that no scope is wanted: keys are global, for a gateway that one
+	// trusted caller uses. It excludes ScopeHeader.
+	Scope string `yaml:"scope"`
+	// ScopeSecret is the key of the scope header's HMAC, at least MinScopeSecret bytes,
+	// required with a ScopeHeader. Every gateway of one store must share it; keep it out of the
+	// store (whoever holds both could test guesses of a credential against stored keys).
+	// Changing it changes every scope: records made under the old secret are no longer found,
+	// so a retry after the change of a request made before it executes again. Rotate it when no
+	// retry of an earlier request can come any more (after the TTL, or with clients drained).
+	ScopeSecret string `yaml:"scope_secret"`
+	// ScopeSecretFile names a file holding ScopeSecret (a trailing newline is ignored), so the
+	// secret need not appear in a command line or the config. It excludes ScopeSecret.
+	ScopeSecretFile string `yaml:"scope_secret_file"`
 	// TTL is how long completed responses are kept and replayed. Default 24h.
 	TTL Duration `yaml:"ttl"`
 	// Lease is how long a claim holds before another gateway may take over a request whose
@@ -43,6 +60,11 @@ type Config struct {
 	// MaxBody is the largest request body accepted (413 above) and the largest response body
 	// kept for replay (larger ones are streamed and not retained). Default 1 MiB.
 	MaxBody ByteSize `yaml:"max_body"`
+	// MemoryBudget bounds the bytes of request and response bodies held at once across all
+	// requests in flight (idemhttp.Options.MemoryBudget): a request that would go over it is
+	// answered 503 with Retry-After before anything runs; a response that would is streamed
+	// and not retained. Default 64 MiB or 4 × (2 × MaxBody) if larger; -1: unlimited.
+	MemoryBudget ByteSize `yaml:"memory_budget"`
 	// Wait makes a duplicate wait up to this long for an in-flight original and replay it,
 	// instead of answering 409. Default 0 (409 at once).
 	Wait Duration `yaml:"wait"`
@@ -121,6 +143,12 @@ type Route struct {
 	ScopeHeader string `yaml:"scope_header"`
 }
 
+// ScopeNone is the value of Config.Scope that declares keys global (one trusted caller).
+const ScopeNone = "none"
+
+// MinScopeSecret is the shortest Config.ScopeSecret accepted, in bytes.
+const MinScopeSecret = 16
+
 // Duration is a time.Duration that reads from YAML as "30s", "24h".
 type Duration time.Duration
 
@@ -137,8 +165,12 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // ByteSize is a size that reads as 1048576, "1MiB", "512KiB" or "1MB".
 type ByteSize int64
 
-// UnmarshalYAML reads a size.
+// UnmarshalYAML reads a size, or -1 (unlimited, where a field allows it).
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if strings.TrimSpace(n.Value) == "-1" {
+		*b = -1
+		return nil
+	}
 	v, err := ParseByteSize(n.Value)
 	if err != nil {
 		return fmt.Errorf("line %d: %w", n.Line, err)
@@ -210,6 +242,14 @@ func (c Config) WithDefaults() Config {
 	for i, m := range c.Methods {
 		c.Methods[i] = strings.ToUpper(strings.TrimSpace(m))
 	}
+	if len(c.Routes) > 0 {
+		routes := make([]Route, len(c.Routes))
+		for i, r := range c.Routes {
+			r.Method = strings.ToUpper(strings.TrimSpace(r.Method))
+			routes[i] = r
+		}
+		c.Routes = routes
+	}
 	if c.MaxBody == 0 {
 		c.MaxBody = 1 << 20
 	}
@@ -262,6 +302,8 @@ func (c Config) Validate() error {
 			time.Duration(c.ReadTimeout), time.Duration(c.WriteTimeout), time.Duration(c.IdleTimeout), time.Duration(c.UpstreamTimeout), time.Duration(c.ShutdownTimeout))
 	case c.Cache < -1:
 		return fmt.Errorf("config: cache %d is below -1", c.Cache)
+	case c.MemoryBudget < -1:
+		return fmt.Errorf("config: memory_budget %d is below -1", c.MemoryBudget)
 	case c.MaxBody < 1:
 		return fmt.Errorf("config: max_body %d is below 1 byte", c.MaxBody)
 	case c.LogFormat != "text" && c.LogFormat != "json":
@@ -271,6 +313,27 @@ func (c Config) Validate() error {
 	}
 	if err := c.uncertainPolicy(); err != nil {
 		return fmt.Errorf("config: uncertain: %w", err)
+	}
+	switch {
+	case c.Scope != "" && c.Scope != ScopeNone:
+		return fmt.Errorf("config: scope %q: the only value is none (to scope by a header, set scope_header)", c.Scope)
+	case c.Scope == ScopeNone && c.ScopeHeader != "":
+		return errors.New("config: scope none and scope_header exclude each other")
+	case c.Scope == "" && c.ScopeHeader == "":
+		return errors.New("config: no scope: set scope_header (the header naming the caller, e.g. X-API-Key, with a scope_secret) " +
+			"so that one caller's key never returns another caller's stored response, or scope: none (--scope none) if one trusted caller uses this gateway")
+	case c.ScopeSecret != "" && c.ScopeSecretFile != "":
+		return errors.New("config: scope_secret and scope_secret_file exclude each other")
+	case c.ScopeSecret != "" && len(c.ScopeSecret) < MinScopeSecret:
+		return fmt.Errorf("config: scope_secret has %d bytes, fewer than %d", len(c.ScopeSecret), MinScopeSecret)
+	}
+	needSecret := c.ScopeHeader != ""
+	for _, r := range c.Routes {
+		needSecret = needSecret || r.ScopeHeader != ""
+	}
+	if needSecret && c.ScopeSecret == "" && c.ScopeSecretFile == "" {
+		return errors.New("config: a scope header needs scope_secret or scope_secret_file: the key of the HMAC that hides the header's value " +
+			"(at least 16 random bytes, shared by the gateways of one store, e.g. from openssl rand -hex 32)")
 	}
 	for _, m := range c.Methods {
 		if m == "" || strings.ContainsAny(m, " \t/") {

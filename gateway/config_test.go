@@ -12,6 +12,7 @@ func TestParseConfig(t *testing.T) {
 listen: 127.0.0.1:8081
 upstream: ${IDEM_TEST_UPSTREAM}
 store: memory://
+scope: none
 ttl: 1h
 max_body: 2MiB
 methods: [post, put]
@@ -52,12 +53,43 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"upstream: http://x\nroutes: [{path: /a, ignore_fields: [t]}]\n": "fingerprint: json",
 	}
 	for in, want := range cases {
+		c, err := Parse([]byte("scope: none\n" + in))
+		if err == nil {
+			err = c.WithDefaults().Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want it to mention %q", in, err, want)
+		}
+	}
+}
+
+// TestScopeIsADecision: without a scope header nor scope none the gateway does not start, and
+// a scope header needs a secret.
+func TestScopeIsADecision(t *testing.T) {
+	cases := map[string]string{
+		"upstream: http://x\n":                                                     "no scope",
+		"upstream: http://x\nscope: tenant\n":                                      "only value is none",
+		"upstream: http://x\nscope: none\nscope_header: X-API-Key\n":               "exclude",
+		"upstream: http://x\nscope_header: X-API-Key\n":                            "scope_secret",
+		"upstream: http://x\nscope_header: X-API-Key\nscope_secret: short\n":       "fewer than 16",
+		"upstream: http://x\nscope: none\nroutes: [{path: /a, scope_header: X}]\n": "scope_secret",
+	}
+	for in, want := range cases {
 		c, err := Parse([]byte(in))
 		if err == nil {
 			err = c.WithDefaults().Validate()
 		}
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err %v, want it to mention %q", in, err, want)
+		}
+	}
+	for _, in := range []string{"upstream: http://x\nscope: none\n", "upstream: http://x\nscope_header: X-API-Key\nscope_secret: 0123456789abcdef\n"} {
+		c, err := Parse([]byte(in))
+		if err == nil {
+			err = c.WithDefaults().Validate()
+		}
+		if err != nil {
+			t.Errorf("%q: %v", in, err)
 		}
 	}
 }
@@ -81,7 +113,16 @@ func TestMatchPath(t *testing.T) {
 		want          bool
 	}{
 		{"/v1/charges", "/v1/charges", true},
-		{"/v1/charges", "/v1/charges/", false},
+		{"/v1/charges", "/v1/charges/", true},
+		{"/v1/charges", "//v1/charges", true},
+		{"/v1/charges", "/V1/Charges", true},
+		{"/v1/charges", "/v1/./charges", true},
+		{"/v1/charges", "/v1/x/../charges", true},
+		{"/v1/charges", "/v1/charges;x", true},
+		{"/v1/charges", "/v1;a/charges", true},
+		{"/V1/Charges/", "/v1/charges", true},
+		{"/v1/charges", "/v1/charges/x", false},
+		{"/v1/charges", "/v1/chargesx", false},
 		{"/v1/*", "/v1/charges/ch_1", true},
 		{"/v1/*", "/v1", true},
 		{"/v1/*", "/v10/x", false},
@@ -90,10 +131,26 @@ func TestMatchPath(t *testing.T) {
 		{"/v1/orders/{id}/pay", "/v1/orders/42/refund", false},
 		{"/v1/orders/{id}", "/v1/orders/42/pay", false},
 		{"/v1/orders/{id}/*", "/v1/orders/42/pay/now", true},
+		{"/v1/orders/{Id}/pay", "/V1/ORDERS/42/PAY/", true},
+		{"/*", "/anything/at/all", true},
 	}
 	for _, tc := range cases {
-		if got := matchPath(tc.pattern, tc.path); got != tc.want {
+		if got := matchPath(canonicalPattern(tc.pattern), canonicalPath(tc.path)); got != tc.want {
 			t.Errorf("matchPath(%q, %q) = %v, want %v", tc.pattern, tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestAmbiguousPath: escaped paths that an upstream may split otherwise than the gateway.
+func TestAmbiguousPath(t *testing.T) {
+	for _, p := range []string{"/v1/payments%2F", "/v1%2fpayments", "/v1%5Cpayments", "/v1\\payments", "/v1/pay%00ments", "/v1/pay%1fments", "/v1/%7F"} {
+		if !ambiguousPath(p) {
+			t.Errorf("%q is not ambiguous", p)
+		}
+	}
+	for _, p := range []string{"/v1/payments", "/v1/pay%20ments", "/v1/%70ayments", "/v1/payments;x", "/%E2%82%AC", "/v1/100%25"} {
+		if ambiguousPath(p) {
+			t.Errorf("%q is ambiguous", p)
 		}
 	}
 }
@@ -112,7 +169,8 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		for _, r := range c.Routes {
-			_ = r.match("POST", "/a/b/c")
+			rt := route{rule: r, pattern: canonicalPattern(r.Path)}
+			_ = rt.match("POST", "/a/b/c")
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,10 +55,21 @@ type gw struct {
 	done chan error
 }
 
+// testSecret is the scope secret of the tests' gateways.
+const testSecret = "0123456789abcdef0123456789abcdef"
+
 // startGateway runs `idem serve` with args on a free loopback port and waits until it is
-// ready. It is stopped (SIGKILL) at the end of the test if still running.
+// ready. It is stopped (SIGKILL) at the end of the test if still running. Unless args make
+// a scope decision (--scope, --scope-header), the gateway runs with --scope none: the test is
+// its one trusted caller. A --scope-header gets --scope-secret testSecret unless args give one.
 func startGateway(t *testing.T, args ...string) *gw {
 	t.Helper()
+	if !slices.ContainsFunc(args, func(a string) bool { return a == "--scope" || a == "--scope-header" }) {
+		args = append(args, "--scope", "none")
+	}
+	if slices.Contains(args, "--scope-header") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--scope-secret") }) {
+		args = append(args, "--scope-secret", testSecret)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

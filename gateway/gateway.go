@@ -19,6 +19,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -59,15 +63,40 @@ type Gateway struct {
 	metrics  *Metrics
 	gatherer prometheus.Gatherer
 	routes   []route
-	fallback http.Handler
+	fallback route
 	engines  []*idem.Engine
 	failures *failures // upstream failures, from the proxy to the event hook
+	secret   []byte    // the key of the scope's HMAC
 }
 
+// route is a rule with its handler and what a request needs to be checked against it.
 type route struct {
-	rule    Route
-	handler http.Handler
+	rule     Route
+	pattern  string   // rule.Path in canonical form (canonicalPattern)
+	identity []string // headers that identify the request (key, scope): never hop-by-hop
+	handler  http.Handler
 }
+
+// Problem types of the answers the gateway itself gives to requests it refuses before the
+// idempotency middleware sees them (application/problem+json, 400).
+const (
+	// ProblemAmbiguousPath: a processed request's path has an encoded slash or backslash
+	// (%2F, %5C), a backslash or a control character, which an upstream may split into
+	// segments otherwise than the gateway does when it picks the route's rule.
+	ProblemAmbiguousPath = "https://idemkit.dev/problems/ambiguous-path"
+	// ProblemMethodCase: the method is a processed one in other letter case (post for POST).
+	// Methods are case-sensitive (RFC 9110 §9.1), so the gateway does not process it, and an
+	// upstream that reads it as POST would run it unprotected: it is refused.
+	ProblemMethodCase = "https://idemkit.dev/problems/method-case"
+	// ProblemHopByHopIdentity: the Connection header names the idempotency key's header or the
+	// scope's, which would make the gateway key on a header that it then strips before the
+	// upstream.
+	ProblemHopByHopIdentity = "https://idemkit.dev/problems/hop-by-hop-identity"
+)
+
+// outcomeRefused labels a request the gateway refused before the middleware (the problems
+// above).
+const outcomeRefused = "refused"
 
 // New builds a gateway from cfg (defaults applied, then validated) and opens its store.
 func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
@@ -98,6 +127,10 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		}
 		g.store, g.closer = st, st
 	}
+	if g.secret, err = cfg.scopeSecret(); err != nil {
+		g.Close()
+		return nil, err
+	}
 	instrumented := instrument(g.store, g.metrics.StoreSeconds)
 	upstream, _ := url.Parse(cfg.Upstream)
 	transport := opt.Transport
@@ -107,19 +140,66 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics)
 	g.failures = px.failures
 
-	if g.fallback, err = g.protect(instrumented, px, Route{}); err != nil {
+	if g.fallback, err = g.route(instrumented, px, Route{}); err != nil {
 		g.Close()
 		return nil, err
 	}
 	for i, rule := range cfg.Routes {
-		h, err := g.protect(instrumented, px, rule)
+		rt, err := g.route(instrumented, px, rule)
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("gateway: routes[%d]: %w", i, err)
 		}
-		g.routes = append(g.routes, route{rule: rule, handler: h})
+		g.routes = append(g.routes, rt)
 	}
 	return g, nil
+}
+
+// route builds the route of a rule.
+func (g *Gateway) route(st idem.Store, px http.Handler, rule Route) (route, error) {
+	h, err := g.protect(st, px, rule)
+	if err != nil {
+		return route{}, err
+	}
+	rt := route{rule: rule, pattern: "/*", handler: h, identity: []string{idem.KeyHeader}}
+	if rule.Path != "" {
+		rt.pattern = canonicalPattern(rule.Path)
+	}
+	if rule.KeyHeader != "" {
+		rt.identity = append(rt.identity, rule.KeyHeader)
+	}
+	if sh := g.scopeHeader(rule); sh != "" {
+		rt.identity = append(rt.identity, sh)
+	}
+	return rt, nil
+}
+
+// scopeHeader is the header that scopes a rule's requests ("" for none).
+func (g *Gateway) scopeHeader(rule Route) string {
+	if g.cfg.Scope == ScopeNone && rule.ScopeHeader == "" {
+		return ""
+	}
+	return cmp.Or(rule.ScopeHeader, g.cfg.ScopeHeader)
+}
+
+// scopeSecret returns the key of the scope's HMAC: ScopeSecret, or the content of
+// ScopeSecretFile without its trailing newline. Nil when no scope header is configured.
+func (c Config) scopeSecret() ([]byte, error) {
+	secret := c.ScopeSecret
+	if c.ScopeSecretFile != "" {
+		b, err := os.ReadFile(c.ScopeSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: scope_secret_file: %w", err)
+		}
+		secret = strings.TrimRight(string(b), "\r\n")
+	}
+	if secret == "" {
+		return nil, nil
+	}
+	if len(secret) < MinScopeSecret {
+		return nil, fmt.Errorf("config: the scope secret has %d bytes, fewer than %d", len(secret), MinScopeSecret)
+	}
+	return []byte(secret), nil
 }
 
 // protect returns the proxy wrapped in the idempotency middleware configured for rule.
@@ -154,6 +234,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		RequireKey:      g.cfg.RequireKey,
 		MaxRequestBody:  int64(g.cfg.MaxBody),
 		MaxResponseBody: int64(g.cfg.MaxBody),
+		MemoryBudget:    int64(g.cfg.MemoryBudget),
 		ExpiresHeader:   true,
 		DetachBody:      true, // the proxy's Transport may read the body after ServeHTTP returns
 		OnEvent:         g.event,
@@ -174,9 +255,16 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	if rule.Fingerprint == "json" {
 		opt.Fingerprint = idemhttp.JSONFingerprint(rule.IgnoreFields...)
 	}
-	if h := cmpOr(rule.ScopeHeader, g.cfg.ScopeHeader); h != "" {
-		opt.Scope = idemhttp.HeaderScope(h)
+	if h := g.scopeHeader(rule); h != "" {
+		if g.secret == nil {
+			return nil, errors.New("config: a scope header needs scope_secret or scope_secret_file (the key of its HMAC)")
+		}
+		opt.Scope = idemhttp.KeyedHeaderScope(h, g.secret)
 	}
+	if opt.Fingerprint == nil {
+		opt.Fingerprint = idemhttp.RawFingerprint
+	}
+	opt.Fingerprint = hostFingerprint(opt.Fingerprint)
 	mw, err := idemhttp.New(opt)
 	if err != nil {
 		return nil, err
@@ -184,11 +272,21 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	return mw(px), nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+// hostFingerprint adds the request's host (lower case, without a trailing dot) to the
+// fingerprint fp computes. A gateway in front of several virtual hosts so never replays one
+// host's response to a request for another: the same key sent to another host is a mismatch
+// (422). The host is part of the fingerprint rather than of the scope so that it can never
+// cause a second execution: a client that retries through another name of the same API gets a
+// 422, not a new effect; tenants are kept apart by the scope header.
+func hostFingerprint(fp idemhttp.FingerprintFunc) idemhttp.FingerprintFunc {
+	return func(r *http.Request, body []byte) (string, error) {
+		sum, err := fp(r, body)
+		if err != nil {
+			return "", err
+		}
+		host := lowerASCII(strings.TrimSuffix(r.Host, "."))
+		return idem.Fingerprint([]byte(sum), []byte(host)), nil
 	}
-	return b
 }
 
 // bypass proxies without idempotency, still counting the request.
@@ -234,8 +332,11 @@ func (g *Gateway) event(ev idemhttp.Event) {
 	g.log.LogAttrs(ev.Request.Context(), level, "request", attrs...)
 }
 
-// ServeHTTP routes a request: health endpoints, then the first matching route, then the
-// gateway's defaults.
+// ServeHTTP routes a request: health endpoints, then the first route whose rule matches the
+// request's method and canonical path (canonicalPath), then the gateway's defaults. Before
+// that it refuses with 400 what it could not protect as the client meant: a processed method
+// in other letter case, a processed request with an ambiguous path, and one whose Connection
+// header names its key's or scope's header.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/healthz":
@@ -245,15 +346,81 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.readyz(w, r)
 		return
 	}
-	h := g.fallback
+	processed := g.processes(r.Method)
+	if !processed && g.processesFolded(r.Method) {
+		g.refuse(w, r, ProblemMethodCase, "Methods are case-sensitive: send "+strings.ToUpper(r.Method)+", not "+r.Method)
+		return
+	}
+	if processed && ambiguousPath(r.URL.EscapedPath()) {
+		g.refuse(w, r, ProblemAmbiguousPath, "The path has an encoded slash or backslash, a backslash or a control character")
+		return
+	}
+	canonical := canonicalPath(r.URL.Path)
+	rt := &g.fallback
 	for i := range g.routes {
-		if g.routes[i].rule.match(r.Method, r.URL.Path) {
-			h = g.routes[i].handler
+		if g.routes[i].match(r.Method, canonical) {
+			rt = &g.routes[i]
 			break
 		}
 	}
-	h.ServeHTTP(w, r)
+	if processed && rt.rule.Mode != "off" {
+		if name := hopByHop(r.Header, rt.identity); name != "" {
+			g.refuse(w, r, ProblemHopByHopIdentity, "The Connection header names "+name+", which identifies the request")
+			return
+		}
+	}
+	rt.handler.ServeHTTP(w, r)
 	g.failures.take(r.URL) // normally taken by the event hook already; never left behind
+}
+
+// processes reports whether method is one of the processed methods.
+func (g *Gateway) processes(method string) bool {
+	for _, m := range g.cfg.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// processesFolded reports whether method is a processed method in any letter case.
+func (g *Gateway) processesFolded(method string) bool {
+	for _, m := range g.cfg.Methods {
+		if strings.EqualFold(m, method) {
+			return true
+		}
+	}
+	return false
+}
+
+// hopByHop returns the first of names that the Connection header lists ("" for none): a
+// header so named is removed before the upstream, so the gateway must not key on it.
+func hopByHop(h http.Header, names []string) string {
+	for _, v := range h["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			tok = strings.TrimSpace(tok)
+			for _, n := range names {
+				if strings.EqualFold(tok, n) {
+					return n
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// refuse answers 400 with a problem of type typ, and counts the request as refused.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, typ, title string) {
+	body := `{"type":"` + typ + `","title":` + strconv.Quote(title) + `,"status":400}` + "\n"
+	h := w.Header()
+	h.Set("Content-Type", idemhttp.ProblemContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = io.WriteString(w, body)
+	g.metrics.request(outcomeRefused)
+	g.log.LogAttrs(r.Context(), slog.LevelInfo, "request refused", slog.String("problem", typ),
+		slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()))
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {

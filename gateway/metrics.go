@@ -12,7 +12,8 @@ import (
 // Metrics are the gateway's Prometheus metrics. Register them on an injected Registerer.
 type Metrics struct {
 	// Requests counts processed requests by outcome: executed, replayed, conflict, mismatch,
-	// bypass, oversize, store_error, upstream_error, invalid_key, missing_key.
+	// bypass, oversize, store_error, upstream_error, invalid_key, missing_key, refused (an
+	// ambiguous path, a method in the wrong case, an identity header named in Connection).
 	Requests *prometheus.CounterVec
 	// StoreSeconds is the latency of store operations, by operation and result (ok, error).
 	StoreSeconds *prometheus.HistogramVec
@@ -38,7 +39,7 @@ var requestOutcomes = []idemhttp.Outcome{
 	idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeUncertain, idemhttp.OutcomeOversize,
 	idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict, idemhttp.OutcomeMismatch, idemhttp.OutcomeBypass,
 	idemhttp.OutcomeFailOpen, idemhttp.OutcomeStoreError, idemhttp.OutcomeInvalidKey, idemhttp.OutcomeMissingKey,
-	idemhttp.OutcomeTooLarge, idemhttp.OutcomeError, outcomeUpstreamError,
+	idemhttp.OutcomeTooLarge, idemhttp.OutcomeError, outcomeUpstreamError, outcomeRefused,
 }
 
 // request counts one request with the outcome.

@@ -39,7 +39,7 @@ func TestUpstreamErrorOutcome(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			g, err := New(context.Background(), Config{Upstream: tc.upstream, Store: "memory://"},
+			g, err := New(context.Background(), Config{Upstream: tc.upstream, Store: "memory://", Scope: ScopeNone},
 				Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)

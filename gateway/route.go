@@ -1,20 +1,114 @@
 package gateway
 
-import "strings"
+import (
+	"path"
+	"strings"
+)
 
-// match reports whether the rule's method and path pattern match a request.
-func (r *Route) match(method, path string) bool {
-	if r.Method != "" && r.Method != "*" && !strings.EqualFold(r.Method, method) {
+// Rules match the canonical form of a request's path, so that a variant an upstream may
+// route to the same handler never slips past a rule (and loses its mode, scope, fingerprint
+// and TTL). The canonical form of a path is:
+//
+//   - percent-decoded (as net/http gives it in URL.Path: %70 is p, %2F is /);
+//   - without ";parameters" in its segments (/v1/payments;x is /v1/payments), which some
+//     servers strip;
+//   - cleaned (path.Clean: no empty segments, no "." or ".." segments);
+//   - without a trailing slash (/v1/payments/ is /v1/payments);
+//   - in ASCII lower case (/V1/Payments is /v1/payments), for upstreams that route without
+//     regard to case.
+//
+// Rule paths are put in the same form. The request itself is forwarded and fingerprinted
+// as it came: only the choice of its rule uses the canonical form. A processed request whose
+// path the gateway cannot put in one form, because an upstream may read it either way (an
+// encoded slash or backslash, %2F or %5C, a backslash, a control character), is refused with
+// 400 (ProblemAmbiguousPath).
+func canonicalPath(p string) string {
+	if strings.IndexByte(p, ';') >= 0 {
+		segs := strings.Split(p, "/")
+		for i, s := range segs {
+			segs[i], _, _ = strings.Cut(s, ";")
+		}
+		p = strings.Join(segs, "/")
+	}
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	p = path.Clean(p)
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return lowerASCII(p)
+}
+
+// lowerASCII lower-cases ASCII letters only (no Unicode case folding: ſ is not s).
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + ('a' - 'A')
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// ambiguousPath reports whether an escaped request path is one an upstream may split into
+// segments differently from the gateway: it has an encoded slash or backslash, a backslash,
+// or a control character.
+func ambiguousPath(escaped string) bool {
+	for i := 0; i < len(escaped); i++ {
+		switch c := escaped[i]; {
+		case c == '\\' || c < 0x20 || c == 0x7f:
+			return true
+		case c == '%' && i+2 < len(escaped):
+			if h := escaped[i+1 : i+3]; strings.EqualFold(h, "2f") || strings.EqualFold(h, "5c") ||
+				(escaped[i+1] <= '1') || strings.EqualFold(h, "7f") {
+				return true // %2F, %5C, and encoded control characters %00-%1F, %7F
+			}
+		}
+	}
+	return false
+}
+
+// canonicalPattern puts a rule's path pattern in canonical form, keeping its "/*" suffix
+// and its {name} wildcards (whose names are not lower-cased, as they match anything).
+func canonicalPattern(p string) string {
+	prefix, star := strings.CutSuffix(p, "/*")
+	if star && prefix == "" {
+		return "/*"
+	}
+	segs := strings.Split(canonicalPath(prefix), "/")
+	orig := strings.Split(path.Clean("/"+strings.TrimPrefix(prefix, "/")), "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") && i < len(orig) {
+			segs[i] = orig[i]
+		}
+	}
+	out := strings.Join(segs, "/")
+	if star {
+		return out + "/*"
+	}
+	return out
+}
+
+// match reports whether the rule's method and path pattern match a request whose path is
+// already canonical (canonicalPath). Methods are case-sensitive (RFC 9110 §9.1).
+func (r *route) match(method, canonical string) bool {
+	if m := r.rule.Method; m != "" && m != "*" && m != method {
 		return false
 	}
-	return matchPath(r.Path, path)
+	return matchPath(r.pattern, canonical)
 }
 
 // matchPath matches an exact path, a prefix pattern ending in "/*", or a pattern with
 // single-segment wildcards "{name}".
 func matchPath(pattern, path string) bool {
 	if prefix, ok := strings.CutSuffix(pattern, "/*"); ok {
-		if path == prefix {
+		if prefix == "" || path == prefix {
 			return true
 		}
 		if !strings.HasPrefix(path, prefix+"/") {

@@ -1,9 +1,13 @@
 package idemhttp
 
 import (
+	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -29,18 +33,60 @@ var ErrInvalidScope = errors.New("idemhttp: invalid scope")
 type ScopeFunc func(r *http.Request) (string, error)
 
 // HeaderScope scopes requests by the value of the named header (such as X-API-Key or
-// Authorization), hashed with SHA-256 so that no secret reaches the store or the logs: the
-// scope is the 64 hex digits of the hash. A request without the header is anonymous (scope "").
-// If the header is sent more than once, the values are hashed together.
+// Authorization), hashed with SHA-256 so that the credential itself reaches neither the store
+// nor the logs: the scope is the 64 hex digits of the hash. A request without the header is
+// anonymous (scope ""). A request that sends the header more than once is refused
+// (ErrInvalidScope: 400), since a handler behind the middleware may read another value than
+// the scope was made of.
+//
+// An unkeyed hash of a guessable credential can be reversed by trying guesses: prefer
+// KeyedHeaderScope, whose hash needs a secret kept apart from the store.
 func HeaderScope(name string) ScopeFunc {
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
 		vs := r.Header[name]
-		if len(vs) == 0 {
+		switch len(vs) {
+		case 0:
 			return "", nil
+		case 1:
+			return HashScope(vs[0]), nil
 		}
-		return HashScope(vs...), nil
+		return "", fmt.Errorf("%w: header %s sent %d times", ErrInvalidScope, name, len(vs))
 	}
+}
+
+// KeyedHeaderScope is HeaderScope with the value hashed by HMAC-SHA256 under secret
+// (KeyedHashScope): without the secret, stored and logged scopes cannot be tested against
+// guesses of the credential. Every process that shares a store must use the same secret; a
+// new secret makes every scope new, so records made under the old one are not found again.
+// It panics if secret is empty.
+func KeyedHeaderScope(name string, secret []byte) ScopeFunc {
+	if len(secret) == 0 {
+		panic("idemhttp: KeyedHeaderScope with an empty secret")
+	}
+	name = http.CanonicalHeaderKey(name)
+	secret = bytes.Clone(secret)
+	return func(r *http.Request) (string, error) {
+		vs := r.Header[name]
+		switch len(vs) {
+		case 0:
+			return "", nil
+		case 1:
+			return KeyedHashScope(secret, vs[0]), nil
+		}
+		return "", fmt.Errorf("%w: header %s sent %d times", ErrInvalidScope, name, len(vs))
+	}
+}
+
+// KeyedHashScope returns the hex HMAC-SHA256 of value under secret: a scope that identifies a
+// credential without revealing it, even to someone who can try guesses of it.
+func KeyedHashScope(secret []byte, value string) string {
+	m := hmac.New(sha256.New, secret)
+	_, _ = io.WriteString(m, value)
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], m.Sum(sum[:0]))
+	return string(out[:])
 }
 
 // HashScope returns the hex SHA-256 of values (joined by newlines): a scope that identifies a

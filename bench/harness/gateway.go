@@ -163,7 +163,7 @@ func (g *gatewayRun) bareProxy(ctx context.Context, name string, up *Proc, extra
 }
 
 func (g *gatewayRun) gateway(ctx context.Context, name string, up *Proc, store string, extra ...string) (*Proc, error) {
-	args := append([]string{"serve", "--listen", "{addr}", "--upstream", up.URL(""), "--store", store}, extra...)
+	args := append([]string{"serve", "--listen", "{addr}", "--upstream", up.URL(""), "--store", store, "--scope", "none"}, extra...)
 	var env []string
 	if dir := os.Getenv("IDEMBENCH_CPUPROFILE_DIR"); dir != "" {
 		env = append(env, "IDEM_CPUPROFILE="+filepath.Join(dir, name+".prof"))

@@ -127,7 +127,7 @@ func ServePGGateway(ctx context.Context, listen, upstream, storeURL string) erro
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := gateway.Config{Listen: listen, Upstream: upstream, Store: "postgres://(given)"}
+	cfg := gateway.Config{Listen: listen, Upstream: upstream, Store: "postgres://(given)", Scope: gateway.ScopeNone}
 	g, err := gateway.New(ctx, cfg, gateway.Options{Store: st, Logger: log})
 	if err != nil {
 		return err

@@ -40,7 +40,8 @@ func storeFlag(e *env, fs interface {
 func openStore(ctx context.Context, raw string) (storeurl.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return storeurl.Open(ctx, raw)
+	st, err := storeurl.Open(ctx, raw)
+	return st, redactError(err, raw)
 }
 
 // openRecord parses a subcommand's flags and its one KEY argument, opens the store and reads
@@ -63,7 +64,7 @@ func openRecord(ctx context.Context, fs *flag.FlagSet, args []string, store *str
 		if errors.Is(err, idem.ErrNotFound) {
 			return nil, idem.Record{}, fmt.Errorf("no record for key %q", key)
 		}
-		return nil, idem.Record{}, err
+		return nil, idem.Record{}, redactError(err, *store)
 	}
 	return st, rec, nil
 }

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -46,11 +48,19 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	} else {
 		ln.Close()
 	}
+	// Callers are told apart by X-API-Key (the curls below send none: one anonymous caller),
+	// hashed under a secret of this run's own, as its store lives only as long as the run.
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
 	cfg := gateway.Config{
-		Listen:   addr,
-		Upstream: "http://" + apiLn.Addr().String(),
-		Store:    "sqlite://" + filepath.Join(dir, "idem.db"),
-		Lease:    gateway.Duration(10 * time.Second),
+		Listen:      addr,
+		Upstream:    "http://" + apiLn.Addr().String(),
+		Store:       "sqlite://" + filepath.Join(dir, "idem.db"),
+		Lease:       gateway.Duration(10 * time.Second),
+		ScopeHeader: "X-API-Key",
+		ScopeSecret: hex.EncodeToString(secret),
 	}.WithDefaults()
 	log := newLogger(e.stderr, "text", "info")
 	ctx, second, stop := signalContext(ctx)
@@ -65,7 +75,8 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "  curl -i %s/v1/charges -H 'Idempotency-Key: order-1001' -d '{\"amount\":1000,\"currency\":\"eur\"}'\n\n", u)
 		fmt.Fprintf(w, "Count the charges the API made:   curl %s/v1/charges\n", u)
 		fmt.Fprintf(w, "Same key, another amount:         422 (the key is bound to its first request)\n")
-		fmt.Fprintf(w, "Second request within %s:        409 with Retry-After (the first is still charging)\n\n", *delay)
+		fmt.Fprintf(w, "Second request within %s:        409 with Retry-After (the first is still charging)\n", *delay)
+		fmt.Fprintf(w, "Add -H 'X-API-Key: another':      another caller, whose keys are apart from the first's\n\n")
 		fmt.Fprintln(w, "Press Ctrl-C to stop.")
 	})
 }

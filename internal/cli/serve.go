@@ -45,7 +45,11 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	str(&c.Listen, "listen", "address to serve on (default 127.0.0.1:8080)")
 	str(&c.Upstream, "upstream", "URL of the API behind the gateway (required)")
 	str(&c.Store, "store", "store URL (default sqlite://./idem.db; also memory://, postgres://, mysql://, redis://, rediss://, redis+cluster://, dynamodb://TABLE)")
-	str(&c.ScopeHeader, "scope-header", "header naming the tenant, hashed into the key scope (a stable identity such as an API key, not a rotating token)")
+	str(&c.ScopeHeader, "scope-header", "header naming the caller, hashed (HMAC under --scope-secret) into the key's scope: a stable identity such as an API key, not a rotating token; this or --scope none is required")
+	str(&c.Scope, "scope", "none: keys are global, for a gateway one trusted caller uses (excludes --scope-header)")
+	// Not str: its environment variable must not become a default that -h prints.
+	fs.StringVar(&c.ScopeSecret, "scope-secret", "", "key of the scope's HMAC, at least 16 bytes, shared by the gateways of one store and kept apart from it; a command line is visible to other users of the machine: prefer --scope-secret-file or the environment (env IDEM_SCOPE_SECRET)")
+	str(&c.ScopeSecretFile, "scope-secret-file", "file holding the scope secret (a trailing newline is ignored)")
 	str(&c.MetricsListen, "metrics-listen", "address for /metrics, /healthz and /readyz (default: none)")
 	str(&c.LogFormat, "log-format", "text or json (default text)")
 	str(&c.LogLevel, "log-level", "debug, info (default: a line per processed request), warn or error")
@@ -61,6 +65,15 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.Func("max-body", "largest request body, and largest response body kept (default 1MiB) (env IDEM_MAX_BODY)", func(s string) error {
 		n, err := gateway.ParseByteSize(s)
 		c.MaxBody = gateway.ByteSize(n)
+		return err
+	})
+	fs.Func("memory-budget", "bytes of request and response bodies held at once across requests; over it, 503 before anything runs (default 64MiB or 8 × max-body; -1: unlimited) (env IDEM_MEMORY_BUDGET)", func(s string) error {
+		if strings.TrimSpace(s) == "-1" {
+			c.MemoryBudget = -1
+			return nil
+		}
+		n, err := gateway.ParseByteSize(s)
+		c.MemoryBudget = gateway.ByteSize(n)
 		return err
 	})
 	fs.Func("cache", "completed responses kept in memory for hot replays (default 10000, -1: none) (env IDEM_CACHE)", func(s string) error {
@@ -122,6 +135,9 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 			}
 		}
 	}
+	if v := e.getenv("IDEM_SCOPE_SECRET"); v != "" && !given["scope-secret"] {
+		f.cfg.ScopeSecret = v
+	}
 	for name, p := range map[string]*bool{"require-key": &f.cfg.RequireKey, "store-5xx": &f.cfg.Store5xx, "h2c": &f.cfg.H2C} {
 		if v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" && !given[name] {
 			*p, f.set[name] = v == "1" || strings.EqualFold(v, "true"), true
@@ -154,6 +170,7 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c := base
 	c.Listen, c.Upstream, c.Store = s(over.Listen, base.Listen), s(over.Upstream, base.Upstream), s(over.Store, base.Store)
 	c.ScopeHeader, c.MetricsListen = s(over.ScopeHeader, base.ScopeHeader), s(over.MetricsListen, base.MetricsListen)
+	c.Scope, c.ScopeSecret, c.ScopeSecretFile = s(over.Scope, base.Scope), s(over.ScopeSecret, base.ScopeSecret), s(over.ScopeSecretFile, base.ScopeSecretFile)
 	c.LogFormat, c.Uncertain = s(over.LogFormat, base.LogFormat), s(over.Uncertain, base.Uncertain)
 	c.LogLevel = s(over.LogLevel, base.LogLevel)
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
@@ -165,6 +182,9 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	}
 	if over.MaxBody != 0 {
 		c.MaxBody = over.MaxBody
+	}
+	if over.MemoryBudget != 0 {
+		c.MemoryBudget = over.MemoryBudget
 	}
 	if len(over.Methods) > 0 {
 		c.Methods = over.Methods
@@ -258,7 +278,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	g, err := gateway.New(openCtx, cfg, gateway.Options{Logger: log})
 	cancel()
 	if err != nil {
-		return err
+		return redactError(err, cfg.Store)
 	}
 	defer g.Close()
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -343,16 +363,4 @@ func newServer(cfg gateway.Config, h http.Handler, log *slog.Logger) *http.Serve
 		IdleTimeout:       time.Duration(cfg.IdleTimeout),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-}
-
-// redact hides the password of a URL for logs.
-func redact(raw string) string {
-	if i := strings.Index(raw, "://"); i >= 0 {
-		if at := strings.Index(raw[i+3:], "@"); at >= 0 {
-			if colon := strings.Index(raw[i+3:i+3+at], ":"); colon >= 0 {
-				return raw[:i+3+colon+1] + "xxxxx" + raw[i+3+at:]
-			}
-		}
-	}
-	return raw
 }
