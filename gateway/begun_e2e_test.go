@@ -149,7 +149,7 @@ func TestBinaryClientLeavesMidDownload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(c, "POST /v1/charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: big-1\r\nContent-Length: %d\r\n\r\n%s", len(charge), charge)
+	fmt.Fprintf(c, "POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: big-1\r\nContent-Length: %d\r\n\r\n%s", len(charge), charge)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {

@@ -184,7 +184,7 @@ func TestBinaryHostsAreApart(t *testing.T) {
 	if a := send("a.example"); a.status != 201 {
 		t.Fatalf("host a: %d %s", a.status, a.body)
 	}
-	if a := send("A.Example."); a.status != 201 || a.header.Get("Idempotent-Replayed") != "true" {
+	if a := send("A.Example.:8080"); a.status != 201 || a.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("host a, other spelling: %d %v, want the replay", a.status, a.header)
 	}
 	if b := send("b.example"); b.status != 422 {

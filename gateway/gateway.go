@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -272,8 +273,8 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	return mw(px), nil
 }
 
-// hostFingerprint adds the request's host (lower case, without a trailing dot) to the
-// fingerprint fp computes. A gateway in front of several virtual hosts so never replays one
+// hostFingerprint adds the request's host name (hostName: lower case, without port or
+// trailing dot) to the fingerprint fp computes. A gateway in front of several virtual hosts so never replays one
 // host's response to a request for another: the same key sent to another host is a mismatch
 // (422). The host is part of the fingerprint rather than of the scope so that it can never
 // cause a second execution: a client that retries through another name of the same API gets a
@@ -284,8 +285,7 @@ func hostFingerprint(fp idemhttp.FingerprintFunc) idemhttp.FingerprintFunc {
 		if err != nil {
 			return "", err
 		}
-		host := lowerASCII(strings.TrimSuffix(r.Host, "."))
-		return idem.Fingerprint([]byte(sum), []byte(host)), nil
+		return idem.Fingerprint([]byte(sum), []byte(hostName(r.Host))), nil
 	}
 }
 
@@ -330,6 +330,16 @@ func (g *Gateway) event(ev idemhttp.Event) {
 		attrs = append(attrs, slog.String("err", ev.Err.Error()))
 	}
 	g.log.LogAttrs(ev.Request.Context(), level, "request", attrs...)
+}
+
+// hostName is the name of a Host header value: without its port (gateways of one store listen
+// on different ports, and a client may fail over from one to another), its IPv6 brackets or a
+// trailing dot, in lower case.
+func hostName(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return lowerASCII(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 }
 
 // ServeHTTP routes a request: health endpoints, then the first route whose rule matches the

@@ -39,6 +39,15 @@ func seed(t *testing.T) string {
 	if _, err := st.Reserve(ctx, "stuck", fp, now, time.Hour, 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	// A claim whose holder died a minute ago (lease run out, record live).
+	if _, err := st.Reserve(ctx, "stale", fp, now.Add(-2*time.Minute), time.Minute, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// A claim held as uncertain: its lease extended to the record's expiry.
+	res, _ = st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour)
+	if err := st.Extend(ctx, "held", res.Record.Token, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	res, _ = st.Reserve(ctx, "old", fp, now.Add(-3*time.Hour), time.Minute, time.Hour)
 	_ = st.Complete(ctx, "old", res.Record.Token, idem.Response{Status: 200}, now.Add(-3*time.Hour), now.Add(-2*time.Hour))
 	return "sqlite://" + path
@@ -63,16 +72,38 @@ func TestInspect(t *testing.T) {
 	}
 }
 
+// TestRelease: a key whose lease is live (running, or held uncertain) is not released
+// without --force, since a retry would then execute while the first may still act; a stale
+// one is; inspect tells the conditions apart, and flags may follow the key.
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	store := seed(t)
-	code, out, errs := run(t, "release", "--store", store, "stuck")
-	if code != 0 || !strings.Contains(out, "released in-progress key") {
-		t.Fatalf("code %d %s %s", code, out, errs)
+	for key, want := range map[string]string{"stuck": "running", "held": "held", "stale": "stale", "done": "completed", "old": "expired"} {
+		code, out, errs := run(t, "inspect", key, "--store", store, "--json")
+		if code != 0 || !strings.Contains(out, `"condition": "`+want+`"`) {
+			t.Errorf("inspect %s: code %d, want condition %s\n%s%s", key, code, want, out, errs)
+		}
+	}
+	for _, key := range []string{"stuck", "held"} {
+		code, _, errs := run(t, "release", key, "--store", store)
+		if code != 1 || !strings.Contains(errs, "--force") {
+			t.Fatalf("release of a live lease (%s): code %d %s", key, code, errs)
+		}
+	}
+	code, out, errs := run(t, "release", "--store", store, "stale")
+	if code != 0 || !strings.Contains(out, "released stale key") {
+		t.Fatalf("stale: code %d %s %s", code, out, errs)
+	}
+	code, out, errs = run(t, "release", "stuck", "--force", "--store", store)
+	if code != 0 || !strings.Contains(out, "released running key") {
+		t.Fatalf("--force on a running key: code %d %s %s", code, out, errs)
 	}
 	_, out, _ = run(t, "inspect", "--store", store, "stuck")
-	if !strings.Contains(out, "expired") {
+	if !strings.Contains(out, "released:") || strings.Contains(out, "lease left") || strings.Contains(out, "expires in") {
 		t.Fatalf("after release:\n%s", out)
+	}
+	if code, out, _ = run(t, "release", "--store", store, "stuck"); code != 0 || !strings.Contains(out, "already released") {
+		t.Fatalf("released twice: %d %s", code, out)
 	}
 	code, _, errs = run(t, "release", "--store", store, "done")
 	if code != 1 || !strings.Contains(errs, "--force") {
@@ -82,8 +113,11 @@ func TestRelease(t *testing.T) {
 	if strings.Contains(errs, "cannot delete") {
 		t.Skip("sqlitestore does not implement idem.Deleter yet")
 	}
-	if code != 0 || !strings.Contains(out, "deleted completed key") {
+	if code != 0 || !strings.Contains(out, "deleted completed key") || !strings.Contains(out, "replay cache") {
 		t.Fatalf("--force: code %d %s %s", code, out, errs)
+	}
+	if code, _, _ := run(t, "inspect", "a", "b", "--store", store); code != 2 {
+		t.Fatalf("two keys: code %d, want 2", code)
 	}
 }
 
