@@ -133,7 +133,7 @@ func (h *harness) dialGateway() (net.Conn, error) {
 }
 
 func requestHead(op, key string, n int) string {
-	return fmt.Sprintf("POST /ops/%s HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n", op, key, n)
+	return fmt.Sprintf("POST /ops/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n", op, key, n)
 }
 
 // halfRequest sends the request head and half its body, then resets the connection: the
