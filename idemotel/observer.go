@@ -1,0 +1,165 @@
+package idemotel
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idem"
+)
+
+// Attribute keys set on spans and metrics.
+const (
+	// AttrKey is the client's idempotency key (never the tenant's scope; see Options.Key).
+	AttrKey = attribute.Key("idem.key")
+	// AttrOutcome is how a stage ended: new, replay, in_flight, mismatch, canceled, kept,
+	// released, uncertain, lease_lost, store_error, panic or ok (see idem.Outcome).
+	AttrOutcome = attribute.Key("idem.outcome")
+	// AttrStore is the kind of store (Options.Store).
+	AttrStore = attribute.Key("idem.store")
+	// AttrAttempt is the claim's attempt count (1, then +1 per takeover), or on a client
+	// span the attempt's number.
+	AttrAttempt = attribute.Key("idem.attempt")
+	// AttrLeaseMS is the lease of a claim, in milliseconds.
+	AttrLeaseMS = attribute.Key("idem.lease_ms")
+	// AttrTakeover is true on a claim that took over from a holder whose lease had expired.
+	AttrTakeover = attribute.Key("idem.takeover")
+	// AttrCached is true on a replay served from the engine's local cache.
+	AttrCached = attribute.Key("idem.cached")
+	// AttrStage names the engine stage on metrics: claim, wait, effect, complete, release.
+	AttrStage = attribute.Key("idem.stage")
+)
+
+// Observer returns an idem.Observer that traces and measures an Engine: set it as
+// idem.Options.Observer. See the package documentation for its spans and metrics. It fails
+// only if a metric instrument cannot be made.
+func Observer(opt Options) (idem.Observer, error) {
+	if opt.Key == nil {
+		opt.Key = ClientKey
+	}
+	m := opt.meter()
+	o := &observer{opt: opt, tracer: opt.tracer()}
+	var errs [6]error
+	o.outcomes, errs[0] = m.Int64Counter("idem.outcomes",
+		metric.WithDescription("Engine stages ended, by stage and outcome."))
+	o.latency, errs[1] = m.Float64Histogram("idem.store.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of the claim (reservation, including any wait), complete and release store calls."))
+	o.cacheHits, errs[2] = m.Int64Counter("idem.cache.hits",
+		metric.WithDescription("Claims answered from the engine's local cache, without a store call."))
+	o.takeovers, errs[3] = m.Int64Counter("idem.takeovers",
+		metric.WithDescription("Claims taken over from a holder whose lease had expired."))
+	o.uncertain, errs[4] = m.Int64Counter("idem.uncertain",
+		metric.WithDescription("Effects whose outcome was uncertain, their key held."))
+	o.inFlight, errs[5] = m.Int64UpDownCounter("idem.claims.in_flight",
+		metric.WithDescription("Effects running under a claim now."))
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("idemotel: %w", err)
+		}
+	}
+	return o, nil
+}
+
+type observer struct {
+	opt       Options
+	tracer    trace.Tracer
+	outcomes  metric.Int64Counter
+	latency   metric.Float64Histogram
+	cacheHits metric.Int64Counter
+	takeovers metric.Int64Counter
+	uncertain metric.Int64Counter
+	inFlight  metric.Int64UpDownCounter
+}
+
+var spanNames = [...]string{
+	idem.StageClaim:    "idem.claim",
+	idem.StageWait:     "idem.wait",
+	idem.StageEffect:   "idem.effect",
+	idem.StageComplete: "idem.complete",
+	idem.StageRelease:  "idem.release",
+}
+
+func spanName(s idem.Stage) string {
+	if int(s) < len(spanNames) && spanNames[s] != "" {
+		return spanNames[s]
+	}
+	return "idem." + s.String()
+}
+
+func (o *observer) storeAttr() []attribute.KeyValue {
+	if o.opt.Store == "" {
+		return nil
+	}
+	return []attribute.KeyValue{AttrStore.String(o.opt.Store)}
+}
+
+// Begin starts the stage's span, and counts an effect under way.
+func (o *observer) Begin(ctx context.Context, stage idem.Stage, key string) context.Context {
+	attrs := o.storeAttr()
+	if k := o.opt.Key(key); k != "" {
+		attrs = append(attrs, AttrKey.String(k))
+	}
+	ctx, _ = o.tracer.Start(ctx, spanName(stage), trace.WithAttributes(attrs...))
+	if stage == idem.StageEffect {
+		o.inFlight.Add(ctx, 1, metric.WithAttributes(o.storeAttr()...))
+	}
+	return ctx
+}
+
+// End ends the stage's span with its outcome and records the metrics. Error messages are not
+// put on spans: they may quote the storage key, scope included.
+func (o *observer) End(ctx context.Context, ev idem.Event) {
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(AttrOutcome.String(string(ev.Outcome)))
+	if ev.Attempt > 0 {
+		span.SetAttributes(AttrAttempt.Int(ev.Attempt), AttrLeaseMS.Int64(ev.Lease.Milliseconds()))
+	}
+	if ev.Takeover {
+		span.SetAttributes(AttrTakeover.Bool(true))
+		if ev.Stage == idem.StageClaim {
+			span.AddEvent("idem.takeover", trace.WithAttributes(AttrAttempt.Int(ev.Attempt)))
+		}
+	}
+	if ev.Cached {
+		span.SetAttributes(AttrCached.Bool(true))
+	}
+	if ev.Stage == idem.StageClaim && ev.Outcome == idem.OutcomeReplay {
+		span.SetName("idem.replay")
+	}
+	switch ev.Outcome {
+	case idem.OutcomeStoreError, idem.OutcomeLeaseLost, idem.OutcomePanic, idem.OutcomeUncertain:
+		span.SetStatus(codes.Error, string(ev.Outcome))
+	}
+	span.End()
+
+	store := o.storeAttr()
+	o.outcomes.Add(ctx, 1, metric.WithAttributes(append(store,
+		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...))
+	switch ev.Stage {
+	case idem.StageClaim:
+		if ev.Cached {
+			o.cacheHits.Add(ctx, 1, metric.WithAttributes(store...))
+			break
+		}
+		o.record(ctx, ev, store)
+		if ev.Takeover {
+			o.takeovers.Add(ctx, 1, metric.WithAttributes(store...))
+		}
+	case idem.StageComplete, idem.StageRelease:
+		o.record(ctx, ev, store)
+	case idem.StageEffect:
+		o.inFlight.Add(ctx, -1, metric.WithAttributes(store...))
+		if ev.Outcome == idem.OutcomeUncertain {
+			o.uncertain.Add(ctx, 1, metric.WithAttributes(store...))
+		}
+	}
+}
+
+func (o *observer) record(ctx context.Context, ev idem.Event, store []attribute.KeyValue) {
+	o.latency.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(append(store,
+		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...))
+}
