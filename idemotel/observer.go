@@ -61,7 +61,40 @@ func Observer(opt Options) (idem.Observer, error) {
 			return nil, fmt.Errorf("idemotel: %w", err)
 		}
 	}
+	// Attribute sets are made once: a measurement then costs no allocation for them.
+	var store []attribute.KeyValue
+	if opt.Store != "" {
+		store = []attribute.KeyValue{AttrStore.String(opt.Store)}
+	}
+	o.store = metric.WithAttributeSet(attribute.NewSet(store...))
+	o.byOutcome = make(map[stageOutcome]metric.MeasurementOption)
+	for stage := idem.StageClaim; stage <= idem.StageRelease; stage++ {
+		for _, out := range outcomes {
+			o.byOutcome[stageOutcome{stage, out}] = metric.WithAttributeSet(attribute.NewSet(append(store,
+				AttrStage.String(stage.String()), AttrOutcome.String(string(out)))...))
+		}
+	}
 	return o, nil
+}
+
+var outcomes = []idem.Outcome{
+	idem.OutcomeNew, idem.OutcomeReplay, idem.OutcomeInFlight, idem.OutcomeMismatch,
+	idem.OutcomeCanceled, idem.OutcomeKept, idem.OutcomeReleased, idem.OutcomeUncertain,
+	idem.OutcomeLeaseLost, idem.OutcomeStoreError, idem.OutcomePanic, idem.OutcomeOK,
+}
+
+type stageOutcome struct {
+	stage   idem.Stage
+	outcome idem.Outcome
+}
+
+// attrs returns the measurement option for a stage's outcome.
+func (o *observer) attrs(ev idem.Event) metric.MeasurementOption {
+	if opt, ok := o.byOutcome[stageOutcome{ev.Stage, ev.Outcome}]; ok {
+		return opt
+	}
+	return metric.WithAttributes(append(o.storeAttr(),
+		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...)
 }
 
 type observer struct {
@@ -73,6 +106,9 @@ type observer struct {
 	takeovers metric.Int64Counter
 	uncertain metric.Int64Counter
 	inFlight  metric.Int64UpDownCounter
+
+	store     metric.MeasurementOption // idem.store
+	byOutcome map[stageOutcome]metric.MeasurementOption
 }
 
 var spanNames = [...]string{
@@ -99,13 +135,17 @@ func (o *observer) storeAttr() []attribute.KeyValue {
 
 // Begin starts the stage's span, and counts an effect under way.
 func (o *observer) Begin(ctx context.Context, stage idem.Stage, key string) context.Context {
-	attrs := o.storeAttr()
-	if k := o.opt.Key(key); k != "" {
-		attrs = append(attrs, AttrKey.String(k))
+	ctx, span := o.tracer.Start(ctx, spanName(stage))
+	if span.IsRecording() {
+		if o.opt.Store != "" {
+			span.SetAttributes(AttrStore.String(o.opt.Store))
+		}
+		if k := o.opt.Key(key); k != "" {
+			span.SetAttributes(AttrKey.String(k))
+		}
 	}
-	ctx, _ = o.tracer.Start(ctx, spanName(stage), trace.WithAttributes(attrs...))
 	if stage == idem.StageEffect {
-		o.inFlight.Add(ctx, 1, metric.WithAttributes(o.storeAttr()...))
+		o.inFlight.Add(ctx, 1, o.store)
 	}
 	return ctx
 }
@@ -114,6 +154,33 @@ func (o *observer) Begin(ctx context.Context, stage idem.Stage, key string) cont
 // put on spans: they may quote the storage key, scope included.
 func (o *observer) End(ctx context.Context, ev idem.Event) {
 	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		setOutcome(span, ev)
+	}
+	span.End()
+	o.outcomes.Add(ctx, 1, o.attrs(ev))
+	switch ev.Stage {
+	case idem.StageClaim:
+		if ev.Cached {
+			o.cacheHits.Add(ctx, 1, o.store)
+			break
+		}
+		o.latency.Record(ctx, ev.Duration.Seconds(), o.attrs(ev))
+		if ev.Takeover {
+			o.takeovers.Add(ctx, 1, o.store)
+		}
+	case idem.StageComplete, idem.StageRelease:
+		o.latency.Record(ctx, ev.Duration.Seconds(), o.attrs(ev))
+	case idem.StageEffect:
+		o.inFlight.Add(ctx, -1, o.store)
+		if ev.Outcome == idem.OutcomeUncertain {
+			o.uncertain.Add(ctx, 1, o.store)
+		}
+	}
+}
+
+// setOutcome sets the span's attributes for how its stage ended.
+func setOutcome(span trace.Span, ev idem.Event) {
 	span.SetAttributes(AttrOutcome.String(string(ev.Outcome)))
 	if ev.Attempt > 0 {
 		span.SetAttributes(AttrAttempt.Int(ev.Attempt), AttrLeaseMS.Int64(ev.Lease.Milliseconds()))
@@ -134,32 +201,4 @@ func (o *observer) End(ctx context.Context, ev idem.Event) {
 	case idem.OutcomeStoreError, idem.OutcomeLeaseLost, idem.OutcomePanic, idem.OutcomeUncertain:
 		span.SetStatus(codes.Error, string(ev.Outcome))
 	}
-	span.End()
-
-	store := o.storeAttr()
-	o.outcomes.Add(ctx, 1, metric.WithAttributes(append(store,
-		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...))
-	switch ev.Stage {
-	case idem.StageClaim:
-		if ev.Cached {
-			o.cacheHits.Add(ctx, 1, metric.WithAttributes(store...))
-			break
-		}
-		o.record(ctx, ev, store)
-		if ev.Takeover {
-			o.takeovers.Add(ctx, 1, metric.WithAttributes(store...))
-		}
-	case idem.StageComplete, idem.StageRelease:
-		o.record(ctx, ev, store)
-	case idem.StageEffect:
-		o.inFlight.Add(ctx, -1, metric.WithAttributes(store...))
-		if ev.Outcome == idem.OutcomeUncertain {
-			o.uncertain.Add(ctx, 1, metric.WithAttributes(store...))
-		}
-	}
-}
-
-func (o *observer) record(ctx context.Context, ev idem.Event, store []attribute.KeyValue) {
-	o.latency.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(append(store,
-		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...))
 }
