@@ -34,7 +34,8 @@ bench-gateway: services ## Gateway load benchmark against a tuned ReverseProxy â
 test-bench-module: ## Vet and test the separate benchmark module (bench/, which brings Fiber).
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-test-modules: ## Vet and test (-race) the separate modules other than bench/: the gorilla/mux, Echo and Gin examples.
+test-modules: ## Vet and test (-race) the separate modules other than bench/: idemfiber, and the gorilla/mux, Echo and Gin examples.
+	cd idemfiber && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	cd examples/routers && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 bench-instructions: ## Instructions per request (callgrind) of idemhttp and Fiber against their bare servers â†’ docs/bench/instructions.md (~3 min).

@@ -1,0 +1,210 @@
+package idemfiber
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// DefaultMaxResponseBody is the default of Options.MaxResponseBody: 1 MiB.
+const DefaultMaxResponseBody = 1 << 20
+
+// ErrOptions reports invalid Options; the error says which field.
+var ErrOptions = errors.New("idemfiber: invalid options")
+
+// A ScopeFunc returns the tenant a request acts for (see idemhttp.ScopeFunc). It must return
+// the same scope for every retry of a request.
+type ScopeFunc func(c *fiber.Ctx) (string, error)
+
+// HeaderScope scopes requests by the value of the named header (such as X-API-Key), hashed
+// with idemhttp.HashScope so that no secret reaches the store. A request without the header is
+// anonymous (scope "").
+func HeaderScope(name string) ScopeFunc {
+	return func(c *fiber.Ctx) (string, error) {
+		v := c.Request().Header.Peek(name)
+		if len(v) == 0 {
+			return "", nil
+		}
+		return idemhttp.HashScope(string(v)), nil
+	}
+}
+
+// Options configure New. Only Engine is required.
+type Options struct {
+	// Engine claims keys, stores and replays responses. Required.
+	Engine *idem.Engine
+	// Methods are the request methods processed; others pass through. Default POST and PATCH.
+	Methods []string
+	// RequireKey answers 400 (idemhttp.ProblemMissingKey) to a processed request without a
+	// key. Default false: such a request passes through unprotected.
+	RequireKey bool
+	// Scope returns the caller's scope. Default nil: every request is in the anonymous scope.
+	Scope ScopeFunc
+	// MaxResponseBody is the largest response body kept for replay, in bytes. A larger one is
+	// sent and the record completed without it. Default DefaultMaxResponseBody (1 MiB).
+	MaxResponseBody int
+	// StoreRetryAfter is the Retry-After sent with a 503 when the store fails, rounded up to
+	// whole seconds. Default 1s.
+	StoreRetryAfter time.Duration
+	// Logger receives the warnings (store unavailable, a result not stored). Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+type middleware struct {
+	eng        *idem.Engine
+	methods    []string
+	requireKey bool
+	scope      ScopeFunc
+	maxBody    int
+	retry      string
+	log        *slog.Logger
+}
+
+// New returns the middleware. Put it in front of the routes it protects: app.Use, a group, or
+// a single route.
+func New(opt Options) (fiber.Handler, error) {
+	if opt.Engine == nil {
+		return nil, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+	}
+	if opt.MaxResponseBody < 0 || opt.StoreRetryAfter < 0 {
+		return nil, fmt.Errorf("%w: Options.MaxResponseBody and Options.StoreRetryAfter must not be negative", ErrOptions)
+	}
+	m := &middleware{
+		eng:        opt.Engine,
+		methods:    opt.Methods,
+		requireKey: opt.RequireKey,
+		scope:      opt.Scope,
+		maxBody:    cmp.Or(opt.MaxResponseBody, DefaultMaxResponseBody),
+		retry:      seconds(cmp.Or(opt.StoreRetryAfter, time.Second)),
+		log:        cmp.Or(opt.Logger, slog.Default()),
+	}
+	if m.methods == nil {
+		m.methods = []string{fiber.MethodPost, fiber.MethodPatch}
+	}
+	return m.handle, nil
+}
+
+// seconds formats d as a Retry-After value: whole seconds, rounded up, at least 1.
+func seconds(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
+}
+
+func (m *middleware) handle(c *fiber.Ctx) error {
+	if !slices.Contains(m.methods, c.Method()) {
+		return c.Next()
+	}
+	hdr := &c.Request().Header
+	raw := hdr.Peek(idem.KeyHeader)
+	if len(raw) == 0 && len(hdr.PeekAll(idem.KeyHeader)) == 0 {
+		if m.requireKey {
+			return probMissingKey.write(c, "")
+		}
+		return c.Next()
+	}
+	if len(hdr.PeekAll(idem.KeyHeader)) != 1 {
+		return probInvalidKey.write(c, "")
+	}
+	key, err := idemhttp.ParseKey(string(raw))
+	if err != nil {
+		return probInvalidKey.write(c, "")
+	}
+	scope := ""
+	if m.scope != nil {
+		scope, err = m.scope(c)
+		if err != nil || !idemhttp.ValidScope(scope) {
+			m.log.Warn("idemfiber: could not scope the request", "method", c.Method(), "path", c.Path(), "err", err)
+			return probInvalidScope.write(c, "")
+		}
+	}
+
+	r := run{m: m, c: c}
+	res, err := m.eng.Do(c.UserContext(), idemhttp.StorageKey(scope, key), fingerprint(c), r.fn)
+	if r.panicked != nil {
+		panic(r.panicked) // the outcome is recorded (held as uncertain): let the panic go on
+	}
+	switch {
+	case r.ran:
+		// The handler's answer is in c already.
+		if err != nil && r.err == nil && !errors.Is(err, errBegun) {
+			m.log.Warn("idemfiber: handler ran but its result was not stored", "method", c.Method(), "path", c.Path(), "err", err)
+		}
+		return r.err
+	case err == nil && res.Replayed:
+		return replay(c, &res.Response)
+	case errors.Is(err, idem.ErrMismatch):
+		return probMismatch.write(c, "")
+	case errors.Is(err, idem.ErrInFlight):
+		var ife *idem.InFlightError
+		after := time.Second
+		if errors.As(err, &ife) {
+			after = ife.RetryAfter
+		}
+		return probInFlight.write(c, seconds(after))
+	case errors.Is(err, idem.ErrStoreUnavailable):
+		m.log.Warn("idemfiber: store unavailable; request refused (fail closed)", "method", c.Method(), "path", c.Path(), "err", err)
+		return probStore.write(c, m.retry)
+	default:
+		// The caller's context ended while waiting, or an unexpected error: nothing was done.
+		if c.UserContext().Err() == nil {
+			m.log.Error("idemfiber: unexpected engine error", "method", c.Method(), "path", c.Path(), "err", err)
+		}
+		return probInternal.write(c, "")
+	}
+}
+
+// errBegun is the cause of an uncertain outcome: the handler failed after it began to answer.
+var errBegun = errors.New("idemfiber: handler failed after it began to answer")
+
+// run is one execution of the rest of the chain, as the engine's idem.Func.
+type run struct {
+	m        *middleware
+	c        *fiber.Ctx
+	ran      bool
+	err      error // the handler's error, returned to Fiber
+	panicked any   // a panic after the handler began to answer
+}
+
+// begun reports whether the handler began to answer: set a status other than 200, or wrote.
+func begun(c *fiber.Ctx) bool {
+	resp := c.Response()
+	return resp.StatusCode() != fiber.StatusOK || len(resp.Body()) > 0
+}
+
+// fn runs the rest of the chain and returns the response to keep. An error or a panic before
+// the handler began to answer releases the claim (the panic goes on through the engine); after
+// it began, the outcome is uncertain (the panic is kept for handle to raise again).
+func (r *run) fn(ctx context.Context) (resp idem.Response, err error) {
+	r.ran = true
+	c := r.c
+	prev := c.UserContext()
+	c.SetUserContext(ctx)
+	returned := false
+	defer func() {
+		c.SetUserContext(prev)
+		if !returned && begun(c) {
+			if r.panicked = recover(); r.panicked != nil { // nil on runtime.Goexit, which goes on
+				err = idem.Uncertain(errBegun)
+			}
+		}
+	}()
+	r.err = c.Next()
+	returned = true
+	if r.err != nil {
+		if begun(c) {
+			return idem.Response{}, idem.Uncertain(errBegun)
+		}
+		return idem.Response{}, r.err // released: nothing was answered
+	}
+	return r.m.capture(c), nil
+}
