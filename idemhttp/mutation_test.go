@@ -65,6 +65,25 @@ func TestResponseOfExactlyMaxIsKept(t *testing.T) {
 	}
 }
 
+// DenyHeaders of every length are honoured, those of 63 and 64 bytes (either side of the
+// lookup table's end) included.
+func TestDenyHeadersAtTheTableEnd(t *testing.T) {
+	t.Parallel()
+	n63 := "X-" + strings.Repeat("a", 61)
+	n64 := "X-" + strings.Repeat("b", 62)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{n63, n64}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(n63, "secret")
+		w.Header().Set(n64, "secret")
+		w.Header().Set("X-Kept", "yes")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	b.do(http.MethodPost, "/", "k", `{}`)
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if r.Header.Get("Idempotent-Replayed") != "true" || r.Header.Get("X-Kept") != "yes" || r.Header.Get(n63) != "" || r.Header.Get(n64) != "" {
+		t.Fatalf("replay headers %v: want X-Kept and neither denied header", r.Header)
+	}
+}
+
 func clip(b []byte) string {
 	if len(b) > 80 {
 		return string(b[:80])
