@@ -317,12 +317,14 @@ func (h *harness) release(ctx context.Context, op string, force bool) chaos.Rele
 func (h *harness) countRelease(out string, ok bool) {
 	var what string
 	switch {
-	case ok && strings.Contains(out, "released in-progress"):
+	case ok && strings.HasPrefix(out, "released "):
 		what = "released in progress"
 	case ok && strings.Contains(out, "deleted completed"):
 		what = "deleted completed (--force)"
-	case ok:
+	case ok && strings.Contains(out, "nothing to release"):
 		what = "nothing to release"
+	case ok:
+		what = "other"
 	case strings.Contains(out, "refusing"):
 		what = "refused"
 	case strings.Contains(out, "no record"):
