@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -49,6 +50,12 @@ type Options struct {
 	// RequireKey makes an event without a value at KeyPath fail with ErrMissingKey. Default
 	// false: the handler runs for it without protection, and a warning is logged.
 	RequireKey bool
+	// LeaseMargin is how long after the invocation's deadline its claim still holds: a claim's
+	// lease is at most the time left before the deadline (ctx.Deadline(), which Lambda sets)
+	// plus LeaseMargin, and at most the engine's Options.Lease, so the claim of an invocation
+	// that timed out is free for the retry soon after, never before it is stopped. Default
+	// DefaultLeaseMargin; negative leaves the engine's lease as it is.
+	LeaseMargin time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -63,7 +70,11 @@ type Options struct {
 // invocations on error); a panic releases it too. A duplicate while the first runs gets an
 // error matching idem.ErrInFlight unless the engine's Wait covers it, a second event with
 // the key but another FingerprintPath value one matching idem.ErrMismatch, and a store that
-// cannot be reached one matching idem.ErrStoreUnavailable, without running the handler.
+// cannot be reached one matching idem.ErrStoreUnavailable, without running the handler. These
+// are the errors AWS Lambda Powertools raises as IdempotencyAlreadyInProgressError and
+// IdempotencyValidationError: match them with errors.Is.
+//
+// The claim's lease is bounded by the invocation's deadline (see Options.LeaseMargin).
 func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) (Out, error)) (func(ctx context.Context, event In) (Out, error), error) {
 	switch {
 	case opt.Engine == nil:
@@ -92,6 +103,10 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
+	}
+	lease, err := newLeaser(opt.Engine, opt.LeaseMargin)
+	if err != nil {
+		return nil, err
 	}
 	return func(ctx context.Context, event In) (Out, error) {
 		var zero Out
@@ -123,7 +138,9 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 		if fp != nil {
 			input, _ = lookup(doc, fp) // absent: null
 		}
-		out, _, err := idem.DoJSON(ctx, opt.Engine, storageKey, input, func(ctx context.Context) (Out, error) {
+		bctx, b := lease.bind(ctx)
+		out, _, err := idem.DoJSON(bctx, lease.eng, storageKey, input, func(ctx context.Context) (Out, error) {
+			defer b.run()()
 			return handler(ctx, event)
 		})
 		return out, err

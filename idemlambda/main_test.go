@@ -1,9 +1,31 @@
 package idemlambda_test
 
 import (
+	"fmt"
+	"net/http"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// sharedTransport carries the DynamoDB Local requests of every test, so its idle connections
+// can be closed before the leak check.
+var sharedTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 128
+	t.MaxIdleConnsPerHost = 128
+	return t
+}()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedTransport.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

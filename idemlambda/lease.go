@@ -1,0 +1,101 @@
+package idemlambda
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// DefaultLeaseMargin is the default Options.LeaseMargin and ProxyOptions.LeaseMargin: how long
+// after the invocation's deadline its claim still holds.
+const DefaultLeaseMargin = 3 * time.Second
+
+// A claim made in an invocation is bounded by the invocation: Lambda puts its deadline in the
+// handler's context, and stops the function when it is reached. So the lease a claim takes (and
+// every extension while the handler runs) is at most the time left before the deadline plus
+// LeaseMargin, and never more than the engine's own Options.Lease:
+//
+//	lease = min(engine lease, deadline + margin − now)
+//
+// The upper bound matters when the invocation is killed at its timeout: nothing will ever
+// complete or release its claim, and the retry Lambda (or the client) sends must not find the
+// key in flight for a full engine lease after the function is gone. The margin matters the
+// other way: the claim must not become free while the handler may still run, and Lambda stops
+// a function a little after its deadline, not at it (well under a second in practice); the
+// margin also covers the difference between this instance's clock and the clock of the instance
+// that handles the retry. A function that returns normally completes or releases its claim
+// first, so the bound only shows for invocations that die.
+
+// bound is one invocation's limit on its claim, carried to the store through the context.
+type bound struct {
+	until   time.Time   // deadline + margin
+	running atomic.Bool // the handler runs: heartbeats are capped too
+}
+
+type boundKey struct{}
+
+// boundedStore caps the leases the engine asks for by the invocation's bound, when the context
+// carries one.
+type boundedStore struct{ idem.Store }
+
+func (s boundedStore) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if b, ok := ctx.Value(boundKey{}).(*bound); ok {
+		if left := b.until.Sub(now); left < lease {
+			lease = max(left, time.Millisecond)
+		}
+	}
+	return s.Store.Reserve(ctx, key, fingerprint, now, lease, window)
+}
+
+// Extend caps the heartbeats made while the handler runs. An extension after it returned (the
+// engine holding an uncertain outcome until the record expires) is left as the engine asks.
+func (s boundedStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	if b, ok := ctx.Value(boundKey{}).(*bound); ok && b.running.Load() && until.After(b.until) {
+		until = b.until
+	}
+	return s.Store.Extend(ctx, key, token, until)
+}
+
+// leaser is an engine over the same store and options as the user's, whose claims are bounded
+// by each invocation's deadline.
+type leaser struct {
+	eng    *idem.Engine
+	margin time.Duration // negative: not bounded
+}
+
+func newLeaser(eng *idem.Engine, margin time.Duration) (*leaser, error) {
+	if margin < 0 {
+		return &leaser{eng: eng, margin: margin}, nil
+	}
+	if margin == 0 {
+		margin = DefaultLeaseMargin
+	}
+	inner, err := idem.New(boundedStore{eng.Store()}, eng.Options())
+	if err != nil {
+		return nil, fmt.Errorf("%w: Options.Engine: %v", ErrOptions, err)
+	}
+	return &leaser{eng: inner, margin: margin}, nil
+}
+
+// bind returns ctx carrying the invocation's bound, if it has a deadline, and the bound (nil
+// without one).
+func (l *leaser) bind(ctx context.Context) (context.Context, *bound) {
+	d, ok := ctx.Deadline()
+	if !ok || l.margin < 0 {
+		return ctx, nil
+	}
+	b := &bound{until: d.Add(l.margin)}
+	return context.WithValue(ctx, boundKey{}, b), b
+}
+
+// run marks the handler running for the time of fn, so heartbeats are capped.
+func (b *bound) run() func() {
+	if b == nil {
+		return func() {}
+	}
+	b.running.Store(true)
+	return func() { b.running.Store(false) }
+}
