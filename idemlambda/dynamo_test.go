@@ -462,7 +462,9 @@ func TestDynamoWrap(t *testing.T) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { outs[i], errs[i] = invoke(t, h, apiEvent(fmt.Sprintf("req-%d", i), `{"order_id":"o-7","amount":7}`)) })
+		wg.Go(func() {
+			outs[i], errs[i] = invoke(t, h, apiEvent(fmt.Sprintf("req-%d", i), `{"order_id":"o-7","amount":7}`))
+		})
 	}
 	wg.Wait()
 	for i := range n {
@@ -479,7 +481,11 @@ func TestDynamoWrap(t *testing.T) {
 
 	gate, started := make(chan struct{}), make(chan struct{}, 1)
 	slow, err := idemlambda.Wrap(idemlambda.Options{Engine: dynamoEngine(t, idem.Options{}), KeyPath: "id"},
-		func(ctx context.Context, ev map[string]any) (string, error) { started <- struct{}{}; <-gate; return "done", nil })
+		func(ctx context.Context, ev map[string]any) (string, error) {
+			started <- struct{}{}
+			<-gate
+			return "done", nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}

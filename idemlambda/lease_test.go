@@ -79,7 +79,9 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 			ran: func(out []byte, err error) bool {
 				return err == nil && string(out) == `{"statusCode":201,"headers":null,"multiValueHeaders":null,"body":"done","cookies":null}`
 			},
-			inFlight: func(out []byte, err error) bool { return err == nil && strings.Contains(string(out), `"statusCode":409`) },
+			inFlight: func(out []byte, err error) bool {
+				return err == nil && strings.Contains(string(out), `"statusCode":409`)
+			},
 		},
 	}
 	for _, k := range kinds {
@@ -119,4 +121,3 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 		})
 	}
 }
-
