@@ -24,13 +24,12 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 		remaining = time.Second
 		margin    = 1500 * time.Millisecond
 	)
-	eng := dynamoEngine(t, idem.Options{Lease: 20 * time.Second, Heartbeat: 100 * time.Millisecond})
 
 	// run invokes h with a context whose deadline is remaining away, as Lambda sets it, and
 	// reports when the handler has started; the handler then blocks until release is closed.
 	type kind struct {
 		name   string
-		handle func(started chan<- struct{}, release <-chan struct{}) any
+		handle func(eng *idem.Engine, started chan<- struct{}, release <-chan struct{}) any
 		event  []byte
 		// check reports whether out/err is the answer of a run of the handler (ran), or of a
 		// refusal because the key is in flight (inFlight).
@@ -39,7 +38,7 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 	kinds := []kind{
 		{
 			name: "generic",
-			handle: func(started chan<- struct{}, release <-chan struct{}) any {
+			handle: func(eng *idem.Engine, started chan<- struct{}, release <-chan struct{}) any {
 				h, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id", LeaseMargin: margin},
 					func(ctx context.Context, ev map[string]any) (string, error) {
 						select {
@@ -60,7 +59,7 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 		},
 		{
 			name: "http-v2",
-			handle: func(started chan<- struct{}, release <-chan struct{}) any {
+			handle: func(eng *idem.Engine, started chan<- struct{}, release <-chan struct{}) any {
 				h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng, LeaseMargin: margin, Logger: quiet},
 					func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 						select {
@@ -84,40 +83,45 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 			},
 		},
 	}
+	// With heartbeats, each extension is capped too; without, the claim's first lease must be.
+	beats := map[string]time.Duration{"heartbeats": 100 * time.Millisecond, "no-heartbeats": -1}
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			t.Parallel()
-			started, release := make(chan struct{}), make(chan struct{})
-			h := lambda.NewHandler(k.handle(started, release))
-			ctx, cancel := context.WithTimeout(context.Background(), remaining)
-			defer cancel()
-			deadline, _ := ctx.Deadline()
-			type result struct {
-				out []byte
-				err error
-			}
-			first := make(chan result, 1)
-			go func() { out, err := h.Invoke(ctx, k.event); first <- result{out, err} }()
-			<-started
+		for bname, beat := range beats {
+			t.Run(k.name+"/"+bname, func(t *testing.T) {
+				t.Parallel()
+				eng := dynamoEngine(t, idem.Options{Lease: 20 * time.Second, Heartbeat: beat})
+				started, release := make(chan struct{}), make(chan struct{})
+				h := lambda.NewHandler(k.handle(eng, started, release))
+				ctx, cancel := context.WithTimeout(context.Background(), remaining)
+				defer cancel()
+				deadline, _ := ctx.Deadline()
+				type result struct {
+					out []byte
+					err error
+				}
+				first := make(chan result, 1)
+				go func() { out, err := h.Invoke(ctx, k.event); first <- result{out, err} }()
+				<-started
 
-			dup := func() ([]byte, error) { return h.Invoke(context.Background(), k.event) }
-			if out, err := dup(); !k.inFlight(out, err) {
-				t.Fatalf("duplicate while the first runs: %s %v", out, err)
-			}
-			// Past the deadline, within the margin: the stuck invocation may still be running.
-			time.Sleep(time.Until(deadline.Add(300 * time.Millisecond)))
-			if out, err := dup(); !k.inFlight(out, err) {
-				t.Fatalf("duplicate just after the deadline: %s %v", out, err)
-			}
-			// Past the deadline and the margin: the retry runs the handler.
-			time.Sleep(time.Until(deadline.Add(margin + 300*time.Millisecond)))
-			if out, err := dup(); !k.ran(out, err) {
-				t.Fatalf("retry after the deadline and the margin: %s %v", out, err)
-			}
-			close(release)
-			if r := <-first; !errors.Is(r.err, idem.ErrLeaseLost) && !k.ran(r.out, r.err) {
-				t.Fatalf("the stuck invocation: %s %v", r.out, r.err)
-			}
-		})
+				dup := func() ([]byte, error) { return h.Invoke(context.Background(), k.event) }
+				if out, err := dup(); !k.inFlight(out, err) {
+					t.Fatalf("duplicate while the first runs: %s %v", out, err)
+				}
+				// Past the deadline, within the margin: the stuck invocation may still be running.
+				time.Sleep(time.Until(deadline.Add(300 * time.Millisecond)))
+				if out, err := dup(); !k.inFlight(out, err) {
+					t.Fatalf("duplicate just after the deadline: %s %v", out, err)
+				}
+				// Past the deadline and the margin: the retry runs the handler.
+				time.Sleep(time.Until(deadline.Add(margin + 300*time.Millisecond)))
+				if out, err := dup(); !k.ran(out, err) {
+					t.Fatalf("retry after the deadline and the margin: %s %v", out, err)
+				}
+				close(release)
+				if r := <-first; !errors.Is(r.err, idem.ErrLeaseLost) && !k.ran(r.out, r.err) {
+					t.Fatalf("the stuck invocation: %s %v", r.out, r.err)
+				}
+			})
+		}
 	}
 }
