@@ -60,7 +60,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	.:FuzzDecodeResponse \
 	./idemhttp:FuzzParseKey ./idemhttp:FuzzCanonicalJSON ./idemhttp:FuzzJSONKey \
-	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize \
+	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize ./gateway:FuzzGatewayRequest \
 	./idemclient:FuzzRetryAfter ./consumer/sqs:FuzzUnwrapSNS \
 	./store/sqlitestore:FuzzStoredRecord ./store/redisstore:FuzzDecodeRecord ./store/dynamostore:FuzzDecodeItem \
 	./idemlambda:FuzzKeyPath

@@ -79,7 +79,7 @@ type route struct {
 }
 
 // Problem types of the answers the gateway itself gives to requests it refuses before the
-// idempotency middleware sees them (application/problem+json, 400).
+// idempotency middleware sees them (application/problem+json, 400 unless said otherwise).
 const (
 	// ProblemAmbiguousPath: a processed request's path has an encoded slash or backslash
 	// (%2F, %5C), a backslash or a control character, which an upstream may split into
@@ -93,6 +93,9 @@ const (
 	// scope's, which would make the gateway key on a header that it then strips before the
 	// upstream.
 	ProblemHopByHopIdentity = "https://idemkit.dev/problems/hop-by-hop-identity"
+	// ProblemHTTP2Preface (505): the HTTP/2 connection preface (PRI * HTTP/2.0) sent to a
+	// gateway that does not accept HTTP/2 without TLS (Config.H2C off).
+	ProblemHTTP2Preface = "https://idemkit.dev/problems/http2-preface"
 )
 
 // outcomeRefused labels a request the gateway refused before the middleware (the problems
@@ -356,13 +359,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.readyz(w, r)
 		return
 	}
+	if r.Method == "PRI" && r.ProtoMajor == 2 {
+		g.refuse(w, r, http.StatusHTTPVersionNotSupported, ProblemHTTP2Preface, "HTTP/2 without TLS is not enabled on this gateway")
+		return
+	}
 	processed := g.processes(r.Method)
 	if !processed && g.processesFolded(r.Method) {
-		g.refuse(w, r, ProblemMethodCase, "Methods are case-sensitive: send "+strings.ToUpper(r.Method)+", not "+r.Method)
+		g.refuse(w, r, http.StatusBadRequest, ProblemMethodCase, "Methods are case-sensitive: send "+strings.ToUpper(r.Method)+", not "+r.Method)
 		return
 	}
 	if processed && ambiguousPath(r.URL.EscapedPath()) {
-		g.refuse(w, r, ProblemAmbiguousPath, "The path has an encoded slash or backslash, a backslash or a control character")
+		g.refuse(w, r, http.StatusBadRequest, ProblemAmbiguousPath, "The path has an encoded slash or backslash, a backslash or a control character")
 		return
 	}
 	canonical := canonicalPath(r.URL.Path)
@@ -375,7 +382,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if processed && rt.rule.Mode != "off" {
 		if name := hopByHop(r.Header, rt.identity); name != "" {
-			g.refuse(w, r, ProblemHopByHopIdentity, "The Connection header names "+name+", which identifies the request")
+			g.refuse(w, r, http.StatusBadRequest, ProblemHopByHopIdentity, "The Connection header names "+name+", which identifies the request")
 			return
 		}
 	}
@@ -419,14 +426,14 @@ func hopByHop(h http.Header, names []string) string {
 	return ""
 }
 
-// refuse answers 400 with a problem of type typ, and counts the request as refused.
-func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, typ, title string) {
-	body := `{"type":"` + typ + `","title":` + strconv.Quote(title) + `,"status":400}` + "\n"
+// refuse answers status with a problem of type typ, and counts the request as refused.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, status int, typ, title string) {
+	body := `{"type":"` + typ + `","title":` + strconv.Quote(title) + `,"status":` + strconv.Itoa(status) + "}\n"
 	h := w.Header()
 	h.Set("Content-Type", idemhttp.ProblemContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusBadRequest)
+	w.WriteHeader(status)
 	_, _ = io.WriteString(w, body)
 	g.metrics.request(outcomeRefused)
 	g.log.LogAttrs(r.Context(), slog.LevelInfo, "request refused", slog.String("problem", typ),
