@@ -48,25 +48,24 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		values[":parts"] = num(int64(parts))
 		names = append(names, "#parts")
 	}
-	if parts == 1 {
-		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.opt.Table,
-			Key:                       s.itemKey(key, 0),
-			UpdateExpression:          &update,
-			ConditionExpression:       aws.String(heldCond),
-			ExpressionAttributeNames:  s.names(names...),
-			ExpressionAttributeValues: values,
-		})
-		return fenced("complete", err)
-	}
-	items := []types.TransactWriteItem{{Update: &types.Update{
+	// The record's update, alone or as the first item of the transaction with the parts.
+	rec := &types.Update{
 		TableName:                 &s.opt.Table,
 		Key:                       s.itemKey(key, 0),
 		UpdateExpression:          &update,
 		ConditionExpression:       aws.String(heldCond),
 		ExpressionAttributeNames:  s.names(names...),
 		ExpressionAttributeValues: values,
-	}}}
+	}
+	if parts == 1 {
+		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: rec.TableName, Key: rec.Key, UpdateExpression: rec.UpdateExpression,
+			ConditionExpression: rec.ConditionExpression, ExpressionAttributeNames: rec.ExpressionAttributeNames,
+			ExpressionAttributeValues: rec.ExpressionAttributeValues,
+		})
+		return fenced("complete", err)
+	}
+	items := []types.TransactWriteItem{{Update: rec}}
 	for i := 1; i < parts; i++ {
 		item := s.itemKey(key, i)
 		item[attrPart] = num(int64(i))
