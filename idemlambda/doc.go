@@ -5,6 +5,13 @@
 //	h, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", FingerprintPath: "body"}, chargeOrder)
 //	lambda.Start(h)
 //
+// Functions behind API Gateway get the Idempotency-Key semantics of idemhttp instead, with
+// WrapAPIGateway (REST APIs, payload format 1.0) and WrapHTTPAPI (HTTP APIs and function URLs,
+// payload format 2.0):
+//
+//	h, _ := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng}, createOrder)
+//	lambda.Start(h)
+//
 // Lambda delivers an event more than once: asynchronous invocations are retried on error and
 // may be delivered twice without one, event source mappings deliver at least once, and a
 // client of a synchronous API retries after a timeout. Wrap keys each event on the business
@@ -38,11 +45,102 @@
 // be reached the handler does not run and the error matches idem.ErrStoreUnavailable: fail
 // closed, and Lambda retries.
 //
-// A function that times out or crashes mid-event leaves its claim in progress until the
-// engine's lease runs out (Options.Lease, 30s by default): duplicates meanwhile get
-// idem.ErrInFlight, and the first one after it runs the handler again (at least once, never
-// zero). Keep the lease longer than the handler's longest normal run; the engine extends it
-// while the handler runs.
+// A duplicate in flight and a payload mismatch are errors a handler (or the code that calls
+// the function) tells apart with errors.Is: idem.ErrInFlight (an *idem.InFlightError, which
+// says when to retry) is what AWS Lambda Powertools raises as IdempotencyAlreadyInProgressError,
+// idem.ErrMismatch what it raises as IdempotencyValidationError. Returned from the function,
+// either makes Lambda retry an asynchronous invocation; a mismatch never succeeds on retry, so
+// send such events to a dead-letter queue or destination.
+//
+// # Timeouts and the lease
+//
+// A function that times out or crashes mid-event leaves its claim in progress until its lease
+// runs out: duplicates meanwhile get idem.ErrInFlight, and the first one after it runs the
+// handler again (at least once, never zero). The lease is the engine's Options.Lease (30s by
+// default), extended while the handler runs, but bounded by the invocation: Lambda sets the
+// handler context's deadline and stops the function when it passes, so a claim's lease, and
+// every extension while the handler runs, is at most
+//
+//	min(engine lease, deadline + LeaseMargin − now)
+//
+// Without the bound, the claim of an invocation killed at its timeout would stay in flight for a
+// whole engine lease after the function is gone, and a retry in that time would fail for
+// nothing (this is what Powertools' in-progress expiry, taken from the Lambda context's
+// remaining time, is for). The margin (DefaultLeaseMargin, 3s) keeps the claim from becoming
+// free while the function may still run: Lambda stops a function a little after its deadline,
+// not at it, and the instance that handles the retry reads its own clock. A function that
+// returns completes or releases its claim, so the bound only matters for invocations that die.
+// Keep the engine's Wait shorter than the function's timeout: a duplicate that waits for the
+// first one's result waits within its own invocation.
+//
+// # API Gateway proxy events
+//
+// WrapAPIGateway and WrapHTTPAPI follow idemhttp (and the IETF draft it implements), on the
+// event instead of an http.Request:
+//
+//   - Only the methods in ProxyOptions.Methods (POST and PATCH by default) are processed; other
+//     requests, and requests without an Idempotency-Key header unless ProxyOptions.RequireKey
+//     is set, go to the handler untouched.
+//   - The key is the Idempotency-Key header, found in any case (HTTP APIs deliver header names
+//     in lower case), parsed as idemhttp.ParseKey parses it: a structured-field string or a
+//     bare value, 1 to 255 printable ASCII characters, sent once.
+//   - The scope keeps callers apart: by default the principal API Gateway's authorizer
+//     established (a Lambda authorizer's principalId, a Cognito user pool's or a JWT
+//     authorizer's issuer and subject, the IAM caller or Cognito identity, or, for REST APIs,
+//     the API key), or the value of ProxyOptions.ScopeHeader; hashed with SHA-256 and put in
+//     front of the key (idemhttp.StorageKey). A request whose caller cannot be identified gets
+//     400 unless ProxyOptions.Unscoped is set, so two tenants never share a key.
+//   - The fingerprint is the method, the path, the query string and the body's bytes (a body
+//     with isBase64Encoded is decoded first): the same key with another request gets 422 and no
+//     effect.
+//   - The handler's response is stored whole (status, headers, multi-value headers, cookies,
+//     body and its base64 flag, as the event's JSON) and replayed as it was, with
+//     Idempotent-Replayed: true. Which responses are kept is the engine's Policy: 5xx, 401,
+//     403, 408, 409, 425 and 429 release the key by default, as does an error returned by the
+//     handler (returned to Lambda as it is, so API Gateway answers 502).
+//   - Refusals are application/problem+json with idemhttp's problem types: 400 for a missing,
+//     malformed or repeated key or an unidentified caller, 409 with Retry-After while the
+//     first request runs (or, with the engine's Wait, the replay once it is done), 422 on
+//     mismatch, and 503 with Retry-After when the store cannot be reached: the handler does not
+//     run (fail closed).
+//
+// The stored response is the JSON of the response event; with dynamostore, one larger than a
+// DynamoDB item holds is kept in parts, at the cost of more capacity per write and replay.
+//
+// # Powertools options and their equivalents
+//
+// Users of the idempotency utility of AWS Lambda Powertools (Python, TypeScript, Java, .NET)
+// find its options here:
+//
+//	Powertools                       idemlambda
+//	event_key_jmespath               Options.KeyPath, a dot path ("body.order_id"; a JSON string on the way is decoded, as
+//	                                 powertools_json() does). JMESPath filters and functions are not offered: key on one
+//	                                 field that names the business fact, or hash a sub-object (an object found is hashed).
+//	                                 For API Gateway, WrapAPIGateway/WrapHTTPAPI take the Idempotency-Key header instead.
+//	payload_validation_jmespath      Options.FingerprintPath (same syntax); for proxies, method, path, query and body always.
+//	raise_on_no_idempotency_key      Options.RequireKey (ErrMissingKey); ProxyOptions.RequireKey (400). Default off in both.
+//	expires_after_seconds            the engine's Options.TTL (default 24h, Powertools' 1h). Expiry is compared by idem on
+//	                                 every read, so a record DynamoDB's TTL has not deleted yet is already absent.
+//	use_local_cache,                 the engine's Options.CacheSize and CacheBytes: a bounded LRU of completed records only,
+//	local_cache_max_items            never of in-progress ones.
+//	hash_function (md5)              not offered: keys are stored as they are (or SHA-256 when an object or too long), and
+//	                                 fingerprints are always SHA-256; a choice of weaker hashes buys nothing.
+//	lambda_context /                 automatic: the handler's context carries the deadline, and Options.LeaseMargin bounds
+//	register_lambda_context          the claim by it (see above); nothing to register.
+//	in-progress expiry               the lease: min(engine lease, deadline + margin), renewed by heartbeats while the handler
+//	                                 runs; a takeover after it is fenced (the stuck holder's completion fails with
+//	                                 idem.ErrLeaseLost).
+//	static_pk_value, sort_key_attr   dynamostore.Options: KeyPrefix, SortKey and SortKeyValue share a table in a single-table
+//	                                 design. The partition key is always the record's own key, so records spread over
+//	                                 partitions; one static partition for all records is not offered (a hot partition).
+//	response_hook                    not offered as a hook: a proxy replay carries Idempotent-Replayed: true, and DoJSON's
+//	                                 Result.Replayed tells a replay for code that calls the engine itself.
+//	IdempotencyAlreadyInProgressError idem.ErrInFlight (*idem.InFlightError with RetryAfter); 409 for proxy events.
+//	IdempotencyValidationError       idem.ErrMismatch; 422 for proxy events.
+//	IdempotencyPersistenceLayerError idem.ErrStoreUnavailable; 503 for proxy events. The handler never runs unprotected
+//	                                 unless asked (fail closed).
+//	function name in the key         Options.Name (default AWS_LAMBDA_FUNCTION_NAME), as Powertools prefixes the key with
+//	                                 the function's name; proxy keys are per caller instead, as in idemhttp.
 //
 // For SQS event source mappings with partial batch responses, the consumer/sqs package's
 // LambdaHandler handles each record on its own; idemlambda is for handlers that take one event
