@@ -85,13 +85,15 @@
 //     in lower case), parsed as idemhttp.ParseKey parses it: a structured-field string or a
 //     bare value, 1 to 255 printable ASCII characters, sent once.
 //   - The scope keeps callers apart: by default the principal API Gateway's authorizer
-//     established (a Lambda authorizer's principalId, a Cognito user pool's or a JWT
-//     authorizer's issuer and subject, the IAM caller or Cognito identity, or, for REST APIs,
-//     the API key), or the value of ProxyOptions.ScopeHeader; hashed with SHA-256 and put in
+//     established (a Cognito user pool's or a JWT authorizer's issuer and subject, the IAM
+//     caller or Cognito identity, a Lambda authorizer's principalId — for HTTP APIs, one it put
+//     in its context — or, for REST APIs, the API key), or the value of
+//     ProxyOptions.ScopeHeader; hashed with SHA-256 and put in
 //     front of the key (idemhttp.StorageKey). A request whose caller cannot be identified gets
 //     400 unless ProxyOptions.Unscoped is set, so two tenants never share a key.
-//   - The fingerprint is the method, the path, the query string and the body's bytes (a body
-//     with isBase64Encoded is decoded first): the same key with another request gets 422 and no
+//   - The fingerprint is the method, the path, the query string (for REST APIs, whose events
+//     carry it parsed, the parameters sorted by name) and the body's bytes (a body with
+//     isBase64Encoded is decoded first): the same key with another request gets 422 and no
 //     effect.
 //   - The handler's response is stored whole (status, headers, multi-value headers, cookies,
 //     body and its base64 flag, as the event's JSON) and replayed as it was, with

@@ -21,7 +21,7 @@ import (
 func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 	t.Parallel()
 	const (
-		remaining = time.Second
+		remaining = 2 * time.Second
 		margin    = 1500 * time.Millisecond
 	)
 
@@ -101,7 +101,11 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 				}
 				first := make(chan result, 1)
 				go func() { out, err := h.Invoke(ctx, k.event); first <- result{out, err} }()
-				<-started
+				select {
+				case <-started:
+				case r := <-first:
+					t.Fatalf("the first invocation ended before its handler ran: %s %v", r.out, r.err)
+				}
 
 				dup := func() ([]byte, error) { return h.Invoke(context.Background(), k.event) }
 				if out, err := dup(); !k.inFlight(out, err) {
