@@ -25,8 +25,8 @@ type ProxyOptions struct {
 	// 401, 403, 408, 409, 425 and 429 release the key), its Wait whether a duplicate waits for
 	// the first request's response instead of getting 409. Required.
 	Engine *idem.Engine
-	// Methods are the HTTP methods processed; requests with other methods go to the handler
-	// untouched. Default POST and PATCH.
+	// Methods are the HTTP methods processed, in upper case as API Gateway sends them;
+	// requests with other methods go to the handler untouched. Default POST and PATCH.
 	Methods []string
 	// RequireKey answers a processed request without an Idempotency-Key header with 400
 	// (idemhttp.ProblemMissingKey). Default false: such a request goes to the handler
