@@ -90,7 +90,7 @@ func setup(t *testing.T, delay time.Duration) *bench {
 	up := &upstream{delay: delay, effects: map[string]int{}, started: make(chan string, 16)}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
-	return &bench{url: startGateway(t, "--upstream", srv.URL, "--store", "memory://", "--scope-header", apiKey), up: up}
+	return &bench{url: startGateway(t, "--upstream", srv.URL, "--store", "memory://", "--scope-header", apiKey, "--scope-secret", "clientcompat-0123456789abcdef"), up: up}
 }
 
 // startGateway runs `idem serve` with args on a free loopback port and waits until it is ready.
