@@ -84,6 +84,28 @@ func TestDenyHeadersAtTheTableEnd(t *testing.T) {
 	}
 }
 
+// An answer without a body gets no Content-Type it did not set, first time or replayed; one
+// with a body gets the type net/http would have sniffed.
+func TestSniffOnlyBodies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		if r.URL.Path == "/body" {
+			_, _ = io.WriteString(w, "<html>hi</html>")
+		}
+	}))
+	for _, key := range []string{"k1", "k1"} {
+		if r := b.do(http.MethodPost, "/empty", key, `{}`); r.Status != http.StatusCreated || r.Header.Get("Content-Type") != "" {
+			t.Fatalf("empty answer: %d with Content-Type %q, want none", r.Status, r.Header.Get("Content-Type"))
+		}
+	}
+	for _, key := range []string{"k2", "k2"} {
+		if r := b.do(http.MethodPost, "/body", key, `{}`); r.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Fatalf("HTML answer: Content-Type %q, want the sniffed text/html", r.Header.Get("Content-Type"))
+		}
+	}
+}
+
 func clip(b []byte) string {
 	if len(b) > 80 {
 		return string(b[:80])
