@@ -133,3 +133,28 @@ func TestOptionDefaults(t *testing.T) {
 
 // nopStore is a Store that New accepts; these tests never call it.
 type nopStore struct{ Store }
+
+// A new token is above the old one even when the clock is behind it, and follows the clock
+// otherwise.
+func TestNextToken(t *testing.T) {
+	now := time.UnixMicro(1_000_000)
+	if got := NextToken(5_000_000, now); got != 5_000_001 {
+		t.Errorf("NextToken after 5000000 with the clock at 1000000 = %d, want 5000001", got)
+	}
+	if got := NextToken(10, now); got != 1_000_000 {
+		t.Errorf("NextToken after 10 with the clock at 1000000 = %d, want 1000000", got)
+	}
+}
+
+// A lease has run out at its LeaseUntil instant, not before; a completed record has no lease.
+func TestLeaseExpired(t *testing.T) {
+	until := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	r := Record{State: StateInProgress, LeaseUntil: until}
+	if r.LeaseExpired(until.Add(-time.Nanosecond)) || !r.LeaseExpired(until) {
+		t.Error("an in-progress lease must run out at its instant, not before")
+	}
+	r.State = StateCompleted
+	if r.LeaseExpired(until.Add(time.Hour)) {
+		t.Error("a completed record's lease expired")
+	}
+}
