@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"bufio"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -119,5 +121,98 @@ func TestBinarySlowBodiesMemory(t *testing.T) {
 	}
 	if n := api.Count(); n != waves+2 {
 		t.Fatalf("charges = %d, want %d (the cut-short bodies must not reach the upstream)", n, waves+2)
+	}
+}
+
+// TestBinaryMemoryBudgetFlag: with --memory-budget, slow connections beyond the budget get 503
+// problems/overloaded with Retry-After at once, nothing reaches the upstream for them, and the
+// budget is free again once they are gone.
+func TestBinaryMemoryBudgetFlag(t *testing.T) {
+	t.Parallel()
+	const (
+		conns   = 300
+		budget  = 1 << 20 // room for about 128 requests of 8 KiB
+		maxBody = 1 << 20
+	)
+	api, up := upstream(t)
+	g := startGateway(t, "--upstream", up, "--store", sqliteStore(t), "--max-body", strconv.Itoa(maxBody),
+		"--memory-budget", strconv.Itoa(budget))
+	addr := strings.TrimPrefix(g.url, "http://")
+	pid := g.cmd.Process.Pid
+	if a := post(t, g.url, "warm", charge); a.status != 201 {
+		t.Fatalf("warm-up: %d %s", a.status, a.body)
+	}
+	before := settledRSS(t, pid)
+	type refusal struct {
+		status     int
+		retryAfter string
+		ctype      string
+	}
+	answers := make(chan refusal, conns)
+	cs := make([]net.Conn, 0, conns)
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+		head := "POST /v1/charges HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nIdempotency-Key: budget-" +
+			strconv.Itoa(i) + "\r\nContent-Length: " + strconv.Itoa(maxBody) + "\r\n\r\n{"
+		if _, err := c.Write([]byte(head)); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return // still waiting for its body when the test closes it
+			}
+			resp.Body.Close()
+			answers <- refusal{resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type")}
+		}()
+	}
+	// Those over the budget are answered at once; those within it wait for their bodies.
+	refused := 0
+	deadline := time.After(20 * time.Second)
+	for refused < conns-budget/(8<<10) {
+		select {
+		case a := <-answers:
+			if a.status != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.ctype, "problem+json") {
+				t.Fatalf("a connection over the budget got %d, Retry-After %q, %s", a.status, a.retryAfter, a.ctype)
+			}
+			refused++
+		case <-deadline:
+			t.Fatalf("%d of %d connections refused after 20s under a budget of %d bytes", refused, conns, budget)
+		}
+	}
+	during := settledRSS(t, pid)
+	limit := int64(budget+conns*(64<<10)) >> 10
+	t.Logf("%d connections under a budget of %d bytes: %d refused; RSS %d KiB before, %d KiB with them; limit %d KiB",
+		conns, budget, refused, before, during, limit)
+	if during-before > limit {
+		t.Fatalf("RSS grew by %d KiB; limit %d KiB", during-before, limit)
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	cs = nil
+	// The budget comes back: a request with a body passes once the slow ones are gone.
+	var a answer
+	for range 50 {
+		if a = post(t, g.url, "after", charge); a.status != http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if a.status != 201 {
+		t.Fatalf("after the slow connections: %d %s", a.status, a.body)
+	}
+	if n := api.Count(); n != 2 {
+		t.Fatalf("charges = %d, want 2 (the warm-up and the last request)", n)
 	}
 }
