@@ -96,10 +96,12 @@ func (q *queue) Publish(ctx context.Context, body []byte) error {
 type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	kill   func()
 }
 
 func (w *worker) Stop()                 { w.cancel(); <-w.done }
 func (w *worker) Done() <-chan struct{} { return w.done }
+func (w *worker) Kill()                 { w.kill() }
 
 // dial connects with a dialer that keeps the TCP connection, so that a crash can cut it
 // without the AMQP close handshake, as a killed process would.
@@ -143,7 +145,7 @@ func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bo
 		return false
 	})
 	rctx, cancel := context.WithCancel(ctx)
-	w := &worker{cancel: cancel, done: make(chan struct{})}
+	w := &worker{cancel: cancel, done: make(chan struct{}), kill: cut}
 	go func() {
 		defer close(w.done)
 		defer conn.Close()

@@ -54,6 +54,17 @@ type Worker interface {
 	Done() <-chan struct{}
 }
 
+// Killer is a Worker that can be killed on demand, for the CrashDuringEffect test (which is
+// skipped, visibly, for workers that are not Killers).
+type Killer interface {
+	Worker
+	// Kill makes the consumer behave like a process killed at that instant: it acks nothing
+	// more, drops its connection abruptly so that the broker redelivers every message it held,
+	// and stops, closing Done. It may be called from inside a handler (the effect under way
+	// goes on, but its message is not acked), so it must not wait for the handlers to finish.
+	Kill()
+}
+
 // Options tune the suite for an adapter.
 type Options struct {
 	// Consumers is how many consumers run at once on one queue. Default 4.
@@ -95,6 +106,7 @@ func Run(t *testing.T, broker Broker, opt Options) {
 	t.Run("Duplicates", s.duplicates)
 	t.Run("CrashBetweenEffectAndAck", s.crashes)
 	t.Run("AckAfterEffect", s.ackAfterEffect)
+	t.Run("CrashDuringEffect", s.crashDuringEffect)
 	t.Run("Rejected", s.rejected)
 }
 
@@ -136,6 +148,8 @@ type bundle struct {
 	engine  *idem.Engine
 	outcome [6]atomic.Int64 // counts per consumer.Outcome
 	failed  sync.Map        // event ids that already failed once (transient failures)
+	// beforeEffect, when set, is called before each effect; an error fails it.
+	beforeEffect func(e event) error
 }
 
 func (s *suite) setup(t *testing.T) *bundle {
@@ -159,6 +173,11 @@ func (b *bundle) consumer(failRate float64) *consumer.Consumer {
 		}
 		if e.Slow {
 			time.Sleep(time.Duration(50+mrand.IntN(150)) * time.Millisecond)
+		}
+		if b.beforeEffect != nil {
+			if err := b.beforeEffect(e); err != nil {
+				return nil, err
+			}
 		}
 		if failRate > 0 && mrand.Float64() < failRate {
 			if _, loaded := b.failed.LoadOrStore(e.ID, true); !loaded {
@@ -533,6 +552,100 @@ func (s *suite) ackAfterEffect(t *testing.T) {
 	}
 	if n := b.outcome[consumer.Processed].Load(); n != int64(len(es)) {
 		t.Errorf("consumertest: %d Processed outcomes, want one per event (%d)", n, len(es))
+	}
+}
+
+// crashDuringEffect runs one consumer at a time on events published once each; on the first
+// attempt of every tenth event the consumer is killed while the effect runs, before the effect
+// is done (the effect then fails, as a killed process's would never finish). Each such message
+// must come back to the next consumer and succeed. An adapter that acks or commits a delivery
+// before its effect has finished loses it.
+func (s *suite) crashDuringEffect(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t)
+	ctx := context.Background()
+	es := events(s.opt.FailEvents)
+	for i := range es {
+		es[i].Slow = false
+	}
+	die := map[string]bool{}
+	for i := 0; i < len(es); i += 10 {
+		die[es[i].ID] = true
+	}
+	var cur atomic.Pointer[Killer]
+	var kills atomic.Int64
+	b.beforeEffect = func(e event) error {
+		if !die[e.ID] {
+			return nil
+		}
+		k := cur.Load()
+		if k == nil { // the first consumer is not known yet: fail, and die next time
+			return errors.New("consumertest: transient failure")
+		}
+		if _, again := b.failed.LoadOrStore(e.ID, true); again {
+			return nil
+		}
+		(*k).Kill()
+		kills.Add(1)
+		return errors.New("consumertest: the process died during the effect")
+	}
+	c := b.consumer(0)
+	b.publish(ctx, es, 1)
+	stall := max(2*s.opt.Redelivery, 5*time.Second)
+	deadline := time.Now().Add(s.opt.Timeout)
+	for {
+		w, err := b.q.Start(ctx, c, nil)
+		if err != nil {
+			t.Fatalf("consumertest: start consumer: %v", err)
+		}
+		k, ok := w.(Killer)
+		if !ok {
+			w.Stop()
+			t.Skip("consumertest: the adapter's Worker is not a Killer")
+		}
+		cur.Store(&k)
+		// Until the consumer dies, every event is done, or nothing progresses for a while
+		// (then the consumer is stopped and the queue looked at).
+		last, since := -1, time.Now()
+		for done := false; !done; {
+			select {
+			case <-w.Done():
+				done = true
+				continue
+			case <-time.After(50 * time.Millisecond):
+			}
+			_, distinct := b.effects(ctx)
+			if distinct != last {
+				last, since = distinct, time.Now()
+			}
+			if distinct == len(es) || time.Since(since) > stall {
+				w.Stop()
+				done = true
+			} else if time.Now().After(deadline) {
+				w.Stop()
+				t.Fatalf("consumertest: timed out after %s: %d/%d events done, %d kills", s.opt.Timeout, distinct, len(es), kills.Load())
+			}
+		}
+		if _, distinct := b.effects(ctx); distinct == len(es) {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, distinct := b.effects(ctx)
+			t.Fatalf("consumertest: %d of %d events never had their effect after %s, with %d consumers killed during an effect: "+
+				"their deliveries were acked before the effect finished", len(es)-distinct, len(es), s.opt.Timeout, kills.Load())
+		}
+		if n, err := b.q.Pending(ctx); err == nil && n == 0 {
+			_, distinct := b.effects(ctx)
+			t.Fatalf("consumertest: %d of %d events never had their effect although the broker holds no message, "+
+				"with %d consumers killed during an effect: their deliveries were acked before the effect finished",
+				len(es)-distinct, len(es), kills.Load())
+		}
+	}
+	p := b.run(ctx, c, 1, 0)
+	s.drain(ctx, b, c, p)
+	b.check(ctx, es)
+	if n := kills.Load(); n != int64(len(die)) {
+		t.Errorf("consumertest: %d consumers killed, want %d", n, len(die))
 	}
 }
 

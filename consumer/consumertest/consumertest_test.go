@@ -86,17 +86,19 @@ func (q *memQueue) die(w *memWorker) {
 }
 
 type memWorker struct {
+	q      *memQueue
 	dead   atomic.Bool
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func (w *memWorker) Stop()                 { w.cancel(); <-w.done }
+func (w *memWorker) Kill()                 { w.q.die(w); w.cancel() }
 func (w *memWorker) Done() <-chan struct{} { return w.done }
 
 func (q *memQueue) Start(ctx context.Context, c *consumer.Consumer, crash func() bool) (consumertest.Worker, error) {
 	rctx, cancel := context.WithCancel(ctx)
-	w := &memWorker{cancel: cancel, done: make(chan struct{})}
+	w := &memWorker{q: q, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)

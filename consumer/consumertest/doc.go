@@ -30,6 +30,11 @@
 //     each message must come back and succeed. An adapter that acks a delivery before its
 //     effect has succeeded loses the message (the broker deletes it, the effect fails, nothing
 //     runs it again): the queue empties while effects are missing, and the test says so.
+//   - CrashDuringEffect: one consumer at a time; on the first attempt of every tenth event the
+//     consumer is killed while the effect runs (the effect then fails, as a killed process's
+//     never finishes): each such message must come back to the next consumer and succeed. An
+//     adapter that acks or commits a delivery before its effect has finished loses it. It needs
+//     Workers that are [Killer]s, and is skipped (visibly) otherwise.
 //   - Rejected: a message without a business key is not acked and its effect never runs,
 //     while the others are processed.
 //

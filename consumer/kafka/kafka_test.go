@@ -84,10 +84,12 @@ type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	kill   func()
 }
 
 func (w *worker) Stop()                 { w.once.Do(w.cancel); <-w.done }
 func (w *worker) Done() <-chan struct{} { return w.done }
+func (w *worker) Kill()                 { w.kill() }
 
 // Start runs a Worker; a crash stops it at once without marking or committing anything more,
 // and its client leaves the group, so that its partitions move at once (a killed process's
@@ -101,7 +103,7 @@ func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bo
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	w := &worker{cancel: cancel, done: make(chan struct{})}
+	w := &worker{cancel: cancel, done: make(chan struct{}), kill: func() { kafka.Kill(kw); cancel() }}
 	go func() {
 		defer close(w.done)
 		_ = kw.Run(rctx)

@@ -91,10 +91,12 @@ func (q *queue) Publish(ctx context.Context, body []byte) error {
 type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	kill   func()
 }
 
 func (w *worker) Stop()                 { w.cancel(); <-w.done }
 func (w *worker) Done() <-chan struct{} { return w.done }
+func (w *worker) Kill()                 { w.kill() }
 
 // Start runs natsjs.Run on its own connection; a crash closes that connection without acking.
 func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bool) (consumertest.Worker, error) {
@@ -120,7 +122,7 @@ func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bo
 		return false
 	})
 	rctx, cancel := context.WithCancel(ctx)
-	w := &worker{cancel: cancel, done: make(chan struct{})}
+	w := &worker{cancel: cancel, done: make(chan struct{}), kill: nc.Close}
 	go func() {
 		defer close(w.done)
 		defer nc.Close()

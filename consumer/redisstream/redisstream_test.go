@@ -77,10 +77,12 @@ type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	kill   func()
 }
 
 func (w *worker) Stop()                 { w.once.Do(w.cancel); <-w.done }
 func (w *worker) Done() <-chan struct{} { return w.done }
+func (w *worker) Kill()                 { w.kill() }
 
 // Start runs a Worker under a consumer name of its own (a process); a crash stops it at once,
 // acking nothing more: its pending entries are taken over by the others after minIdle.
@@ -99,6 +101,7 @@ func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bo
 		cancel()
 		return nil, err
 	}
+	w.kill = func() { redisstream.Kill(rw); cancel() }
 	go func() {
 		defer close(w.done)
 		_ = rw.Run(rctx)

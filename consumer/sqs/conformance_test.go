@@ -57,7 +57,7 @@ func (q *queue) Publish(ctx context.Context, body []byte) error {
 func (q *queue) Start(ctx context.Context, c *consumer.Consumer, crash func() bool) (consumertest.Worker, error) {
 	api := &mortal{Client: q.b.sqs}
 	rctx, cancel := context.WithCancel(ctx)
-	wk := &worker{cancel: cancel, done: make(chan struct{})}
+	wk := &worker{cancel: cancel, done: make(chan struct{}), kill: func() { api.dead.Store(true); cancel() }}
 	opt := sqs.WithBeforeDelete(sqs.WorkerOptions{QueueURL: q.url, Concurrency: 4, WaitTime: time.Second,
 		VisibilityTimeout: visibility, Logger: quiet()}, func(consumer.Result) bool {
 		if crash != nil && crash() {
@@ -87,10 +87,12 @@ type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	kill   func()
 }
 
 func (w *worker) Stop()                 { w.once.Do(w.cancel); <-w.done }
 func (w *worker) Done() <-chan struct{} { return w.done }
+func (w *worker) Kill()                 { w.kill() }
 
 var errDead = errors.New("injected: the process died")
 
