@@ -164,8 +164,8 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	if err := checkArgs(key, fingerprint, fn); err != nil {
 		return Result{}, err
 	}
-	cctx, claim := e.observe(ctx, StageClaim, key)
-	var wait observation
+	var claim, wait observation
+	cctx := e.observe(ctx, StageClaim, key, &claim)
 	if e.cache != nil {
 		if rec, ok := e.cache.get(key, e.opt.Now); ok {
 			res, err := e.fromRecord(&rec, fingerprint)
@@ -210,7 +210,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		if deadline.IsZero() {
 			deadline = time.Now().Add(e.opt.Wait)
 			pause = e.opt.PollInterval
-			_, wait = e.observe(cctx, StageWait, key)
+			e.observe(cctx, StageWait, key, &wait)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -234,8 +234,15 @@ func answered(err error) Outcome {
 	return OutcomeReplay
 }
 
-// endClaim ends the wait (if one began) and then the claim, both with ev's outcome.
+// endClaim ends the wait (if one began) and then the claim, both with ev's outcome. Without an
+// observer it is one inlined nil check.
 func endClaim(claim, wait *observation, ev Event) {
+	if claim.o != nil {
+		endObserved(claim, wait, ev)
+	}
+}
+
+func endObserved(claim, wait *observation, ev Event) {
 	ev.Stage = StageWait
 	wait.end(ev)
 	ev.Stage = StageClaim
@@ -282,7 +289,8 @@ func (e *Engine) inFlight(rec *Record, now time.Time) error {
 // execute runs fn under the claim in res and records its outcome.
 func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Func) (result Result, err error) {
 	token := res.Record.Token
-	ctx, effect := e.observe(ctx, StageEffect, key)
+	var effect observation
+	ctx = e.observe(ctx, StageEffect, key, &effect)
 	ev := Event{Stage: StageEffect, Key: key, Takeover: res.Takeover, Attempt: res.Record.Attempts, Lease: e.opt.Lease}
 	fnCtx := newEffectContext(ctx)
 	defer fnCtx.finish()
@@ -361,7 +369,8 @@ func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelF
 
 // complete stores resp under the claim, observed as StageComplete.
 func (e *Engine) complete(ctx context.Context, key string, token int64, resp Response, now, expires time.Time) error {
-	ctx, ob := e.observe(ctx, StageComplete, key)
+	var ob observation
+	ctx = e.observe(ctx, StageComplete, key, &ob)
 	err := e.completeStore(ctx, key, token, resp, now, expires)
 	ob.end(Event{Stage: StageComplete, Key: key, Outcome: storeOutcome(err), Err: err})
 	return err
@@ -420,7 +429,8 @@ func (e *Engine) lostOnComplete(ctx context.Context, key string, token int64) er
 }
 
 func (e *Engine) release(ctx context.Context, key string, token int64) {
-	ctx, ob := e.observe(ctx, StageRelease, key)
+	var ob observation
+	ctx = e.observe(ctx, StageRelease, key, &ob)
 	sctx, cancel := e.detached(ctx)
 	defer cancel()
 	err := e.store.Release(sctx, key, token)
