@@ -10,9 +10,18 @@ import (
 	"time"
 )
 
-// MaxKeyLen is the longest storage key the engine accepts, in bytes. It leaves room for a scope
-// prefix in front of a 255-byte client key.
-const MaxKeyLen = 512
+// MaxStorageKeyLen is the longest storage key the engine and every store accept, in bytes: a
+// scope prefix and a client key of up to MaxClientKeyLen bytes.
+const MaxStorageKeyLen = 512
+
+// MaxClientKeyLen is the longest key a client may send, in bytes (an Idempotency-Key header,
+// gRPC metadata). It leaves room for a scope prefix within MaxStorageKeyLen.
+const MaxClientKeyLen = 255
+
+// MaxKeyLen is the former name of MaxStorageKeyLen.
+//
+// Deprecated: use MaxStorageKeyLen (or MaxClientKeyLen for the key a client sends).
+const MaxKeyLen = MaxStorageKeyLen
 
 // Options configure an Engine. The zero value is a safe default for every field.
 type Options struct {
@@ -147,7 +156,7 @@ type Result struct {
 
 // Do runs fn at most once for key, or replays its stored response.
 //
-// key is the scoped storage key (1 to MaxKeyLen bytes of UTF-8 without NUL); fingerprint
+// key is the scoped storage key (1 to MaxStorageKeyLen bytes of UTF-8 without NUL); fingerprint
 // identifies the request (see Fingerprint). Do returns:
 //   - the executed or replayed Result and a nil error;
 //   - an error matching ErrMismatch if the key was used with another fingerprint;
@@ -183,7 +192,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		now := e.opt.Now()
 		res, err := e.store.Reserve(cctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
 		if err != nil {
-			err := &StoreError{Op: "reserve", Err: err}
+			err := storeError("reserve", err)
 			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeStoreError, Err: err})
 			return Result{}, err
 		}
@@ -405,7 +414,7 @@ func (e *Engine) completeStore(ctx context.Context, key string, token int64, res
 			t.Stop()
 			e.opt.Logger.Error("idem: effect ran but its result could not be stored; the key stays in flight until its lease runs out",
 				"key", key, "err", err)
-			return &StoreError{Op: "complete", Err: err}
+			return storeError("complete", err)
 		case <-t.C:
 		}
 		backoff = min(backoff*2, time.Second)

@@ -563,7 +563,7 @@ func TestBadInput(t *testing.T) {
 		fn            idem.Func
 	}{
 		{"empty key", "", fp1, fn},
-		{"key too long", strings.Repeat("k", idem.MaxKeyLen+1), fp1, fn},
+		{"key too long", strings.Repeat("k", idem.MaxStorageKeyLen+1), fp1, fn},
 		{"invalid utf-8", "k\xff", fp1, fn},
 		{"NUL in key", "k\x00", fp1, fn},
 		{"empty fingerprint", "k", "", fn},
@@ -582,7 +582,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("bad input reached the store")
 	}
 	// The longest key is fine.
-	if _, err := b.eng.Do(context.Background(), strings.Repeat("k", idem.MaxKeyLen), fp1, fn); err != nil {
+	if _, err := b.eng.Do(context.Background(), strings.Repeat("k", idem.MaxStorageKeyLen), fp1, fn); err != nil {
 		t.Fatal(err)
 	}
 }

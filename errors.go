@@ -56,6 +56,15 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // Is makes a StoreError match ErrStoreUnavailable.
 func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
 
+// storeError wraps a store's error for op as a *StoreError, unless the store returned one
+// already (its message would otherwise say "idem: store" twice).
+func storeError(op string, err error) error {
+	if se := (*StoreError)(nil); errors.As(err, &se) {
+		return err
+	}
+	return &StoreError{Op: op, Err: err}
+}
+
 // InFlightError is returned when another holder is running the effect. It matches ErrInFlight.
 type InFlightError struct {
 	// Key is the scoped key.
@@ -98,15 +107,15 @@ func (e *uncertainError) Unwrap() []error {
 // (see UncertainPolicy), so a retry is never a silent second execution.
 func Uncertain(err error) error { return &uncertainError{err: err} }
 
-// CheckKey reports whether key is a valid storage key: 1 to MaxKeyLen bytes of UTF-8 without a
+// CheckKey reports whether key is a valid storage key: 1 to MaxStorageKeyLen bytes of UTF-8 without a
 // NUL byte. The error matches ErrInvalidInput and says what is wrong. The engine checks every
 // key with it, and so do the stores, so a key one accepts is a key all accept.
 func CheckKey(key string) error {
 	switch {
 	case key == "":
 		return invalid("empty key")
-	case len(key) > MaxKeyLen:
-		return invalid("key of %d bytes is longer than %d", len(key), MaxKeyLen)
+	case len(key) > MaxStorageKeyLen:
+		return invalid("key of %d bytes is longer than %d", len(key), MaxStorageKeyLen)
 	case !utf8.ValidString(key):
 		return invalid("key is not valid UTF-8")
 	case strings.IndexByte(key, 0) >= 0:

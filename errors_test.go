@@ -10,14 +10,14 @@ import (
 
 func TestCheckKey(t *testing.T) {
 	t.Parallel()
-	for _, key := range []string{"k", "ключ", strings.Repeat("k", idem.MaxKeyLen)} {
+	for _, key := range []string{"k", "ключ", strings.Repeat("k", idem.MaxStorageKeyLen)} {
 		if err := idem.CheckKey(key); err != nil {
 			t.Errorf("CheckKey(%.20q) = %v, want nil", key, err)
 		}
 	}
 	bad := map[string]string{
 		"":                                    "empty key",
-		strings.Repeat("k", idem.MaxKeyLen+1): "longer than",
+		strings.Repeat("k", idem.MaxStorageKeyLen+1): "longer than",
 		"k\xff":                               "UTF-8",
 		"k\x00":                               "NUL",
 	}

@@ -133,8 +133,8 @@ func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
 		return nil, fmt.Errorf("%w: consumer.Options.RetryDelay %s is negative", idem.ErrInvalidInput, opt.RetryDelay)
 	case opt.InFlightDelay < 0:
 		return nil, fmt.Errorf("%w: consumer.Options.InFlightDelay %s is negative", idem.ErrInvalidInput, opt.InFlightDelay)
-	case len(opt.Scope) > idem.MaxKeyLen/2:
-		return nil, fmt.Errorf("%w: consumer.Options.Scope is %d bytes, above %d", idem.ErrInvalidInput, len(opt.Scope), idem.MaxKeyLen/2)
+	case len(opt.Scope) > idem.MaxStorageKeyLen/2:
+		return nil, fmt.Errorf("%w: consumer.Options.Scope is %d bytes, above %d", idem.ErrInvalidInput, len(opt.Scope), idem.MaxStorageKeyLen/2)
 	}
 	opt.MaxResult = cmp.Or(opt.MaxResult, 64<<10)
 	opt.InFlightDelay = cmp.Or(opt.InFlightDelay, 2*time.Second)

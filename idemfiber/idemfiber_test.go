@@ -232,7 +232,7 @@ func TestStoreDown(t *testing.T) {
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idem.Options{}, idemfiber.Options{}, charge)
-	for _, k := range []string{strings.Repeat("k", idemhttp.MaxKeyLen+1), `"unterminated`, `""`, `"a";p=1`} {
+	for _, k := range []string{strings.Repeat("k", idem.MaxClientKeyLen+1), `"unterminated`, `""`, `"a";p=1`} {
 		problem(t, b.do("POST", "/v1/charges", k, "x"), 400, idemhttp.ProblemInvalidKey)
 	}
 	problem(t, b.do("POST", "/v1/charges", "", "x", idem.KeyHeader, "a", idem.KeyHeader, "b"), 400, idemhttp.ProblemInvalidKey)

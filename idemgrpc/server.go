@@ -33,8 +33,6 @@ const MetadataKey = "idempotency-key"
 // Idempotent-Replayed HTTP header in lower case.
 const ReplayedKey = "idempotent-replayed"
 
-// MaxKeyLen is the longest key accepted, in bytes, as for HTTP.
-const MaxKeyLen = idemhttp.MaxKeyLen
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo detail on every error the server
 // interceptor answers itself.
@@ -221,12 +219,12 @@ func keyFrom(ctx context.Context) (string, error) {
 		return "", errors.New("idempotency-key sent more than once")
 	}
 	k := vs[0]
-	if k == "" || len(k) > MaxKeyLen {
-		return "", fmt.Errorf("idempotency-key must be 1 to %d printable ASCII characters", MaxKeyLen)
+	if k == "" || len(k) > idem.MaxClientKeyLen {
+		return "", fmt.Errorf("idempotency-key must be 1 to %d printable ASCII characters", idem.MaxClientKeyLen)
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x20 || k[i] > 0x7e {
-			return "", fmt.Errorf("idempotency-key must be 1 to %d printable ASCII characters", MaxKeyLen)
+			return "", fmt.Errorf("idempotency-key must be 1 to %d printable ASCII characters", idem.MaxClientKeyLen)
 		}
 	}
 	return k, nil

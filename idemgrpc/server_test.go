@@ -185,7 +185,7 @@ func TestKeyRules(t *testing.T) {
 	if status.Code(r.err) != codes.InvalidArgument || reason(r.err) != idemgrpc.ReasonMissingKey {
 		t.Fatalf("missing key: %s", describe(r))
 	}
-	for _, bad := range []string{strings.Repeat("k", idemgrpc.MaxKeyLen+1), ""} {
+	for _, bad := range []string{strings.Repeat("k", idem.MaxClientKeyLen+1), ""} {
 		r := req.call(metadata.AppendToOutgoingContext(ctx, idemgrpc.MetadataKey, bad), "", nil)
 		if status.Code(r.err) != codes.InvalidArgument || reason(r.err) != idemgrpc.ReasonInvalidKey {
 			t.Fatalf("key %q: %s", bad, describe(r))
@@ -195,7 +195,7 @@ func TestKeyRules(t *testing.T) {
 	if r := req.call(twice, "", nil); status.Code(r.err) != codes.InvalidArgument {
 		t.Fatalf("two keys: %s", describe(r))
 	}
-	if r := req.call(ctx, strings.Repeat("k", idemgrpc.MaxKeyLen), nil); r.err != nil {
+	if r := req.call(ctx, strings.Repeat("k", idem.MaxClientKeyLen), nil); r.err != nil {
 		t.Fatalf("longest key: %s", describe(r))
 	}
 	if n := runs.Load(); n != 3 {

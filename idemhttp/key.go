@@ -14,9 +14,11 @@ import (
 const HeaderName = idem.KeyHeader
 
 // MaxKeyLen is the longest key accepted, in bytes (after unquoting).
-const MaxKeyLen = 255
+//
+// Deprecated: use idem.MaxClientKeyLen, the limit every face of idem applies to a client's key.
+const MaxKeyLen = idem.MaxClientKeyLen
 
-// ErrInvalidKey reports a key that is not 1 to MaxKeyLen printable ASCII characters, a
+// ErrInvalidKey reports a key that is not 1 to idem.MaxClientKeyLen printable ASCII characters, a
 // malformed structured-field string, or a header sent more than once. The middleware answers
 // it with 400 (ProblemInvalidKey).
 var ErrInvalidKey = errors.New("idemhttp: invalid idempotency key")
@@ -26,7 +28,7 @@ var ErrInvalidKey = errors.New("idemhttp: invalid idempotency key")
 // specifies, and a bare value (`abc`), as Stripe's clients send it. A value that starts with a
 // double quote is a structured-field string and must be a valid one, without parameters.
 // Leading and trailing spaces and tabs are ignored. The key, once unquoted, must be 1 to
-// MaxKeyLen printable ASCII characters (0x20 to 0x7E); anything else returns ErrInvalidKey.
+// idem.MaxClientKeyLen printable ASCII characters (0x20 to 0x7E); anything else returns ErrInvalidKey.
 // ParseKey does not allocate for a bare key or a quoted key without escapes.
 func ParseKey(v string) (string, error) {
 	v = strings.Trim(v, " \t")
@@ -34,7 +36,7 @@ func ParseKey(v string) (string, error) {
 		return "", ErrInvalidKey
 	}
 	if v[0] != '"' {
-		if len(v) > MaxKeyLen || !printable(v) {
+		if len(v) > idem.MaxClientKeyLen || !printable(v) {
 			return "", ErrInvalidKey
 		}
 		return v, nil
@@ -75,15 +77,15 @@ func ParseKey(v string) (string, error) {
 		}
 		k = b.String()
 	}
-	if len(k) == 0 || len(k) > MaxKeyLen {
+	if len(k) == 0 || len(k) > idem.MaxClientKeyLen {
 		return "", ErrInvalidKey
 	}
 	return k, nil
 }
 
-// ValidKey reports whether k is 1 to MaxKeyLen printable ASCII characters: a key as the
+// ValidKey reports whether k is 1 to idem.MaxClientKeyLen printable ASCII characters: a key as the
 // middleware uses it, whatever its source.
-func ValidKey(k string) bool { return len(k) > 0 && len(k) <= MaxKeyLen && printable(k) }
+func ValidKey(k string) bool { return len(k) > 0 && len(k) <= idem.MaxClientKeyLen && printable(k) }
 
 func printable(s string) bool {
 	for i := 0; i < len(s); i++ {

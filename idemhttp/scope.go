@@ -14,7 +14,7 @@ import (
 )
 
 // MaxScopeLen is the longest scope accepted, in bytes. A scope, its separator and a key of
-// MaxKeyLen fit in the engine's idem.MaxKeyLen.
+// MaxKeyLen fit in the engine's idem.MaxStorageKeyLen.
 const MaxScopeLen = 200
 
 // ScopeSeparator separates the scope from the key in a storage key. Scopes must not contain it.

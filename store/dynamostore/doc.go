@@ -58,7 +58,7 @@
 // in_progress or completed), token (N), lease_until, created_at, completed_at, expires_at (N,
 // Unix microseconds), attempts (N), response (B, idem.EncodeResponse) and the TTL attribute
 // (N, Unix seconds, Options.TTLMargin beyond expires_at). Keys pass idem.CheckKey (UTF-8
-// without NUL, at most idem.MaxKeyLen bytes) and are at most MaxKeyBytes with the prefix.
+// without NUL, at most idem.MaxStorageKeyLen bytes) and are at most MaxKeyBytes with the prefix.
 //
 // A response whose encoding exceeds PartSize (384 KiB; DynamoDB items hold 400 KiB) is split:
 // the record keeps the first part and the number of parts, and part items under the key

@@ -194,7 +194,7 @@ func TestBadKeys(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
-	for _, key := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("k", idem.MaxKeyLen+1)} {
+	for _, key := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("k", idem.MaxStorageKeyLen+1)} {
 		if _, err := b.store.Reserve(ctx, key, fp, now, time.Second, time.Hour); !isInvalid(err) {
 			t.Errorf("Reserve(%q…): %v, want ErrInvalidInput", key[:min(len(key), 8)], err)
 		}
@@ -210,18 +210,18 @@ func TestBadKeys(t *testing.T) {
 	}
 	// KeyPrefix and key together fit in MaxKeyBytes.
 	prefixed, err := dynamostore.New(dynamostore.Options{Client: b.client, Table: b.table,
-		KeyPrefix: strings.Repeat("p", dynamostore.MaxKeyBytes-idem.MaxKeyLen+1)})
+		KeyPrefix: strings.Repeat("p", dynamostore.MaxKeyBytes-idem.MaxStorageKeyLen+1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prefixed.Reserve(ctx, strings.Repeat("k", idem.MaxKeyLen), fp, now, time.Second, time.Hour); !isInvalid(err) {
+	if _, err := prefixed.Reserve(ctx, strings.Repeat("k", idem.MaxStorageKeyLen), fp, now, time.Second, time.Hour); !isInvalid(err) {
 		t.Errorf("Reserve of a key that overflows MaxKeyBytes with the prefix: %v, want ErrInvalidInput", err)
 	}
 	if ops := b.calls.take(); len(ops) != 0 {
 		t.Errorf("invalid input sent %v to DynamoDB", ops)
 	}
 	// The longest allowed key works, part items included.
-	long := strings.Repeat("k", idem.MaxKeyLen)
+	long := strings.Repeat("k", idem.MaxStorageKeyLen)
 	res, err := b.store.Reserve(ctx, long, fp, now, time.Second, time.Hour)
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve of a %d-byte key: %v %+v", len(long), err, res)

@@ -55,7 +55,7 @@ func TestBadInput(t *testing.T) {
 		lease, windw time.Duration
 	}{
 		{"", fp, time.Second, time.Hour},
-		{strings.Repeat("k", idem.MaxKeyLen+1), fp, time.Second, time.Hour},
+		{strings.Repeat("k", idem.MaxStorageKeyLen+1), fp, time.Second, time.Hour},
 		{"bad\xffutf8", fp, time.Second, time.Hour},
 		{"nul\x00", fp, time.Second, time.Hour},
 		{"k", "not-a-fingerprint", time.Second, time.Hour},
@@ -67,7 +67,7 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	// The longest key fits, and keys are case-sensitive (VARBINARY, whatever the collation).
-	long := strings.Repeat("é", idem.MaxKeyLen/2)
+	long := strings.Repeat("é", idem.MaxStorageKeyLen/2)
 	for _, k := range []string{long, strings.ToUpper(long), "Key", "key", "KEY"} {
 		if res, err := st.Reserve(ctx, k, fp, now, time.Second, time.Hour); err != nil || !res.Claimed {
 			t.Errorf("Reserve of %.20q (%d bytes): %v claimed=%v", k, len(k), err, res.Claimed)

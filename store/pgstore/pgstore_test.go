@@ -65,7 +65,7 @@ func badInput(t *testing.T, opt pgstore.Options) {
 		lease, windw time.Duration
 	}{
 		{"", fp, time.Second, time.Hour},
-		{strings.Repeat("k", idem.MaxKeyLen+1), fp, time.Second, time.Hour},
+		{strings.Repeat("k", idem.MaxStorageKeyLen+1), fp, time.Second, time.Hour},
 		{"bad\xffutf8", fp, time.Second, time.Hour},
 		{"nul\x00", fp, time.Second, time.Hour},
 		{"k", "not-a-fingerprint", time.Second, time.Hour},
@@ -77,7 +77,7 @@ func badInput(t *testing.T, opt pgstore.Options) {
 		}
 	}
 	// The longest key fits.
-	long := strings.Repeat("é", idem.MaxKeyLen/2)
+	long := strings.Repeat("é", idem.MaxStorageKeyLen/2)
 	if res, err := st.Reserve(ctx, long, fp, now, time.Second, time.Hour); err != nil || !res.Claimed {
 		t.Errorf("Reserve of a %d-byte key: %v %+v", len(long), err, res)
 	}

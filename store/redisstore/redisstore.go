@@ -30,11 +30,11 @@ var (
 // constant.
 const Shards = 1024
 
-// MaxKeyBytes is the longest key the store accepts: idem.MaxKeyLen, the one rule of
+// MaxKeyBytes is the longest key the store accepts: idem.MaxStorageKeyLen, the one rule of
 // idem.CheckKey that every store applies.
 //
-// Deprecated: use idem.MaxKeyLen.
-const MaxKeyBytes = idem.MaxKeyLen
+// Deprecated: use idem.MaxStorageKeyLen.
+const MaxKeyBytes = idem.MaxStorageKeyLen
 
 // Options configure a Store. Only Client is required.
 type Options struct {

@@ -324,7 +324,7 @@ func TestOptions(t *testing.T) {
 	}{
 		{"empty key", func() error { _, err := st.Reserve(ctx, "", fp, now, time.Second, time.Hour); return err }()},
 		{"long key", func() error {
-			_, err := st.Reserve(ctx, string(make([]byte, idem.MaxKeyLen+1)), fp, now, time.Second, time.Hour)
+			_, err := st.Reserve(ctx, string(make([]byte, idem.MaxStorageKeyLen+1)), fp, now, time.Second, time.Hour)
 			return err
 		}()},
 		{"zero lease", func() error { _, err := st.Reserve(ctx, "k", fp, now, 0, time.Hour); return err }()},

@@ -93,7 +93,7 @@ func (s suite) invalidKeys(t *testing.T, b *bundle) {
 	c := ctx(t)
 	for name, key := range map[string]string{
 		"empty":      "",
-		"too long":   b.key(strings.Repeat("k", idem.MaxKeyLen)),
+		"too long":   b.key(strings.Repeat("k", idem.MaxStorageKeyLen)),
 		"not UTF-8":  b.key("k\xff"),
 		"with a NUL": b.key("k\x00"),
 	} {
@@ -101,7 +101,7 @@ func (s suite) invalidKeys(t *testing.T, b *bundle) {
 			t.Errorf("Reserve of a key %s = %+v, %v; want idem.ErrInvalidInput", name, res, err)
 		}
 	}
-	longest := b.key(strings.Repeat("k", idem.MaxKeyLen-len(b.key(""))))
+	longest := b.key(strings.Repeat("k", idem.MaxStorageKeyLen-len(b.key(""))))
 	if res := mustReserve(t, b.store, longest, fpA, b.base); !res.Claimed {
 		t.Fatalf("Reserve of a %d-byte key did not claim: %+v", len(longest), res)
 	}
