@@ -16,10 +16,10 @@ func TestCheckKey(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":                                    "empty key",
+		"": "empty key",
 		strings.Repeat("k", idem.MaxStorageKeyLen+1): "longer than",
-		"k\xff":                               "UTF-8",
-		"k\x00":                               "NUL",
+		"k\xff": "UTF-8",
+		"k\x00": "NUL",
 	}
 	for key, want := range bad {
 		err := idem.CheckKey(key)

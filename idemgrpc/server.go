@@ -33,7 +33,6 @@ const MetadataKey = "idempotency-key"
 // Idempotent-Replayed HTTP header in lower case.
 const ReplayedKey = "idempotent-replayed"
 
-
 // ErrorDomain is the domain of the google.rpc.ErrorInfo detail on every error the server
 // interceptor answers itself.
 const ErrorDomain = "idem"
