@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -69,6 +71,7 @@ type middleware struct {
 	maxBody    int
 	retry      string
 	log        *slog.Logger
+	interned   interned
 }
 
 // New returns the middleware. Put it in front of the routes it protects: app.Use, a group, or
@@ -104,18 +107,18 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	if !slices.Contains(m.methods, c.Method()) {
 		return c.Next()
 	}
-	hdr := &c.Request().Header
-	raw := hdr.Peek(idem.KeyHeader)
-	if len(raw) == 0 && len(hdr.PeekAll(idem.KeyHeader)) == 0 {
+	keys := c.Request().Header.PeekAll(idem.KeyHeader)
+	switch {
+	case len(keys) == 0 || len(keys) == 1 && len(keys[0]) == 0:
 		if m.requireKey {
 			return probMissingKey.write(c, "")
 		}
 		return c.Next()
-	}
-	if len(hdr.PeekAll(idem.KeyHeader)) != 1 {
+	case len(keys) > 1:
 		return probInvalidKey.write(c, "")
 	}
-	key, err := idemhttp.ParseKey(string(raw))
+	// The key is read in place (ParseKey keeps nothing); StorageKey below copies it.
+	key, err := idemhttp.ParseKey(unsafe.String(unsafe.SliceData(keys[0]), len(keys[0])))
 	if err != nil {
 		return probInvalidKey.write(c, "")
 	}
@@ -128,7 +131,9 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		}
 	}
 
-	r := run{m: m, c: c}
+	r := runs.Get().(*run)
+	r.m, r.c = m, c
+	defer r.release()
 	res, err := m.eng.Do(c.UserContext(), idemhttp.StorageKey(scope, key), fingerprint(c), r.fn)
 	if r.panicked != nil {
 		panic(r.panicked) // the outcome is recorded (held as uncertain): let the panic go on
@@ -171,8 +176,23 @@ type run struct {
 	m        *middleware
 	c        *fiber.Ctx
 	ran      bool
-	err      error // the handler's error, returned to Fiber
-	panicked any   // a panic after the handler began to answer
+	err      error               // the handler's error, returned to Fiber
+	panicked any                 // a panic after the handler began to answer
+	header   map[string][]string // the captured response headers, reused
+}
+
+// runs pools the runs, with their header maps.
+var runs = sync.Pool{New: func() any { return &run{header: make(map[string][]string, 4)} }}
+
+// release returns r to its pool. The engine has returned: the store copied what it keeps.
+func (r *run) release() {
+	h := r.header
+	if len(h) > 16 {
+		h = make(map[string][]string, 4) // a large map is left to the garbage collector
+	}
+	clear(h)
+	*r = run{header: h}
+	runs.Put(r)
 }
 
 // begun reports whether the handler began to answer: set a status other than 200, or wrote.
@@ -206,5 +226,5 @@ func (r *run) fn(ctx context.Context) (resp idem.Response, err error) {
 		}
 		return idem.Response{}, r.err // released: nothing was answered
 	}
-	return r.m.capture(c), nil
+	return r.m.capture(c, r.header), nil
 }

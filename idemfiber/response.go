@@ -2,6 +2,9 @@ package idemfiber
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -17,25 +20,72 @@ var notStored = map[string]bool{
 	"Content-Length": true, "Date": true, "Server": true, "Set-Cookie": true,
 }
 
-// capture returns the handler's response, as the engine stores it. Status, header and body
-// are copied: fasthttp reuses its buffers once the request is done.
-func (m *middleware) capture(c *fiber.Ctx) idem.Response {
+// capture returns the handler's response, as the engine stores it, its headers in h (empty).
+// Nothing is copied but the header names and values, which are interned: the store copies
+// what it keeps before Complete returns, and the engine returns before fasthttp reuses its
+// buffers.
+func (m *middleware) capture(c *fiber.Ctx, h map[string][]string) idem.Response {
 	resp := c.Response()
-	out := idem.Response{Status: resp.StatusCode()}
-	h := make(map[string][]string, 2)
+	out := idem.Response{Status: resp.StatusCode(), Header: h}
 	resp.Header.VisitAll(func(k, v []byte) {
-		if ks := string(k); !notStored[ks] {
-			h[ks] = append(h[ks], string(v))
+		if notStored[string(k)] {
+			return
 		}
+		if vs, ok := h[string(k)]; ok {
+			h[string(k)] = append(vs[:len(vs):len(vs)], string(v))
+			return
+		}
+		name, vs := m.interned.lookup(k, v)
+		h[name] = vs
 	})
-	out.Header = h
 	body := resp.Body()
 	if len(body) > m.maxBody {
 		out.BodyOmitted = true
 	} else if len(body) > 0 {
-		out.Body = body // the store copies what it keeps before Complete returns
+		out.Body = body
 	}
 	return out
+}
+
+// interned keeps the header lines most responses share (Content-Type: application/json), so
+// that capturing them does not allocate. It holds at most internMax lines, the first seen.
+type interned struct {
+	lines atomic.Pointer[[]internedLine]
+	mu    sync.Mutex
+}
+
+type internedLine struct {
+	name  string
+	value []string // one value; read-only
+}
+
+const internMax = 32
+
+// lookup returns the name and a one-value slice for the header line k: v.
+func (in *interned) lookup(k, v []byte) (string, []string) {
+	if p := in.lines.Load(); p != nil {
+		for _, l := range *p {
+			if l.name == string(k) && l.value[0] == string(v) {
+				return l.name, l.value
+			}
+		}
+	}
+	l := internedLine{name: string(k), value: []string{string(v)}}
+	if p := in.lines.Load(); p != nil && len(*p) >= internMax {
+		return l.name, l.value // full: a value seen once is not worth the lock
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	old := in.lines.Load()
+	if old == nil || len(*old) < internMax {
+		var lines []internedLine
+		if old != nil {
+			lines = append(lines, *old...)
+		}
+		lines = append(lines, l)
+		in.lines.Store(&lines)
+	}
+	return l.name, l.value
 }
 
 // replay writes a stored response with Idempotent-Replayed: true.
@@ -49,11 +99,13 @@ func replay(c *fiber.Ctx, resp *idem.Response) error {
 		if resp.BodyOmitted && k == fiber.HeaderContentType {
 			continue
 		}
+		// Stored names are canonical already (fasthttp normalised them); fasthttp copies
+		// names and values, so read-only views of the stored strings do.
 		for _, v := range vs {
-			h.Add(k, v)
+			h.AddBytesKV(bytesOf(k), bytesOf(v))
 		}
 	}
-	h.Set(idemhttp.ReplayedHeader, "true")
+	h.SetCanonical(replayedName, replayedTrue)
 	c.Status(status)
 	if resp.BodyOmitted {
 		h.SetContentType(idemhttp.ProblemContentType)
@@ -62,6 +114,14 @@ func replay(c *fiber.Ctx, resp *idem.Response) error {
 	c.Response().SetBodyRaw(resp.Body) // read-only: fasthttp copies before any change
 	return nil
 }
+
+var (
+	replayedName = []byte(idemhttp.ReplayedHeader)
+	replayedTrue = []byte("true")
+)
+
+// bytesOf returns a read-only view of s, for fasthttp calls that copy it.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // notRetainedBody is the body of a replay whose response was not kept.
 func notRetainedBody(status int) []byte {
