@@ -44,4 +44,12 @@
 // Every error can be matched with errors.Is: [ErrInFlight] (an [*InFlightError] says how long to
 // wait), [ErrMismatch], [ErrLeaseLost], [ErrStoreUnavailable] (a [*StoreError] carries the
 // store's own error), [ErrUncertain] and [ErrInvalidInput].
+//
+// # Observing
+//
+// [Options].Observer is told when each stage of [Engine.Do] begins and ends — the claim, a
+// duplicate's wait, the effect, the store calls that complete or release it — with the
+// outcome, whether the claim was a takeover, its attempt count and lease ([Event]). Package
+// idemotel turns it into OpenTelemetry spans and metrics. Unset, it costs a nil check per
+// stage.
 package idem

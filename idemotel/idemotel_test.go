@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -383,5 +384,51 @@ func TestClientKey(t *testing.T) {
 		if got := idemotel.ClientKey(in); got != want {
 			t.Errorf("ClientKey(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestObserverConcurrent: many goroutines on few keys through one traced engine; every Do
+// leaves one claim span, the in-flight gauge returns to zero, and the outcome counter adds up.
+func TestObserverConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := b.engine(t, memstore.New(), idem.Options{Wait: 5 * time.Second, PollInterval: time.Millisecond, CacheSize: 4})
+	const workers, each = 8, 50
+	var runs atomic.Int64
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				fp := fp1
+				if (w+i)%5 == 0 {
+					fp = fp2
+				}
+				e.Do(context.Background(), "s|k"+strconv.Itoa(i%7), fp, func(context.Context) (idem.Response, error) {
+					runs.Add(1)
+					return idem.Response{Status: 200}, nil
+				})
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	spans := b.ended(t, "s|")
+	claims := len(find(spans, "idem.claim")) + len(find(spans, "idem.replay"))
+	if claims != workers*each {
+		t.Errorf("%d claim spans, want %d", claims, workers*each)
+	}
+	m := b.sums(t)
+	var claimed int64
+	for name, v := range m {
+		if strings.HasPrefix(name, "idem.outcomes{") && strings.Contains(name, "idem.stage=claim") {
+			claimed += v
+		}
+	}
+	if claimed != workers*each || m["idem.claims.in_flight{idem.store=memory}"] != 0 ||
+		m["idem.outcomes{idem.outcome=kept,idem.stage=effect,idem.store=memory}"] != runs.Load() {
+		t.Errorf("claims counted %d, in flight %d, kept %d (runs %d)", claimed,
+			m["idem.claims.in_flight{idem.store=memory}"], m["idem.outcomes{idem.outcome=kept,idem.stage=effect,idem.store=memory}"], runs.Load())
 	}
 }
