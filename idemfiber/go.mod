@@ -8,6 +8,7 @@ require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/idemkit/idem v0.0.0
 	github.com/valyala/fasthttp v1.51.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -23,17 +23,18 @@ import (
 
 // bundle is a Fiber app on 127.0.0.1 with the middleware on /v1, and what it needs.
 type bundle struct {
-	t     *testing.T
-	url   string
-	store *memstore.Store
-	n     atomic.Int64 // handler runs
+	t      *testing.T
+	url    string
+	store  *memstore.Store
+	client *http.Client
+	n      atomic.Int64 // handler runs
 }
 
 // setup serves h (which must count its runs in b.n) behind the middleware, with recover in
 // front as an application would have it.
 func setup(t *testing.T, eo idem.Options, o idemfiber.Options, h func(b *bundle) fiber.Handler) *bundle {
 	t.Helper()
-	b := &bundle{t: t, store: memstore.New()}
+	b := &bundle{t: t, store: memstore.New(), client: &http.Client{Transport: &http.Transport{}}}
 	eng, err := idem.New(b.store, eo)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,10 @@ func setup(t *testing.T, eo idem.Options, o idemfiber.Options, h func(b *bundle)
 		t.Fatal(err)
 	}
 	go func() { _ = app.Listener(ln) }()
-	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
+	t.Cleanup(func() {
+		b.client.CloseIdleConnections()
+		_ = app.ShutdownWithTimeout(5 * time.Second)
+	})
 	b.url = "http://" + ln.Addr().String()
 	return b
 }
@@ -85,7 +89,7 @@ func (b *bundle) do(method, path, key, body string, hdr ...string) answer {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := b.client.Do(req)
 	if err != nil {
 		b.t.Error(err)
 		return answer{}
