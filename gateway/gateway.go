@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -66,8 +65,8 @@ type Gateway struct {
 	routes   []route
 	fallback route
 	engines  []*idem.Engine
-	failures *failures // upstream failures, from the proxy to the event hook
-	secret   []byte    // the key of the scope's HMAC
+	budget   *idemhttp.Budget // one memory budget for every route
+	secret   []byte           // the key of the scope's HMAC
 }
 
 // route is a rule with its handler and what a request needs to be checked against it.
@@ -96,6 +95,10 @@ const (
 	// ProblemHTTP2Preface (505): the HTTP/2 connection preface (PRI * HTTP/2.0) sent to a
 	// gateway that does not accept HTTP/2 without TLS (Config.H2C off).
 	ProblemHTTP2Preface = "https://idemkit.dev/problems/http2-preface"
+	// ProblemUpstream (502, or 504 on a timeout): the upstream call failed. The title says
+	// whether the request was sent (it may have been processed: the key is held, retry later
+	// with the same key) or never left (the key is released: a retry executes).
+	ProblemUpstream = "https://idemkit.dev/problems/upstream"
 )
 
 // outcomeRefused labels a request the gateway refused before the middleware (the problems
@@ -142,7 +145,16 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		transport = upstreamTransport()
 	}
 	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics)
-	g.failures = px.failures
+	// One budget bounds the buffers of all routes together, not each route's alone. Its
+	// default is the middleware's: DefaultMemoryBudget, or 4 × the two body limits if larger.
+	budget := int64(cfg.MemoryBudget)
+	switch {
+	case budget == 0 && cfg.MaxBody >= 1<<58:
+		budget = -1 // no budget could serve one request at such limits
+	case budget == 0:
+		budget = max(idemhttp.DefaultMemoryBudget, 4*2*int64(cfg.MaxBody))
+	}
+	g.budget = idemhttp.NewBudget(budget)
 
 	if g.fallback, err = g.route(instrumented, px, Route{}); err != nil {
 		g.Close()
@@ -238,7 +250,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		RequireKey:      g.cfg.RequireKey,
 		MaxRequestBody:  int64(g.cfg.MaxBody),
 		MaxResponseBody: int64(g.cfg.MaxBody),
-		MemoryBudget:    int64(g.cfg.MemoryBudget),
+		Budget:          g.budget,
 		ExpiresHeader:   true,
 		DetachBody:      true, // the proxy's Transport may read the body after ServeHTTP returns
 		OnEvent:         g.event,
@@ -297,7 +309,7 @@ func (g *Gateway) bypass(px http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		px.ServeHTTP(w, r)
 		outcome := idemhttp.OutcomeBypass
-		if g.failures.take(r.URL) != 0 {
+		if failed(r.Context()) {
 			outcome = outcomeUpstreamError
 		}
 		g.metrics.request(outcome)
@@ -307,7 +319,7 @@ func (g *Gateway) bypass(px http.Handler) http.Handler {
 // event turns the middleware's report of a request into a metric and a log line.
 func (g *Gateway) event(ev idemhttp.Event) {
 	outcome := ev.Outcome
-	if g.failures.take(ev.Request.URL) != 0 {
+	if failed(ev.Request.Context()) {
 		outcome = outcomeUpstreamError
 	}
 	g.metrics.request(outcome)
@@ -386,8 +398,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	r, _ = withOutcome(r)
 	rt.handler.ServeHTTP(w, r)
-	g.failures.take(r.URL) // normally taken by the event hook already; never left behind
 }
 
 // processes reports whether method is one of the processed methods.
@@ -428,13 +440,7 @@ func hopByHop(h http.Header, names []string) string {
 
 // refuse answers status with a problem of type typ, and counts the request as refused.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, status int, typ, title string) {
-	body := `{"type":"` + typ + `","title":` + strconv.Quote(title) + `,"status":` + strconv.Itoa(status) + "}\n"
-	h := w.Header()
-	h.Set("Content-Type", idemhttp.ProblemContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
+	idemhttp.WriteProblem(w, status, typ, title)
 	g.metrics.request(outcomeRefused)
 	g.log.LogAttrs(r.Context(), slog.LevelInfo, "request refused", slog.String("problem", typ),
 		slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()))
