@@ -247,8 +247,8 @@ func TestBinaryUpstreamClosesAfterWholeAnswer(t *testing.T) {
 	}
 }
 
-// An answer cut mid-body shows in the metrics: the upstream call failed, the request was held
-// as uncertain, nothing is left in flight.
+// An answer cut mid-body shows in the metrics: the upstream call failed (the request counts as
+// upstream_error, as one whose upstream never answered does), nothing is left in flight.
 func TestBinaryMidAnswerMetrics(t *testing.T) {
 	t.Parallel()
 	up, _ := rawUpstream(t, func(c net.Conn) { io.WriteString(c, head201+"partial") })
@@ -275,7 +275,7 @@ func TestBinaryMidAnswerMetrics(t *testing.T) {
 			break
 		}
 	}
-	for _, want := range []string{`idem_upstream_seconds_count{result="error"} 1`, `idem_requests_total{outcome="uncertain"} 1`,
+	for _, want := range []string{`idem_upstream_seconds_count{result="error"} 1`, `idem_requests_total{outcome="upstream_error"} 1`,
 		`idem_requests_total{outcome="conflict"} 1`, "idem_requests_in_flight 0"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)

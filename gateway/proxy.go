@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,7 +78,6 @@ type proxy struct {
 	deadlines *deadlines
 	log       *slog.Logger
 	metrics   *Metrics
-	failures  *failures
 }
 
 // upstreamCall is the context of one upstream call: the request's values, without its
@@ -159,36 +157,36 @@ func (d *deadlines) get(now time.Time) context.Context {
 	return ctx
 }
 
-// failures hands the failure of an upstream call from the proxy to the event hook, which
-// labels the request upstream_error. The hook sees the request the middleware got, the proxy
-// a copy made by WithContext: both share the *url.URL the server parsed for that request,
-// unique among requests in flight, so it is the key. Only failures are stored: on the usual
-// path the hook reads one atomic counter and nothing else.
-type failures struct {
-	n atomic.Int64
-	m sync.Map // *url.URL → upstreamFailure
+// outcomeKey is the context key of a request's *upstreamOutcome.
+type outcomeKey struct{}
+
+// upstreamOutcome is how a request's upstream call went, carried explicitly along the
+// request's path: the gateway puts one in the request's context before the middleware, the
+// proxy writes it, and the gateway's event hook (or its bypass handler) reads it to label the
+// request upstream_error.
+type upstreamOutcome struct{ failure upstreamFailure }
+
+// withOutcome returns r carrying a new upstreamOutcome, and that outcome.
+func withOutcome(r *http.Request) (*http.Request, *upstreamOutcome) {
+	o := new(upstreamOutcome)
+	return r.WithContext(context.WithValue(r.Context(), outcomeKey{}, o)), o
 }
 
-func (f *failures) record(u *url.URL, x upstreamFailure) {
-	f.m.Store(u, x)
-	f.n.Add(1)
+// failed reports whether the upstream call of the request with context ctx failed.
+func failed(ctx context.Context) bool {
+	o, _ := ctx.Value(outcomeKey{}).(*upstreamOutcome)
+	return o != nil && o.failure != 0
 }
 
-// take returns and forgets the failure recorded for u (0: none).
-func (f *failures) take(u *url.URL) upstreamFailure {
-	if f.n.Load() == 0 {
-		return 0
+// record notes on r's outcome, if it carries one, how its upstream call failed.
+func record(r *http.Request, f upstreamFailure) {
+	if o, ok := r.Context().Value(outcomeKey{}).(*upstreamOutcome); ok {
+		o.failure = f
 	}
-	v, ok := f.m.LoadAndDelete(u)
-	if !ok {
-		return 0
-	}
-	f.n.Add(-1)
-	return v.(upstreamFailure)
 }
 
 func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Duration, log *slog.Logger, m *Metrics) *proxy {
-	p := &proxy{deadlines: newDeadlines(timeout), log: log, metrics: m, failures: &failures{}}
+	p := &proxy{deadlines: newDeadlines(timeout), log: log, metrics: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -226,13 +224,14 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// http.ErrAbortHandler, which goes on to the middleware; the claim is held, or the
 			// record completed without its body, never released. The call counts as failed.
 			p.metrics.upstream(time.Since(start), true)
+			record(r, uncertain)
 		}
 	}()
 	p.rp.ServeHTTP(w, r.WithContext(call))
 	returned = true
 	p.metrics.upstream(time.Since(start), call.failure != 0)
 	if call.failure != 0 {
-		p.failures.record(r.URL, call.failure)
+		record(r, call.failure)
 	}
 }
 
@@ -255,7 +254,5 @@ func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		idemhttp.MarkFailed(w)
 	}
 	p.log.Warn("upstream call failed", "method", r.Method, "path", r.URL.Path, "err", err, "maybe_processed", f == uncertain)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, `{"type":"https://idemkit.dev/problems/upstream","title":"`+title+`","status":`+strconv.Itoa(status)+"}\n")
+	idemhttp.WriteProblem(w, status, ProblemUpstream, title)
 }

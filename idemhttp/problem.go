@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Problem types: the stable `type` URIs of the application/problem+json (RFC 9457) answers the
@@ -98,6 +99,41 @@ func (p *problem) write(w http.ResponseWriter, retryAfter []string) {
 	}
 	w.WriteHeader(p.status)
 	_, _ = w.Write(p.body)
+}
+
+// WriteProblem answers with an application/problem+json (RFC 9457) body of the given type URI,
+// title and status, with the headers the middleware's own problems carry (Content-Type,
+// Content-Length, X-Content-Type-Options: nosniff). It is for handlers and proxies in front of
+// or behind the middleware that refuse a request in the same vocabulary. The title is
+// JSON-escaped; typ must be a URI.
+func WriteProblem(w http.ResponseWriter, status int, typ, title string) {
+	body := make([]byte, 0, len(typ)+len(title)+48)
+	body = append(body, `{"type":`...)
+	body = appendJSONString(body, typ)
+	body = append(body, `,"title":`...)
+	body = appendJSONString(body, title)
+	body = append(body, `,"status":`...)
+	body = strconv.AppendInt(body, int64(status), 10)
+	body = append(body, "}\n"...)
+	p := problem{status: status, body: body, length: []string{strconv.Itoa(len(body))}}
+	p.write(w, nil)
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(out []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	out = append(out, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			out = append(out, '\\', byte(r))
+		case r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029:
+			out = append(out, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
+		default:
+			out = utf8.AppendRune(out, r)
+		}
+	}
+	return append(out, '"')
 }
 
 // notRetainedBody is the body of a replay whose response was not kept.
