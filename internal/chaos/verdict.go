@@ -343,6 +343,27 @@ func (j *judge) explain(prev, next Effect) excuse {
 	return unexplained
 }
 
+// nearby describes the faults recorded around an unexplained re-execution that did not meet
+// an excuse's conditions, for diagnosis: lost answers of the holder and store outages, with
+// their times relative to the earlier execution.
+func (j *judge) nearby(prev, next Effect) string {
+	var parts []string
+	for _, l := range j.lost[[2]string{prev.Op, prev.Gateway}] {
+		if l != nil {
+			parts = append(parts, fmt.Sprintf("answer lost (%s) at %+dms", l.Cause, l.At.Sub(prev.At).Milliseconds()))
+		}
+	}
+	for _, o := range j.outages {
+		if !o.To.Before(prev.At.Add(-j.inFlight)) && !o.From.After(next.At) {
+			parts = append(parts, fmt.Sprintf("store down from %+dms to %+dms", o.From.Sub(prev.At).Milliseconds(), o.To.Sub(prev.At).Milliseconds()))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(parts, "; ") + "]"
+}
+
 // reexecutions judges every execution of op after its first; it reports whether one was an
 // operator's doing (then clients may rightly have seen two answers).
 func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
@@ -369,8 +390,9 @@ func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
 			if j.completed(prev) {
 				why = "the earlier execution's record had been completed (a client got its answer)"
 			}
-			v.example("%s executed again (%s by %s at %s) after %s by %s at %s: %s", next.Op,
-				next.ID, next.Gateway, next.At.Format(time.RFC3339Nano), prev.ID, prev.Gateway, prev.At.Format(time.RFC3339Nano), why)
+			v.example("%s executed again (%s by %s at %s) after %s by %s at %s: %s%s", next.Op,
+				next.ID, next.Gateway, next.At.Format(time.RFC3339Nano), prev.ID, prev.Gateway, prev.At.Format(time.RFC3339Nano), why,
+				j.nearby(prev, next))
 		}
 	}
 	return forced
