@@ -89,8 +89,8 @@ type Record struct {
 	ExpiresAt time.Time
 }
 
-// Expired reports whether the record counts as absent at now (invariant 5: a record past
-// ExpiresAt is absent even if the store still holds it).
+// Expired reports whether the record counts as absent at now (a record past ExpiresAt is
+// absent even if the store still holds it).
 func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 
 // LeaseExpired reports whether an in-progress record's lease has run out at now.

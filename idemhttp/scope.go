@@ -26,9 +26,9 @@ const ScopeSeparator = '|'
 var ErrInvalidScope = errors.New("idemhttp: invalid scope")
 
 // A ScopeFunc returns the tenant a request acts for: the principal whose keys it shares. Two
-// requests with the same key and different scopes never see or block each other (DESIGN.md,
-// invariant 7). It must return the same scope for every retry of a request, so a credential
-// that rotates (a short-lived bearer token) is not a good scope: use the account behind it.
+// requests with the same key and different scopes never see or block each other. It must
+// return the same scope for every retry of a request, so a credential that rotates (a
+// short-lived bearer token) is not a good scope: use the account behind it.
 // "" is the anonymous scope, shared by every request that has none.
 type ScopeFunc func(r *http.Request) (string, error)
 

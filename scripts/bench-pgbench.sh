@@ -5,7 +5,7 @@
 #   new key, group commit: the same pgbench script against pgstore with Options.GroupCommit 2
 #            (the gateway's default): the same statements, concurrent ones sharing transactions;
 #   replay:  Reserve of a completed key (one statement), 16 clients.
-# Prints each run and the ratio pgstore ops/s ÷ pgbench TPS (bar for the new-key path: >= 0.70).
+# Prints each run and the ratio pgstore ops/s ÷ pgbench TPS (target for the new-key path: >= 0.70).
 #
 # usage: scripts/bench-pgbench.sh [seconds-per-run (default 10)] [rounds (default 2)]
 # env:   IDEM_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable)

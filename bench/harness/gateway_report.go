@@ -38,7 +38,7 @@ func (g *gatewayRun) report(out io.Writer) error {
 
 	if len(g.mem) == 4 {
 		bare := g.mem[0]
-		p("| case | req/s (median) | vs bare hop | bar | p50 | p99 | proxy CPU/req | upstream CPU/req | errors |\n")
+		p("| case | req/s (median) | vs bare hop | target | p50 | p99 | proxy CPU/req | upstream CPU/req | errors |\n")
 		p("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
 		bars := []struct {
 			bar  float64
@@ -86,7 +86,7 @@ func (g *gatewayRun) report(out io.Writer) error {
 			p("`idem serve --store postgres://…` did not start (`%s`): the gateway package itself served it, "+
 				"on `pgstore`, from `idembench serve-pggateway` (same handler, same default configuration, text log to a file).\n\n", g.pgNote)
 		}
-		p("| case | rate (median) | vs pgbench | bar | p50 | p99 | errors |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
+		p("| case | rate (median) | vs pgbench | target | p50 | p99 | errors |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
 		var lat []string
 		for _, r := range g.pgbench {
 			lat = append(lat, fmt.Sprintf("%.2f ms", r.latencyMS))
@@ -94,8 +94,8 @@ func (g *gatewayRun) report(out io.Writer) error {
 		p("| %s | %.0f TPS | 1.00 | baseline | average %s | | 0 |\n", pgb.name, pgb.rate(), strings.Join(lat, ", "))
 		r := ratio(nk, pgb)
 		p("| %s | %.0f req/s | %.2f | ≥ 0.60 %s | %s | %s | %d |\n", nk.name, nk.rate(), r, verdict(r >= barPostgres), us(nk.lat.Quantile(0.5)), us(nk.lat.Quantile(0.99)), nk.errors)
-		p("| %s | %.0f req/s | %.2f | (no bar) | %s | %s | %d |\n", nk0.name, nk0.rate(), ratio(nk0, pgb), us(nk0.lat.Quantile(0.5)), us(nk0.lat.Quantile(0.99)), nk0.errors)
-		p("| %s | %.0f req/s | %.2f | (no bar) | %s | %s | %d |\n", rp.name, rp.rate(), ratio(rp, pgb), us(rp.lat.Quantile(0.5)), us(rp.lat.Quantile(0.99)), rp.errors)
+		p("| %s | %.0f req/s | %.2f | (none) | %s | %s | %d |\n", nk0.name, nk0.rate(), ratio(nk0, pgb), us(nk0.lat.Quantile(0.5)), us(nk0.lat.Quantile(0.99)), nk0.errors)
+		p("| %s | %.0f req/s | %.2f | (none) | %s | %s | %d |\n", rp.name, rp.rate(), ratio(rp, pgb), us(rp.lat.Quantile(0.5)), us(rp.lat.Quantile(0.99)), rp.errors)
 		p("\nRates per round: pgbench %s TPS; gateway new key %s req/s; new key with group_commit=0 %s req/s; replay %s req/s.\n\n",
 			rates(pgb.rates), rates(nk.rates), rates(nk0.rates), rates(rp.rates))
 		if len(g.pgCPU) == 4 {

@@ -134,7 +134,7 @@ type History struct {
 }
 
 // Verdict is the judgement of a History. The first group must be all zeros; the second group
-// counts re-executions inside the windows the design documents (invariant 1: a holder that
+// counts re-executions inside the windows idem documents (a holder that
 // is gone past its lease is taken over, and an uncertain outcome is held for the lease, then
 // taken over; an operator's forced release makes a completed key execute again); the rest
 // describe the run.

@@ -69,7 +69,7 @@
 //
 // # Expiry, TTL and Sweep
 //
-// A record past expires_at counts as absent whatever DynamoDB still holds (invariant 5): the
+// A record past expires_at counts as absent whatever DynamoDB still holds: the
 // conditions compare expires_at with the engine's clock. DynamoDB's TTL deletes old items in
 // the background, for free, usually within days; CreateTable enables it. Sweep exists for
 // completeness (idem sweep) and where TTL is off: it pages through a Scan filtered on

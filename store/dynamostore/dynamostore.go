@@ -58,7 +58,7 @@ type Options struct {
 	KeyPrefix string
 	// TTLAttribute names the Number attribute holding each item's DynamoDB TTL in Unix
 	// seconds. Default "ttl". Enable TTL on it (CreateTable does) so DynamoDB deletes old
-	// records for free; idem never relies on it (invariant 5: expires_at decides).
+	// records for free; idem never relies on it (expires_at decides).
 	TTLAttribute string
 	// TTLMargin is how far beyond expires_at the storage TTL is set, so clock skew between
 	// idem and DynamoDB can never delete a live record. Default 1h.

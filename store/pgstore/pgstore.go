@@ -209,8 +209,8 @@ func opErr(op string, err error) error {
 // not visible to the statement's snapshot (see queries.reserve): each re-run has a newer one.
 const reserveRetries = 16
 
-// Reserve implements idem.Store in one statement: one round trip (a second only in the rare
-// race described at queries.reserve).
+// Reserve implements idem.Store in one statement: one round trip (a second only in a rare
+// race, when the row that blocked the statement was committed after its snapshot began).
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err

@@ -41,7 +41,7 @@
 // response as idem.EncodeResponse bytes (the layout is described in scripts.go). Times are
 // Unix microseconds and tokens are idem.NextToken values; both are integers below 2^53, which
 // Lua's doubles hold exactly. expires_at is compared with the caller's now: a record past it
-// counts as absent (invariant 5), whatever Redis still holds. Release sets expires_at and
+// counts as absent, whatever Redis still holds. Release sets expires_at and
 // lease_until to 0 and keeps the token, so the next claim's token is larger.
 //
 // Every write sets the record with a storage TTL (PX) of expires_at − now + Options.TTLMargin,
