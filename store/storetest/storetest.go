@@ -84,6 +84,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"LoserGetsBlockingRecord", s.loserGetsBlockingRecord},
 		{"InvalidKeys", s.invalidKeys},
 		{"Delete", s.delete},
+		{"List", s.list},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
 	}

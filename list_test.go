@@ -1,0 +1,68 @@
+package idem_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+func TestListBoundsPrefixRange(t *testing.T) {
+	for _, tc := range []struct{ prefix, to string }{
+		{"", ""},
+		{"ab", "ac"},
+		{"a\x7f", "a\u0080"},
+		{"a\u00ff", "a\u0100"},
+		{"a\ud7ff", "a\ue000"},
+		{"a\U0010ffff", "b"},
+		{"\U0010ffff\U0010ffff", ""},
+	} {
+		b, err := idem.ListQuery{Prefix: tc.prefix}.Bounds()
+		if err != nil || b.From != tc.prefix || b.To != tc.to {
+			t.Errorf("Bounds(prefix %q) = [%q, %q), %v; want [%q, %q)", tc.prefix, b.From, b.To, err, tc.prefix, tc.to)
+		}
+		// Every key with the prefix is in the range; the end itself is not.
+		for _, k := range []string{tc.prefix, tc.prefix + "\x01", tc.prefix + "\U0010ffff\U0010ffff"} {
+			if !b.Match(k, idem.StateInProgress, 0) {
+				t.Errorf("prefix %q: key %q is out of its range", tc.prefix, k)
+			}
+		}
+		if tc.to != "" && b.Match(tc.to, idem.StateInProgress, 0) {
+			t.Errorf("prefix %q: %q is in its range", tc.prefix, tc.to)
+		}
+	}
+}
+
+func TestListCursorRoundTrip(t *testing.T) {
+	key := "scope\x1fk\u00e9y/with+slash="
+	b, err := idem.ListQuery{Cursor: idem.ListCursor(key), Limit: 5000}.Bounds()
+	if err != nil || !b.HasAfter || b.After != key || b.Limit != idem.MaxListLimit {
+		t.Fatalf("Bounds = %+v, %v", b, err)
+	}
+	if b.Match(key, idem.StateCompleted, 0) || !b.Match(key+"x", idem.StateCompleted, 0) {
+		t.Error("a cursor must resume strictly after its key")
+	}
+	for _, c := range []string{"***", idem.ListCursor("\xff")} {
+		if _, err := (idem.ListQuery{Cursor: c}).Bounds(); !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("cursor %q: %v, want ErrInvalidInput", c, err)
+		}
+	}
+}
+
+func TestDecodeResponseHead(t *testing.T) {
+	full := idem.EncodeResponse(idem.Response{Status: 503, Header: map[string][]string{"A": {"b"}}, Body: []byte(strings.Repeat("x", 100)), BodyOmitted: true})
+	r, err := idem.DecodeResponseHead(full[:idem.ListResponseHeadLen])
+	if err != nil || r.Status != 503 || !r.BodyOmitted || r.Header != nil || r.Body != nil {
+		t.Fatalf("DecodeResponseHead = %+v, %v", r, err)
+	}
+	r, err = idem.DecodeResponseHead(idem.EncodeResponse(idem.Response{}))
+	if err != nil || r.Status != 0 || r.BodyOmitted {
+		t.Fatalf("DecodeResponseHead(empty response) = %+v, %v", r, err)
+	}
+	for _, b := range [][]byte{nil, {1}, {2, 0, 200}, {1, 0, 0xff}} {
+		if _, err := idem.DecodeResponseHead(b); !errors.Is(err, idem.ErrCorruptRecord) {
+			t.Errorf("DecodeResponseHead(%x) = %v, want ErrCorruptRecord", b, err)
+		}
+	}
+}

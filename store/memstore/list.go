@@ -1,0 +1,73 @@
+package memstore
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.Lister = (*Store)(nil)
+
+// List returns a page of the store's records in key order (idem.Lister), for operators. It
+// scans every record under the store's lock, keeping the Limit+1 smallest matching keys, so
+// a call costs a pass over the store and holds the lock for it: fine for tests and small
+// stores, which is what memstore is for.
+func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
+	b, err := q.Bounds()
+	if err != nil {
+		return idem.ListPage{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return idem.ListPage{}, err
+	}
+	defer s.mu.Unlock()
+	// The best Limit+1 positions so far, sorted by key: a bounded insertion, never the whole
+	// store sorted or copied.
+	best := make([]int32, 0, b.Limit+1)
+	for i := range s.n {
+		h, k := s.head(i), s.key(i)
+		if !b.Match(k, h.state, h.created) {
+			continue
+		}
+		if len(best) == b.Limit+1 && k >= s.key(best[b.Limit]) {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(best, k, func(j int32, k string) int { return strings.Compare(s.key(j), k) })
+		if len(best) == b.Limit+1 {
+			best = best[:b.Limit]
+		}
+		best = slices.Insert(best, at, i)
+	}
+	recs := make([]idem.Record, len(best))
+	for n, i := range best {
+		recs[n] = s.light(i)
+	}
+	return b.Page(recs), nil
+}
+
+// light returns record i without its response's headers and body.
+func (s *Store) light(i int32) idem.Record {
+	h := s.head(i)
+	r := idem.Record{
+		Key:         strings.Clone(s.key(i)), // not a window on the blob, which holds the body
+		Fingerprint: strings.Clone(s.fp(i)),
+		State:       h.state,
+		Token:       h.token,
+		LeaseUntil:  time.UnixMicro(h.lease),
+		Attempts:    int(h.attempts),
+		CreatedAt:   time.UnixMicro(h.created),
+		ExpiresAt:   time.UnixMicro(h.expires),
+	}
+	if h.done != 0 {
+		r.CompletedAt = time.UnixMicro(h.done)
+	}
+	if end := int(h.keyLen + h.fpLen); len(*s.blob(i)) > end {
+		// The bytes were written by EncodeResponse, so they always decode.
+		resp, _ := idem.DecodeResponseHead([]byte((*s.blob(i))[end:min(len(*s.blob(i)), end+idem.ListResponseHeadLen)]))
+		r.Response = &resp
+	}
+	return r
+}
