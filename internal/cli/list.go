@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/idemkit/idem"
+)
+
+func init() {
+	register("list", "list records in key order, by state, age and key prefix", runList)
+}
+
+// listed is one record as `idem list --json` prints it, one JSON object a line.
+type listed struct {
+	Key         string `json:"key"`
+	Condition   string `json:"condition"`
+	State       string `json:"state"`
+	CreatedAt   string `json:"created_at"`
+	Age         string `json:"age"`
+	Attempts    int    `json:"attempts"`
+	Token       int64  `json:"token"`
+	LeaseLeft   string `json:"lease_left,omitempty"`
+	ExpiresAt   string `json:"expires_at"`
+	Status      int    `json:"status,omitempty"`
+	BodyOmitted bool   `json:"body_omitted,omitempty"`
+}
+
+func runList(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "list", "[--store URL] [--state in_progress|completed] [--older-than DUR] [--key PREFIX] [--limit N] [--cursor C] [--json]")
+	usage := fs.Usage
+	fs.Usage = func() {
+		usage()
+		fmt.Fprintln(e.stderr, "\nRecords come in storage-key order (SCOPE|KEY), expired ones included; the condition shown\n"+
+			"is the one `idem inspect` explains. When more records remain than --limit, the cursor to\n"+
+			"resume with is printed on stderr.")
+	}
+	store := storeFlag(e, fs)
+	state := fs.String("state", "any", "keep only records in this state: in_progress, completed or any")
+	olderThan := fs.Duration("older-than", 0, "keep only records created longer ago than this (e.g. 10m)")
+	prefix := fs.String("key", "", "keep only storage keys that start with PREFIX (a scope, its separator, the start of a key)")
+	limit := fs.Int("limit", 100, "print at most N records")
+	cursor := fs.String("cursor", "", "resume a listing where a previous one stopped")
+	asJSON := fs.Bool("json", false, "print one JSON object a line")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageError("unexpected argument %q (filter keys with --key PREFIX)", pos[0])
+	}
+	now := time.Now()
+	q := idem.ListQuery{Prefix: *prefix, Cursor: *cursor}
+	switch *state {
+	case "any", "":
+	case "in_progress":
+		q.State = idem.StateInProgress
+	case "completed":
+		q.State = idem.StateCompleted
+	default:
+		return usageError("--state %q: want in_progress, completed or any", *state)
+	}
+	if *olderThan < 0 {
+		return usageError("--older-than %v is negative", *olderThan)
+	}
+	if *olderThan > 0 {
+		q.CreatedBefore = now.Add(-*olderThan)
+	}
+	if *limit <= 0 {
+		return usageError("--limit %d: want at least 1", *limit)
+	}
+	if _, err := q.Bounds(); err != nil {
+		return usageError("%v", err)
+	}
+	st, err := openStore(ctx, *store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	l, ok := st.(idem.Lister)
+	if !ok {
+		return fmt.Errorf("this store cannot list its records (listing is supported by memory://, sqlite://, postgres:// and mysql://)")
+	}
+	var tw *tabwriter.Writer
+	if !*asJSON {
+		tw = tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tSTATE\tAGE\tATTEMPTS\tLEASE LEFT\tSTATUS")
+	}
+	enc := json.NewEncoder(e.stdout)
+	printed, next := 0, ""
+	for printed < *limit {
+		q.Limit = min(*limit-printed, idem.MaxListLimit)
+		page, err := l.List(ctx, q)
+		if err != nil {
+			return redactError(err, *store)
+		}
+		for _, rec := range page.Records {
+			r := listing(rec, now)
+			if *asJSON {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+				continue
+			}
+			status := "-"
+			if r.Status != 0 || rec.Response != nil {
+				status = strconv.Itoa(r.Status)
+				if r.BodyOmitted {
+					status += " (body not kept)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", printable(r.Key), r.Condition, r.Age, r.Attempts, cmp.Or(r.LeaseLeft, "-"), status)
+		}
+		printed += len(page.Records)
+		next = page.Next
+		if next == "" {
+			break
+		}
+		q.Cursor = next
+	}
+	if tw != nil {
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if next != "" {
+		fmt.Fprintf(e.stderr, "more records: resume with --cursor %s\n", next)
+	}
+	return nil
+}
+
+// listing describes rec at now.
+func listing(rec idem.Record, now time.Time) listed {
+	cond := conditionOf(rec, now)
+	r := listed{
+		Key: rec.Key, Condition: string(cond), State: rec.State.String(),
+		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Second).String(),
+		Attempts: rec.Attempts, Token: rec.Token, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339Nano),
+	}
+	if cond == condRunning || cond == condHeld {
+		r.LeaseLeft = rec.LeaseUntil.Sub(now).Round(time.Second).String()
+	}
+	if rec.Response != nil {
+		r.Status, r.BodyOmitted = rec.Response.Status, rec.Response.BodyOmitted
+	}
+	return r
+}
+
+// printable returns key as it is if every rune is printable, else quoted, so that a key cannot
+// break the table or the terminal.
+func printable(key string) string {
+	for _, c := range key {
+		if c == utf8.RuneError || !unicode.IsPrint(c) {
+			return strconv.Quote(key)
+		}
+	}
+	return key
+}
