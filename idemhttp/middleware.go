@@ -36,7 +36,7 @@ func New(opt Options) (func(http.Handler) http.Handler, error) {
 
 type middleware struct {
 	opt     Options
-	eng     *idem.Engine
+	eng     idem.Runner
 	policy  idem.Policy
 	ttl     time.Duration
 	now     func() time.Time
@@ -53,9 +53,22 @@ func newMiddleware(opt Options) (*middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	eo := opt.Engine.Options()
+	var eng idem.Runner = opt.Engine
+	if opt.Engine == nil {
+		eng = opt.Runner
+	}
+	var eo idem.Options
+	if o, ok := eng.(interface{ Options() idem.Options }); ok {
+		eo = o.Options()
+	}
+	if eo.Policy == nil {
+		eo.Policy = idem.DefaultPolicy
+	}
+	if eo.Now == nil {
+		eo.Now = time.Now
+	}
 	m := &middleware{
-		opt: opt, eng: opt.Engine, policy: eo.Policy, ttl: eo.TTL, now: eo.Now,
+		opt: opt, eng: eng, policy: eo.Policy, ttl: eo.TTL, now: eo.Now,
 		methods: opt.Methods, checkFP: checkFP,
 		retry: retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
 	}
@@ -502,7 +515,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 	m := h.m
 	ev := Event{Request: r, Key: key, Start: start, Handler: c.took, Takeover: res.Takeover}
 	switch {
-	case c.ran:
+	case c.ran && (res.Executed || err == nil || c.committed):
 		if !c.committed {
 			hd := w.Header()
 			if res.Kept && m.opt.ExpiresHeader {
@@ -546,7 +559,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 		ev.Outcome, ev.Status = OutcomeConflict, probInFlight.status
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		ev.Err = err
-		if m.opt.FailOpen {
+		if m.opt.FailOpen && !c.ran {
 			m.opt.Logger.Warn("idemhttp: store unavailable; request passed WITHOUT idempotency protection (fail open)",
 				"method", r.Method, "path", r.URL.Path, "err", err)
 			r2 := r.WithContext(r.Context())

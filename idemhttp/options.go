@@ -30,15 +30,27 @@ const (
 	DefaultMaxResponseBody = 1 << 20
 )
 
-// Options configure the middleware. Only Engine is required; the zero value of every other
+// Options configure the middleware. Only Engine (or Runner) is required; the zero value of every other
 // field is a safe default.
 type Options struct {
 	// Engine runs handlers at most once per key and stores their responses. Its options decide
 	// the lease, how long responses are kept (TTL), whether duplicates in flight wait (Wait) or
 	// get 409 at once, which statuses are kept (Policy: idem.DefaultPolicy releases 5xx, 401,
 	// 403, 408, 409, 425 and 429; idem.StoreServerErrors keeps 5xx too), what happens to an
-	// uncertain outcome (Uncertain), and a local cache of hot replays (CacheSize). Required.
+	// uncertain outcome (Uncertain), and a local cache of hot replays (CacheSize). Exactly one
+	// of Engine and Runner is required.
 	Engine *idem.Engine
+	// Runner, in place of Engine, runs handlers at most once per key: pgstore.TxRunner runs
+	// each handler in the same PostgreSQL transaction as the claim and the stored response,
+	// and hands the handler that transaction in the request's context. The middleware takes
+	// the Policy, TTL and Now from the Runner's Options method (func() idem.Options) if it has
+	// one; otherwise it uses idem.DefaultPolicy, time.Now and no TTL (ExpiresHeader is then
+	// only exact on replays). A Runner sets Result.Executed when the handler's response
+	// stands; when it returns an error with Executed false after the handler ran (a failed
+	// commit), the handler's response is not sent unless it already began to stream: the
+	// client gets the problem for that error (503 for idem.ErrStoreUnavailable, never a fail
+	// open), and its retry executes or replays.
+	Runner idem.Runner
 	// Methods are processed; requests with other methods pass through untouched. Default
 	// POST and PATCH.
 	Methods []string
@@ -123,8 +135,11 @@ type Options struct {
 var ErrOptions = errors.New("idemhttp: invalid options")
 
 func (o Options) withDefaults() (Options, error) {
-	if o.Engine == nil {
-		return o, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+	switch {
+	case o.Engine == nil && o.Runner == nil:
+		return o, fmt.Errorf("%w: Options.Engine or Options.Runner is required", ErrOptions)
+	case o.Engine != nil && o.Runner != nil:
+		return o, fmt.Errorf("%w: Options.Engine and Options.Runner are both set", ErrOptions)
 	}
 	if len(o.Methods) == 0 {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}

@@ -53,15 +53,23 @@ func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (i
 		return idem.Result{}, invalid("nil function")
 	}
 	for attempt := 0; ; attempt++ {
-		res, retry, err := s.doTx(ctx, key, fingerprint, fn)
+		res, retry, err := s.doTx(ctx, key, fingerprint, fn, nil)
 		if !retry || attempt == txRetries {
 			return res, err
 		}
 	}
 }
 
-// doTx is one attempt; retry reports an abort that a new attempt may get past.
-func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc) (res idem.Result, retry bool, err error) {
+// txWait says how a TxRunner's attempt waits for a concurrent holder of its key.
+type txWait struct {
+	// lock bounds the wait on the holder's transaction (PostgreSQL's lock_timeout); 0: none.
+	lock time.Duration
+}
+
+// doTx is one attempt; retry reports an abort that a new attempt may get past. With w set, a
+// wait for a concurrent holder that ends by w.lock or by ctx's deadline is an
+// *idem.InFlightError, not a store failure.
+func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc, w *txWait) (res idem.Result, retry bool, err error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
@@ -79,13 +87,26 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc) (r
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
 	args, err := reserveArgs(key, fingerprint, now, ttl, ttl)
+	var prevLock string
+	if err == nil && w != nil && w.lock > 0 {
+		// Bounds the wait on a concurrent claim's transaction, then gives the setting back
+		// to the caller's statements once the key is claimed.
+		err = tx.QueryRow(ctx, `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`,
+			fmt.Sprintf("%dms", max(1, w.lock.Milliseconds()))).Scan(&prevLock, new(string))
+	}
 	var r idem.Reservation
 	if err == nil {
 		r, err = s.reserve(ctx, tx, args)
 	}
+	if err == nil && r.Claimed && prevLock != "" {
+		_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, prevLock)
+	}
 	if err != nil {
 		if errors.Is(err, idem.ErrInvalidInput) {
 			return res, false, err
+		}
+		if w != nil && waitEnded(ctx, err) {
+			return res, false, &idem.InFlightError{Key: key, RetryAfter: time.Second}
 		}
 		return res, retryable(err), &idem.StoreError{Op: "reserve", Err: opErr("reserve", err)}
 	}
@@ -126,6 +147,16 @@ func fromRecord(rec *idem.Record, fingerprint string, now time.Time) (idem.Resul
 		resp = *rec.Response
 	}
 	return idem.Result{Response: resp, Replayed: true, Kept: true, ExpiresAt: rec.ExpiresAt}, false, nil
+}
+
+// waitEnded reports a claim that failed because its wait for a concurrent holder ran out:
+// lock_not_available (55P03) from lock_timeout, or the caller's deadline.
+func waitEnded(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
 // retryable reports a transaction PostgreSQL aborted and that may pass when run again:

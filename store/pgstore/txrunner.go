@@ -1,0 +1,115 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+)
+
+// TxOptions configure a TxRunner. The zero value is a safe default.
+type TxOptions struct {
+	// Policy decides, from fn's response and error, whether the transaction commits: Keep
+	// with a nil error commits fn's writes together with the record, so the response is
+	// replayed; anything else (Release, Hold, or an error) rolls everything back and keeps
+	// nothing, so a retry executes. Default idem.DefaultPolicy, which rolls back 5xx, 401, 403,
+	// 408, 409, 425 and 429.
+	Policy idem.Policy
+	// Wait bounds how long a duplicate waits for the transaction of a concurrent request with
+	// its key to end, before it returns an *idem.InFlightError (idem.ErrInFlight) with a
+	// RetryAfter of one second. The wait also ends at the context's deadline, with the same
+	// error. Default 10s; negative: only the context's deadline bounds it.
+	Wait time.Duration
+}
+
+// TxRunner is an idem.Runner whose Do runs fn in the same PostgreSQL transaction as the
+// claim and the completion, as DoTx does. fn reaches the transaction through its context,
+// with TxFromContext, and writes through it alone. Give it to idemhttp.Options.Runner to run
+// HTTP handlers this way.
+//
+// A duplicate that arrives while fn runs waits until the first transaction ends (at most
+// TxOptions.Wait or its context's deadline, then idem.ErrInFlight), then replays the
+// committed response, or claims the key itself if the first rolled back. Unlike DoTx, Do never
+// runs fn a second time: a serialization failure or deadlock after fn ran rolls back and
+// returns an *idem.StoreError, and a retry of the request executes.
+type TxRunner struct {
+	st     *Store
+	policy idem.Policy
+	wait   time.Duration
+}
+
+var _ idem.Runner = (*TxRunner)(nil)
+
+// NewTxRunner returns a TxRunner over st; its records are the ones engines and DoTx on st
+// use, so all of them see each other's keys.
+func NewTxRunner(st *Store, opt TxOptions) *TxRunner {
+	r := &TxRunner{st: st, policy: opt.Policy, wait: opt.Wait}
+	if r.policy == nil {
+		r.policy = idem.DefaultPolicy
+	}
+	switch {
+	case r.wait == 0:
+		r.wait = 10 * time.Second
+	case r.wait < 0:
+		r.wait = 0
+	}
+	return r
+}
+
+// Options returns the settings middlewares read from a Runner: Policy, TTL (the store's
+// Options.TxTTL) and Now. The other fields are zero.
+func (r *TxRunner) Options() idem.Options {
+	return idem.Options{Policy: r.policy, TTL: r.st.opt.TxTTL, Now: r.st.opt.Now}
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction a TxRunner runs fn in, or nil outside one.
+func TxFromContext(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
+	return tx
+}
+
+// errRollback carries fn's outcome out of a transaction the policy rolls back.
+var errRollback = errors.New("pgstore: rolled back by policy")
+
+// Do implements idem.Runner: it returns what DoTx returns, and, when the policy rolled back
+// fn's transaction, a Result with fn's response (Executed true, Kept false) and fn's error.
+// A panic in fn rolls the transaction back and goes on.
+func (r *TxRunner) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
+	if err := r.st.ready(ctx); err != nil {
+		return idem.Result{}, err
+	}
+	if fn == nil {
+		return idem.Result{}, invalid("nil function")
+	}
+	var (
+		ran  bool
+		resp idem.Response
+		ferr error
+	)
+	txfn := func(ctx context.Context, tx pgx.Tx) (idem.Response, error) {
+		ran = true
+		resp, ferr = fn(context.WithValue(ctx, txKey{}, tx))
+		if ferr != nil || r.policy(resp, ferr) != idem.Keep {
+			return resp, errRollback
+		}
+		return resp, nil
+	}
+	w := &txWait{lock: r.wait}
+	for attempt := 0; ; attempt++ {
+		res, retry, err := r.st.doTx(ctx, key, fingerprint, txfn, w)
+		if errors.Is(err, errRollback) {
+			return idem.Result{Response: resp, Executed: true}, ferr
+		}
+		if !retry || ran || attempt == txRetries {
+			if err == nil && ran {
+				res.Executed = true
+			}
+			return res, err
+		}
+	}
+}
