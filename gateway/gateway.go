@@ -36,6 +36,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/store/storeurl"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -45,9 +46,14 @@ type Options struct {
 	// Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the gateway's metrics; Gatherer serves them at /metrics. Default: a
-	// new registry of the gateway's own, also used as the Gatherer.
+	// new registry of the gateway's own, also used as the Gatherer, which also has the Go
+	// runtime's metrics (go_*) and the process's (process_*). A Registerer given here gets
+	// only the gateway's own; the host registers the runtime's collectors if it wants them.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// Version is the version label of idem_build_info. Default: the main module's version
+	// from the binary's build information.
+	Version string
 	// Store, if set, is used instead of opening Config.Store (and is not closed by Close).
 	Store idem.Store
 	// Transport sends upstream calls. Default: a Transport tuned for one upstream host.
@@ -118,10 +124,11 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	reg, gat := opt.Registerer, opt.Gatherer
 	if reg == nil {
 		r := prometheus.NewRegistry()
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gat = r, r
 	}
 	var err error
-	if g.metrics, err = NewMetrics(reg); err != nil {
+	if g.metrics, err = newMetrics(reg, opt.Version); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	g.gatherer = gat

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -11,9 +13,11 @@ import (
 
 // Metrics are the gateway's Prometheus metrics. Register them on an injected Registerer.
 type Metrics struct {
-	// Requests counts processed requests by outcome: executed, replayed, conflict, mismatch,
-	// bypass, oversize, store_error, upstream_error, invalid_key, missing_key, refused (an
+	// Requests counts processed requests by outcome: each idemhttp.Outcome (executed,
+	// replayed, conflict, mismatch, bypass, oversize, overloaded, store_error, invalid_key,
+	// invalid_scope, invalid_body, missing_key, ...), upstream_error, and refused (an
 	// ambiguous path, a method in the wrong case, an identity header named in Connection).
+	// Every outcome's series is exported from the start, at 0.
 	Requests *prometheus.CounterVec
 	// StoreSeconds is the latency of store operations, by operation and result (ok, error).
 	StoreSeconds *prometheus.HistogramVec
@@ -21,6 +25,9 @@ type Metrics struct {
 	InFlight prometheus.Gauge
 	// UpstreamSeconds is the latency of upstream calls, by result (ok, error).
 	UpstreamSeconds *prometheus.HistogramVec
+	// BuildInfo is idem_build_info{version,commit,go_version}, always 1: the running build,
+	// for joins in queries and for spotting a fleet that runs mixed versions.
+	BuildInfo *prometheus.GaugeVec
 
 	// Pre-resolved children, so a request looks up no label: every outcome's counter (each
 	// series is exported from the start, at 0) and the upstream observers.
@@ -38,8 +45,35 @@ const outcomeUpstreamError = "upstream_error"
 var requestOutcomes = []idemhttp.Outcome{
 	idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeUncertain, idemhttp.OutcomeOversize,
 	idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict, idemhttp.OutcomeMismatch, idemhttp.OutcomeBypass,
-	idemhttp.OutcomeFailOpen, idemhttp.OutcomeStoreError, idemhttp.OutcomeInvalidKey, idemhttp.OutcomeMissingKey,
+	idemhttp.OutcomeFailOpen, idemhttp.OutcomeStoreError, idemhttp.OutcomeOverloaded, idemhttp.OutcomeInvalidKey,
+	idemhttp.OutcomeInvalidScope, idemhttp.OutcomeInvalidBody, idemhttp.OutcomeMissingKey,
 	idemhttp.OutcomeTooLarge, idemhttp.OutcomeError, outcomeUpstreamError, outcomeRefused,
+}
+
+// buildInfo returns the labels of idem_build_info: the main module's version (or version, if
+// set), its VCS revision and the Go version, "unknown" where the binary does not say.
+func buildInfo(version string) (v, commit, goVersion string) {
+	v, commit, goVersion = version, "", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				commit = s.Value
+			}
+		}
+		if bi.GoVersion != "" {
+			goVersion = bi.GoVersion
+		}
+	}
+	if v == "" {
+		v = "unknown"
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	return v, commit, goVersion
 }
 
 // request counts one request with the outcome.
@@ -61,7 +95,10 @@ func (m *Metrics) upstream(took time.Duration, failed bool) {
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// idem_build_info's version label is taken from the binary's module information.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) { return newMetrics(reg, "") }
+
+func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "idem", Name: "requests_total", Help: "Requests processed by the gateway, by outcome.",
@@ -77,14 +114,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "idem", Name: "upstream_seconds", Help: "Latency of upstream calls.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"result"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "idem", Name: "build_info", Help: "The running build: version, VCS commit and Go version; always 1.",
+		}, []string{"version", "commit", "go_version"}),
 	}
+	m.BuildInfo.WithLabelValues(buildInfo(version)).Set(1)
 	m.outcomes = make(map[string]prometheus.Counter, len(requestOutcomes))
 	for _, o := range requestOutcomes {
 		m.outcomes[string(o)] = m.Requests.WithLabelValues(string(o))
 	}
 	m.upstreamOK, m.upstreamKO = m.UpstreamSeconds.WithLabelValues("ok"), m.UpstreamSeconds.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.UpstreamSeconds} {
+		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.UpstreamSeconds, m.BuildInfo} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

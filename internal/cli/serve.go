@@ -275,7 +275,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 // or released, and returns. A value on second exits at once.
 func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log *slog.Logger, ready func(addr string)) error {
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	g, err := gateway.New(openCtx, cfg, gateway.Options{Logger: log})
+	g, err := gateway.New(openCtx, cfg, gateway.Options{Logger: log, Version: version()})
 	cancel()
 	if err != nil {
 		return redactError(err, cfg.Store)
