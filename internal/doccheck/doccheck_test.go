@@ -354,6 +354,8 @@ func modulePackages(t *testing.T, root string) map[string]string {
 	// Modules of other projects that the documentation shows idem with.
 	pkgs["retryablehttp"] = "github.com/hashicorp/go-retryablehttp"
 	pkgs["grpc"] = "google.golang.org/grpc"
+	pkgs["pgx"] = "github.com/jackc/pgx/v5"
+	pkgs["pgxpool"] = "github.com/jackc/pgx/v5/pgxpool"
 	mod := "github.com/idemkit/idem"
 	clause := regexp.MustCompile(`(?m)^package (\w+)`)
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
