@@ -70,6 +70,13 @@ type Config struct {
 	Wait Duration `yaml:"wait"`
 	// MetricsListen serves /metrics (Prometheus) on its own address. Default: no metrics.
 	MetricsListen string `yaml:"metrics_listen"`
+	// OTLPEndpoint sends OpenTelemetry traces over OTLP/HTTP to this URL (a collector's,
+	// such as http://collector:4318; a URL without a path gets /v1/traces): a span per request
+	// that continues the caller's traceparent, with the engine's spans (idem.claim,
+	// idem.effect, ...) under it. Default: none, unless the standard
+	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; the other
+	// OTEL_EXPORTER_OTLP_* and OTEL_* variables apply either way.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
 	// LogFormat is text or json. Default text.
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is debug, info, warn or error. Default info: one line per processed request;
@@ -285,6 +292,11 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first problem in c (with defaults applied), naming the field.
 func (c Config) Validate() error {
+	if c.OTLPEndpoint != "" {
+		if _, err := otlpTracesURL(c.OTLPEndpoint); err != nil {
+			return err
+		}
+	}
 	u, err := url.Parse(c.Upstream)
 	switch {
 	case c.Upstream == "":

@@ -34,10 +34,12 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/store/storeurl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // Options carry what the gateway gets from its host program rather than its configuration.
@@ -73,6 +75,12 @@ type Gateway struct {
 	engines  []*idem.Engine
 	budget   *idemhttp.Budget // one memory budget for every route
 	secret   []byte           // the key of the scope's HMAC
+
+	// With tracing (Config.OTLPEndpoint): the provider flushed by Close, the engines'
+	// observer, and the gateway's handler under a server span continuing the caller's trace.
+	tracer   *sdktrace.TracerProvider
+	observer idem.Observer
+	traced   http.Handler
 }
 
 // route is a rule with its handler and what a request needs to be checked against it.
@@ -132,6 +140,20 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	g.gatherer = gat
+	if cfg.tracingEnabled() {
+		if g.tracer, err = newTracerProvider(ctx, cfg); err != nil {
+			return nil, err
+		}
+		otelOpt := idemotel.Options{TracerProvider: g.tracer, Propagator: tracePropagator}
+		if opt.Store == nil {
+			otelOpt.Store, _, _ = strings.Cut(cfg.Store, "://")
+		}
+		if g.observer, err = idemotel.Observer(otelOpt); err != nil {
+			g.Close()
+			return nil, fmt.Errorf("gateway: tracing: %w", err)
+		}
+		g.traced = idemotel.Handler(http.HandlerFunc(g.serveHTTP), otelOpt)
+	}
 	if opt.Store != nil {
 		g.store = opt.Store
 	} else {
@@ -246,6 +268,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		CacheSize: max(g.cfg.Cache, 0),
 		Uncertain: g.cfg.UncertainPolicy(),
 		Logger:    g.log,
+		Observer:  g.observer,
 	})
 	if err != nil {
 		return nil, err
@@ -370,6 +393,14 @@ func hostName(host string) string {
 // in other letter case, a processed request with an ambiguous path, and one whose Connection
 // header names its key's or scope's header.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.traced != nil && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		g.traced.ServeHTTP(w, r)
+		return
+	}
+	g.serveHTTP(w, r)
+}
+
+func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/healthz":
 		g.healthz(w, r)
@@ -494,10 +525,20 @@ func (g *Gateway) Store() idem.Store { return g.store }
 // Metrics returns the gateway's metrics.
 func (g *Gateway) Metrics() *Metrics { return g.metrics }
 
-// Close closes the store if the gateway opened it.
+// Close sends the spans not yet exported (waiting up to 5 seconds for the collector) and
+// closes the store if the gateway opened it.
 func (g *Gateway) Close() error {
-	if g.closer != nil {
-		return g.closer.Close()
+	var err error
+	if g.tracer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = g.tracer.Shutdown(ctx)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("gateway: flushing traces: %w", err)
+		}
 	}
-	return nil
+	if g.closer != nil {
+		err = errors.Join(err, g.closer.Close())
+	}
+	return err
 }

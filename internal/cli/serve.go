@@ -51,6 +51,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&c.ScopeSecret, "scope-secret", "", "key of the scope's HMAC, at least 16 bytes, shared by the gateways of one store and kept apart from it; a command line is visible to other users of the machine: prefer --scope-secret-file or the environment (env IDEM_SCOPE_SECRET)")
 	str(&c.ScopeSecretFile, "scope-secret-file", "file holding the scope secret (a trailing newline is ignored)")
 	str(&c.MetricsListen, "metrics-listen", "address for /metrics, /healthz and /readyz (default: none)")
+	str(&c.OTLPEndpoint, "otlp-endpoint", "send OpenTelemetry traces over OTLP/HTTP to this collector URL, such as http://collector:4318 (/v1/traces added to a URL without a path); the standard OTEL_EXPORTER_OTLP_* and OTEL_* variables also apply (default: none, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	str(&c.LogFormat, "log-format", "text or json (default text)")
 	str(&c.LogLevel, "log-level", "debug, info (default: a line per processed request), warn or error")
 	str(&c.Uncertain, "uncertain", "when the upstream got the request but did not answer: expire (default), release or hold")
@@ -172,7 +173,7 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.ScopeHeader, c.MetricsListen = s(over.ScopeHeader, base.ScopeHeader), s(over.MetricsListen, base.MetricsListen)
 	c.Scope, c.ScopeSecret, c.ScopeSecretFile = s(over.Scope, base.Scope), s(over.ScopeSecret, base.ScopeSecret), s(over.ScopeSecretFile, base.ScopeSecretFile)
 	c.LogFormat, c.Uncertain = s(over.LogFormat, base.LogFormat), s(over.Uncertain, base.Uncertain)
-	c.LogLevel = s(over.LogLevel, base.LogLevel)
+	c.LogLevel, c.OTLPEndpoint = s(over.LogLevel, base.LogLevel), s(over.OTLPEndpoint, base.OTLPEndpoint)
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
 	c.ReadTimeout, c.WriteTimeout = d(over.ReadTimeout, base.ReadTimeout), d(over.WriteTimeout, base.WriteTimeout)
@@ -280,7 +281,11 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	if err != nil {
 		return redactError(err, cfg.Store)
 	}
-	defer g.Close()
+	defer func() {
+		if err := g.Close(); err != nil {
+			log.Warn("closing the gateway", "err", err)
+		}
+	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
