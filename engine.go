@@ -303,7 +303,7 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 	ev := Event{Stage: StageEffect, Key: key, Takeover: res.Takeover, Attempt: res.Record.Attempts, Lease: e.opt.Lease}
 	fnCtx := newEffectContext(ctx)
 	defer fnCtx.finish()
-	hb := e.heartbeat(fnCtx, key, token)
+	hb := e.heartbeat(fnCtx, key, token, res.Record.LeaseUntil)
 	finished := false
 	defer func() {
 		if finished {
@@ -470,7 +470,7 @@ func (e *Engine) hold(ctx context.Context, key string, token int64, expires time
 // context is cancelled with cause ErrLeaseLost. It costs one timer, not a goroutine, per call,
 // and the timers are reused; stop (nil-safe) stops it and waits for an extension under way, so
 // no late extension can reach the store after the claim is completed or released.
-func (e *Engine) heartbeat(ctx *effectContext, key string, token int64) *beat {
+func (e *Engine) heartbeat(ctx *effectContext, key string, token int64, until time.Time) *beat {
 	if e.opt.Heartbeat <= 0 {
 		return nil
 	}
@@ -481,7 +481,10 @@ func (e *Engine) heartbeat(ctx *effectContext, key string, token int64) *beat {
 		b.t.Stop()
 	}
 	b.mu.Lock()
-	b.e, b.ctx, b.key, b.token, b.stopped = e, ctx, key, token, false
+	if until.IsZero() {
+		until = e.opt.Now().Add(e.opt.Lease) // a store that does not report the claim's lease
+	}
+	b.e, b.ctx, b.key, b.token, b.stopped, b.until = e, ctx, key, token, false, until
 	b.t.Reset(e.opt.Heartbeat)
 	b.mu.Unlock()
 	return b
@@ -498,6 +501,7 @@ type beat struct {
 
 	mu      sync.Mutex // held across an extension, so stop waits for it
 	stopped bool
+	until   time.Time // end of the lease as last extended (or claimed)
 	t       *time.Timer // calls fire
 }
 
@@ -510,14 +514,27 @@ func (b *beat) fire() {
 		return
 	}
 	e := b.e
-	sctx, c := context.WithTimeout(context.WithoutCancel(b.ctx), e.opt.Heartbeat)
-	err := e.store.Extend(sctx, b.key, b.token, e.opt.Now().Add(e.opt.Lease))
+	// An extension waits at most half a heartbeat, and no more than half of the lease it
+	// still holds; one that failed (the store did not answer) is tried again after an eighth
+	// of a heartbeat. So a store that stops answering for less than the lease does not let
+	// the lease lapse under a running effect: the attempts get shorter as the lease runs
+	// down, and the first one after the store is back renews it.
+	now := e.opt.Now()
+	wait := min(e.opt.Heartbeat/2, max(b.until.Sub(now)/2, e.opt.Heartbeat/8, time.Millisecond))
+	until := now.Add(e.opt.Lease)
+	sctx, c := context.WithTimeout(context.WithoutCancel(b.ctx), wait)
+	err := e.store.Extend(sctx, b.key, b.token, until)
 	c()
-	if errors.Is(err, ErrLeaseLost) {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
 		e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", b.key)
 		b.ctx.lose()
 		return
+	case err != nil:
+		b.t.Reset(max(e.opt.Heartbeat/8, time.Millisecond))
+		return
 	}
+	b.until = until
 	b.t.Reset(e.opt.Heartbeat)
 }
 
