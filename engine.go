@@ -501,7 +501,7 @@ type beat struct {
 
 	mu      sync.Mutex // held across an extension, so stop waits for it
 	stopped bool
-	until   time.Time // end of the lease as last extended (or claimed)
+	until   time.Time   // end of the lease as last extended (or claimed)
 	t       *time.Timer // calls fire
 }
 
