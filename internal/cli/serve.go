@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/gateway"
+	"github.com/idemkit/idem/store/storeurl"
 	"github.com/idemkit/idem/store/sweeper"
 )
 
@@ -240,6 +241,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	defer stopFlush()
 	log := newLogger(buf, cfg.LogFormat, cfg.LogLevel)
 	log = slog.New(flushHandler{log.Handler(), buf})
+	storeurl.SetLogger(log) // the store clients' own lines (go-redis, the AWS SDK) in the same format
 	if path := e.getenv("IDEM_CPUPROFILE"); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {

@@ -204,12 +204,13 @@ func openDynamoDB(ctx context.Context, u *url.URL) (Store, error) {
 	var client *dynamodb.Client
 	if endpoint != "" {
 		client = dynamostore.LocalClient(endpoint, nil, func(o *dynamodb.Options) {
+			o.Logger = awsLogger{}
 			if region != "" {
 				o.Region = region
 			}
 		})
 	} else {
-		var opts []func(*config.LoadOptions) error
+		opts := []func(*config.LoadOptions) error{config.WithLogger(awsLogger{})}
 		if region != "" {
 			opts = append(opts, config.WithRegion(region))
 		}
