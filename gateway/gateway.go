@@ -268,7 +268,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		CacheSize: max(g.cfg.Cache, 0),
 		Uncertain: g.cfg.UncertainPolicy(),
 		Logger:    g.log,
-		Observer:  g.observer,
+		Observer:  claimObserver{next: g.observer, claims: g.metrics.ClaimsInFlight},
 	})
 	if err != nil {
 		return nil, err

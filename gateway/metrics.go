@@ -23,6 +23,10 @@ type Metrics struct {
 	StoreSeconds *prometheus.HistogramVec
 	// InFlight is the number of requests being proxied now.
 	InFlight prometheus.Gauge
+	// ClaimsInFlight is the number of claims held by a request being executed now: processed
+	// requests whose upstream call (and the recording of its answer) is under way. Bypassed
+	// requests, replays and duplicates refused with 409 are not counted.
+	ClaimsInFlight prometheus.Gauge
 	// UpstreamSeconds is the latency of upstream calls, by result (ok, error).
 	UpstreamSeconds *prometheus.HistogramVec
 	// BuildInfo is idem_build_info{version,commit,go_version}, always 1: the running build,
@@ -110,6 +114,9 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "idem", Name: "requests_in_flight", Help: "Requests being proxied now.",
 		}),
+		ClaimsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "idem", Name: "claims_in_flight", Help: "Claims held by a request being executed now.",
+		}),
 		UpstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "idem", Name: "upstream_seconds", Help: "Latency of upstream calls.",
 			Buckets: prometheus.DefBuckets,
@@ -125,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}
 	m.upstreamOK, m.upstreamKO = m.UpstreamSeconds.WithLabelValues("ok"), m.UpstreamSeconds.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.UpstreamSeconds, m.BuildInfo} {
+		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.ClaimsInFlight, m.UpstreamSeconds, m.BuildInfo} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -198,4 +205,30 @@ func (s *instrumented) Sweep(ctx context.Context, now time.Time, batch int) (int
 	n, err := s.Store.Sweep(ctx, now, batch)
 	s.observe("sweep", start, err)
 	return n, err
+}
+
+// claimObserver counts the engines' effects in ClaimsInFlight, and passes every stage on to
+// next (nil: none).
+type claimObserver struct {
+	next   idem.Observer
+	claims prometheus.Gauge
+}
+
+func (o claimObserver) Begin(ctx context.Context, stage idem.Stage, key string) context.Context {
+	if stage == idem.StageEffect {
+		o.claims.Inc()
+	}
+	if o.next != nil {
+		return o.next.Begin(ctx, stage, key)
+	}
+	return ctx
+}
+
+func (o claimObserver) End(ctx context.Context, ev idem.Event) {
+	if ev.Stage == idem.StageEffect {
+		o.claims.Dec()
+	}
+	if o.next != nil {
+		o.next.End(ctx, ev)
+	}
 }

@@ -132,3 +132,55 @@ func grepLines(s, sub string) string {
 	}
 	return b.String()
 }
+
+// TestClaimsInFlight: idem_claims_in_flight counts a processed request while its upstream
+// call runs, not a bypassed one, and returns to 0 when it is answered.
+func TestClaimsInFlight(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	g, err := New(context.Background(), Config{Upstream: up.URL, Store: "memory://", Scope: ScopeNone},
+		Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	gauge := func(name string) string {
+		for _, l := range strings.Split(scrape(t, g), "\n") {
+			if v, ok := strings.CutPrefix(l, name+" "); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
+	done := make(chan struct{})
+	for _, key := range []string{"k", ""} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			r := httptest.NewRequest(http.MethodPost, "/v1/charges", strings.NewReader(`{}`))
+			if key != "" {
+				r.Header.Set("Idempotency-Key", key)
+			}
+			g.ServeHTTP(httptest.NewRecorder(), r)
+		}()
+	}
+	<-arrived
+	<-arrived
+	if got := gauge("idem_claims_in_flight"); got != "1" {
+		t.Errorf("claims in flight %s with one processed and one bypassed request running, want 1", got)
+	}
+	if got := gauge("idem_requests_in_flight"); got != "2" {
+		t.Errorf("requests in flight %s, want 2", got)
+	}
+	close(release)
+	<-done
+	<-done
+	if got := gauge("idem_claims_in_flight"); got != "0" {
+		t.Errorf("claims in flight %s once answered, want 0", got)
+	}
+}
