@@ -44,6 +44,12 @@ func TestMemoryBudgetSharedByRoutes(t *testing.T) {
 	if _, err := c.Write([]byte(head + strings.Repeat("x", 48<<10))); err != nil {
 		t.Fatal(err)
 	}
+	// Wait until the held body is charged to the gateway's one budget.
+	for deadline := time.Now().Add(20 * time.Second); g.budget.InUse() < 48<<10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held body never reached the budget: %d bytes in use", g.budget.InUse())
+		}
+	}
 	// A request on /b needs room the held one took: refused with 503 while it is held.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		req, _ := http.NewRequest("POST", srv.URL+"/b", strings.NewReader(strings.Repeat("y", 32<<10)))
