@@ -272,3 +272,56 @@ func TestTxRunnerHTTPCommitFails(t *testing.T) {
 		t.Fatalf("record after a failed commit: %v, want ErrNotFound", err)
 	}
 }
+
+// Without a lock wait bound, a duplicate's context deadline ends its wait for the first
+// transaction with idem.ErrInFlight; once the first commits, the key replays.
+func TestTxRunnerDeadlineEndsWait(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{})
+	orders := ordersTable(t, st)
+	run := pgstore.NewTxRunner(st, pgstore.TxOptions{Wait: -1})
+	fp := idem.Fingerprint([]byte("order c1 1"))
+	began, hold := make(chan struct{}), make(chan struct{})
+	fn := func(ctx context.Context) (idem.Response, error) {
+		if _, err := pgstore.TxFromContext(ctx).Exec(ctx, `INSERT INTO `+orders+` (customer, amount) VALUES ('c1', 1)`); err != nil {
+			return idem.Response{}, err
+		}
+		close(began)
+		<-hold
+		return idem.Response{Status: 201, Body: []byte("ok")}, nil
+	}
+	var first idem.Result
+	var firstErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		first, firstErr = run.Do(context.Background(), "k", fp, fn)
+	}()
+	select {
+	case <-began:
+	case <-done:
+		t.Fatalf("first: %+v, %v; want it to run fn", first, firstErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err := run.Do(ctx, "k", fp, func(context.Context) (idem.Response, error) {
+		t.Error("the duplicate ran fn while the first transaction was open")
+		return idem.Response{}, nil
+	})
+	cancel()
+	var ife *idem.InFlightError
+	if !errors.As(err, &ife) || ife.RetryAfter != time.Second {
+		t.Errorf("duplicate past its deadline: %v, want an *idem.InFlightError with RetryAfter 1s", err)
+	}
+	close(hold)
+	<-done
+	if firstErr != nil || !first.Executed || !first.Kept {
+		t.Fatalf("first: %+v, %v; want executed and kept", first, firstErr)
+	}
+	res, err := run.Do(context.Background(), "k", fp, fn)
+	if err != nil || !res.Replayed || string(res.Response.Body) != "ok" {
+		t.Fatalf("after the commit: %+v, %v; want the replay", res, err)
+	}
+	if got := countRows(t, st, orders); got != 1 {
+		t.Fatalf("%d order rows, want 1", got)
+	}
+}
