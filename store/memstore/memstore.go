@@ -94,9 +94,6 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-// micros returns t as Unix microseconds (t is truncated to the microsecond).
-func micros(t time.Time) int64 { return t.UnixMicro() }
-
 func (h *head) expired(now int64) bool { return h.expires <= now }
 func (h *head) leaseExpired(now int64) bool {
 	return h.state == idem.StateInProgress && h.lease <= now
@@ -149,7 +146,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		return idem.Reservation{}, err
 	}
 	defer s.mu.Unlock()
-	n := micros(now)
+	n := now.UnixMicro()
 	i, found := s.find(key)
 	takeover := false
 	var prev int64
@@ -188,8 +185,8 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		fpLen:    int32(len(fingerprint)),
 		state:    idem.StateInProgress,
 		token:    idem.NextToken(prev, now),
-		lease:    micros(now.Add(lease)),
-		expires:  micros(now.Add(window)),
+		lease:    now.Add(lease).UnixMicro(),
+		expires:  now.Add(window).UnixMicro(),
 		attempts: attempts,
 		created:  created,
 	}
@@ -227,8 +224,8 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	}
 	h := s.head(i)
 	h.state = idem.StateCompleted
-	h.done = micros(now)
-	h.expires = micros(expiresAt)
+	h.done = now.UnixMicro()
+	h.expires = expiresAt.UnixMicro()
 	var sb strings.Builder // one allocation, and String makes no copy
 	enc := idem.EncodeResponse(resp)
 	sb.Grow(len(*s.blob(i)) + len(enc))
@@ -264,7 +261,7 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 		return err
 	}
 	h := s.head(i)
-	h.lease = micros(until)
+	h.lease = until.UnixMicro()
 	h.expires = max(h.expires, h.lease)
 	return nil
 }
@@ -300,7 +297,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	n, at := 0, micros(now)
+	n, at := 0, now.UnixMicro()
 	// From the end: remove moves the last record, already seen, into the hole.
 	for i := s.n - 1; i >= 0 && n < batch; i-- {
 		if s.head(i).expired(at) {
