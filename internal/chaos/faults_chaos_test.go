@@ -219,9 +219,13 @@ func (s *slot) pause(d time.Duration) {
 		return
 	}
 	time.Sleep(d)
+	// The end is read before the signal goes: the process cannot resume earlier, whereas a
+	// time read after it may come later than what the resumed gateway already did (this
+	// goroutine may wait for a core), and a late send would look unexcused.
+	to := time.Now()
 	_ = s.p.send(syscall.SIGCONT)
 	s.h.mu.Lock()
-	s.h.pauses = append(s.h.pauses, chaos.Pause{Gateway: name, From: from, To: time.Now()})
+	s.h.pauses = append(s.h.pauses, chaos.Pause{Gateway: name, From: from, To: to})
 	s.h.mu.Unlock()
 }
 

@@ -331,7 +331,11 @@ func (j *judge) explain(prev, next Effect) excuse {
 		return crash
 	}
 	if slices.ContainsFunc(j.pauses[prev.Gateway], func(p Pause) bool {
-		return p.To.Sub(p.From) >= j.lease && j.cutOff(p.From, prev, next)
+		// The holder was stopped past its lease at some time while prev's request was on its
+		// way or after, and early enough for the claim to lapse before next: the pause may
+		// have begun before prev's request left (a request held by the stopped process goes
+		// out once it resumes).
+		return p.To.Sub(p.From) >= j.lease && !p.To.Before(prev.At.Add(-j.inFlight)) && !p.From.After(next.At.Add(-j.lease/2))
 	}) {
 		return pause
 	}

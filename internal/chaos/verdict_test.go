@@ -175,6 +175,18 @@ func TestJudgePauseExcuse(t *testing.T) {
 			h.Answers = append(h.Answers, ok("c", "1", false), ok("c", "2", true))
 			h.Pauses = []chaos.Pause{{Gateway: "g2i1", From: at(0), To: at(3000)}}
 		}, unexplained, false},
+		{"a holder paused before it sent the request, which went out just before the takeover's", func(h *chaos.History) {
+			// g0i1 claimed c, was paused past its lease, and once resumed sent the request (c/1)
+			// a moment before a retry it had queued meanwhile took the claim over (c/2).
+			h.Effects = append(h.Effects, eff("c", "1", "g0i1", 3400), eff("c", "2", "g0i1", 3413))
+			h.Answers = append(h.Answers, ok("c", "2", false), probe("c", "2"))
+			h.Pauses = paused(0, 3390)
+		}, func(v chaos.Verdict) int { return v.PauseTakeovers }, true},
+		{"a pause long over before the request", func(h *chaos.History) {
+			h.Effects = append(h.Effects, eff("c", "1", "g0i1", 3400), eff("c", "2", "g0i1", 3413))
+			h.Answers = append(h.Answers, ok("c", "2", false), probe("c", "2"))
+			h.Pauses = paused(-9000, -6000)
+		}, unexplained, false},
 		{"the paused holder's stale completion got through", func(h *chaos.History) {
 			twice(h, 2500)
 			h.Pauses = paused(3, 3000)
