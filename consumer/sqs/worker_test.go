@@ -213,11 +213,20 @@ func TestDuplicatesConcurrentWorkers(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "queue drained", func() bool { return b.pending(t, url) == 0 })
 	checkOnce(t, b, events)
+	// A worker counts a deletion once the server has answered it, which may be just after the
+	// queue shows empty.
 	var deleted, inflight int64
-	for _, w := range workers {
-		s := w.Stats()
-		deleted += s.Deleted
-		inflight += s.InFlight
+	count := func() bool {
+		deleted, inflight = 0, 0
+		for _, w := range workers {
+			s := w.Stats()
+			deleted += s.Deleted
+			inflight += s.InFlight
+		}
+		return deleted == events*copies
+	}
+	for deadline := time.Now().Add(5 * time.Second); !count() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
 	}
 	if deleted != events*copies {
 		t.Errorf("deleted %d messages, want %d", deleted, events*copies)
