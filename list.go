@@ -156,6 +156,28 @@ func prefixEnd(p string) string {
 // most: stores that list read only this much of a stored response.
 const ListResponseHeadLen = 12
 
+// ListedRecord completes a record that a store's listing read with its key, state, token,
+// attempts and times set: from head, the first ListResponseHeadLen bytes of its stored
+// response, and completed, its completion time in Unix microseconds (0: none). It fails with
+// ErrCorruptRecord for an unknown state or a head that cannot be read. The SQL stores share it.
+func ListedRecord(r *Record, head []byte, completed int64) error {
+	switch r.State {
+	case StateInProgress:
+		return nil
+	case StateCompleted:
+		resp, err := DecodeResponseHead(head)
+		if err != nil {
+			return fmt.Errorf("record %.80q: %w", r.Key, err)
+		}
+		r.Response = &resp
+		if completed != 0 {
+			r.CompletedAt = time.UnixMicro(completed)
+		}
+		return nil
+	}
+	return fmt.Errorf("record %.80q: %w: unknown state %d", r.Key, ErrCorruptRecord, r.State)
+}
+
 // DecodeResponseHead decodes the status and BodyOmitted flag from the first bytes of a
 // response encoded by EncodeResponse (at least ListResponseHeadLen of them, or all of it).
 // The result has no headers and no body. It fails with ErrCorruptRecord.

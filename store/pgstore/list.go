@@ -42,19 +42,8 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 		}
 		r.State, r.Attempts = idem.State(state), int(attempts)
 		r.LeaseUntil, r.CreatedAt, r.ExpiresAt = time.UnixMicro(lease), time.UnixMicro(created), time.UnixMicro(expires)
-		switch r.State {
-		case idem.StateInProgress:
-		case idem.StateCompleted:
-			resp, err := idem.DecodeResponseHead(head)
-			if err != nil {
-				return idem.ListPage{}, fmt.Errorf("pgstore: list: record %.80q: %w", r.Key, err)
-			}
-			r.Response = &resp
-			if completed != 0 {
-				r.CompletedAt = time.UnixMicro(completed)
-			}
-		default:
-			return idem.ListPage{}, fmt.Errorf("pgstore: list: record %.80q: %w: unknown state %d", r.Key, idem.ErrCorruptRecord, state)
+		if err := idem.ListedRecord(&r, head, completed); err != nil {
+			return idem.ListPage{}, fmt.Errorf("pgstore: list: %w", err)
 		}
 		recs = append(recs, r)
 	}

@@ -43,19 +43,8 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 		}
 		r.State = idem.State(state)
 		r.LeaseUntil, r.CreatedAt, r.ExpiresAt = time.UnixMicro(lease), time.UnixMicro(created), time.UnixMicro(expires)
-		switch r.State {
-		case idem.StateInProgress:
-		case idem.StateCompleted:
-			resp, err := idem.DecodeResponseHead(head)
-			if err != nil {
-				return idem.ListPage{}, fmt.Errorf("sqlitestore: list: record %.80q: %w", r.Key, err)
-			}
-			r.Response = &resp
-			if completed.Valid {
-				r.CompletedAt = time.UnixMicro(completed.Int64)
-			}
-		default:
-			return idem.ListPage{}, fmt.Errorf("sqlitestore: list: record %.80q: %w: unknown state %d", r.Key, idem.ErrCorruptRecord, state)
+		if err := idem.ListedRecord(&r, head, completed.Int64); err != nil {
+			return idem.ListPage{}, fmt.Errorf("sqlitestore: list: %w", err)
 		}
 		recs = append(recs, r)
 	}
