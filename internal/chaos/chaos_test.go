@@ -150,7 +150,16 @@ func runChaos(t *testing.T, cfg config, binary, storePrefix string) chaos.Verdic
 	t.Logf("chaos run %s: %d operations, %d gateways on a %s store, %d in flight, seed %d, faults %v",
 		run, cfg.ops, cfg.gateways, cfg.storeKind, cfg.concurrency, cfg.seed, slices.Sorted(maps.Keys(cfg.faults)))
 
-	h := &harness{t: t, cfg: cfg, binary: binary, run: run, dir: t.TempDir(), lease: cfg.lease,
+	dir := t.TempDir()
+	if os.Getenv("IDEM_CHAOS_KEEP") != "" {
+		// The gateways' logs outlive the test, for reading an unexplained re-execution.
+		dir = filepath.Join(os.TempDir(), "idem-chaos-"+run)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("gateway logs kept in %s", dir)
+	}
+	h := &harness{t: t, cfg: cfg, binary: binary, run: run, dir: dir, lease: cfg.lease,
 		rng: rand.New(rand.NewPCG(cfg.seed, 2)), inFlight: map[string]bool{}, releaseOutcomes: map[string]int{}}
 	for range cfg.ops {
 		h.plans = append(h.plans, h.choosePlan())

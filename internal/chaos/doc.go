@@ -17,7 +17,8 @@
 // killed and restarted; redis: a private redis-server with an fsync-always append-only file;
 // sqlite: a file shared by the gateways, no store restarts; default postgres,redis),
 // IDEM_CHAOS_FAULTS (a comma list of fault classes, default all), IDEM_CHAOS_GATEWAYS (default
-// 3), IDEM_CHAOS_CONCURRENCY (operations in flight, default 48), IDEM_CHAOS_SEED, and
+// 3), IDEM_CHAOS_CONCURRENCY (operations in flight, default 48), IDEM_CHAOS_SEED,
+// IDEM_CHAOS_KEEP=1 (keep the effect table and the gateways' logs, whose paths the run prints), and
 // IDEM_POSTGRES_URL for the effect table (default the local server, database test).
 //
 // # Faults
