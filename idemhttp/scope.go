@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem"
 )
 
 // MaxScopeLen is the longest scope accepted, in bytes. A scope, its separator and a key of
@@ -87,6 +89,25 @@ func KeyedHashScope(secret []byte, value string) string {
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], m.Sum(sum[:0]))
 	return string(out[:])
+}
+
+// KeyedStorageKey returns the storage key under which a middleware scoped with
+// KeyedHeaderScope(name, secret) keeps the record of a request whose scope header has the
+// value scopeValue and whose idempotency key is key: StorageKey(KeyedHashScope(secret,
+// scopeValue), key). It finds a record from what a client sent (its API key and its
+// Idempotency-Key) while the store holds only the HMAC. A request sent without the scope header
+// has the anonymous scope instead: StorageKey("", key).
+//
+// It fails with an error wrapping idem.ErrInvalidInput if secret is empty or key is not a key
+// the middleware accepts (ValidKey).
+func KeyedStorageKey(secret []byte, scopeValue, key string) (string, error) {
+	if len(secret) == 0 {
+		return "", fmt.Errorf("%w: idemhttp: the scope secret is empty: the scope of a header value is its HMAC under the gateway's secret", idem.ErrInvalidInput)
+	}
+	if !ValidKey(key) {
+		return "", fmt.Errorf("%w: idemhttp: key %q is not 1 to %d printable ASCII characters", idem.ErrInvalidInput, key, idem.MaxClientKeyLen)
+	}
+	return StorageKey(KeyedHashScope(secret, scopeValue), key), nil
 }
 
 // HashScope returns the hex SHA-256 of values (joined by newlines): a scope that identifies a

@@ -1,14 +1,18 @@
 package idemhttp_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // TestKeyedHeaderScope: the scope is the HMAC of the header under the secret (another secret,
@@ -39,6 +43,51 @@ func TestKeyedHeaderScope(t *testing.T) {
 	for name, f := range map[string]idemhttp.ScopeFunc{"keyed": scope, "unkeyed": idemhttp.HeaderScope("X-API-Key")} {
 		if _, err := f(r); !errors.Is(err, idemhttp.ErrInvalidScope) {
 			t.Errorf("%s: a header sent twice: %v, want ErrInvalidScope", name, err)
+		}
+	}
+}
+
+// TestKeyedStorageKey: the storage key computed from a header value and a client key is the
+// one the middleware stored the request under, and no other tenant's; an empty secret or an
+// invalid key is refused.
+func TestKeyedStorageKey(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef")
+	st := memstore.New()
+	b := setup(t, st, idem.Options{}, idemhttp.Options{Scope: idemhttp.KeyedHeaderScope("X-API-Key", secret)},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	if r := b.do("POST", "/", "k-1", "a", "X-API-Key", "sk_live_1"); r.Status != 201 {
+		t.Fatalf("status %d %v", r.Status, r.Err)
+	}
+	if r := b.do("POST", "/", "k-2", "a"); r.Status != 201 {
+		t.Fatalf("status %d %v", r.Status, r.Err)
+	}
+	ctx := context.Background()
+	key, err := idemhttp.KeyedStorageKey(secret, "sk_live_1", "k-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Get(ctx, key); err != nil || rec.Response == nil || rec.Response.Status != 201 {
+		t.Fatalf("Get(%q) = %+v, %v: not the record the middleware stored", key, rec, err)
+	}
+	for _, other := range []string{"sk_live_2", ""} {
+		k, _ := idemhttp.KeyedStorageKey(secret, other, "k-1")
+		if _, err := st.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("scope value %q finds the record of sk_live_1: %v", other, err)
+		}
+	}
+	if k, _ := idemhttp.KeyedStorageKey(secret, "sk_live_1", "k-1"); k != idemhttp.StorageKey(idemhttp.KeyedHashScope(secret, "sk_live_1"), "k-1") {
+		t.Errorf("KeyedStorageKey = %q", k)
+	}
+	if _, err := st.Get(ctx, idemhttp.StorageKey("", "k-2")); err != nil {
+		t.Errorf("a request without the header is stored under the anonymous scope: %v", err)
+	}
+	for _, c := range []struct {
+		secret []byte
+		key    string
+	}{{nil, "k-1"}, {secret, ""}, {secret, "k\n1"}, {secret, strings.Repeat("k", idem.MaxClientKeyLen+1)}} {
+		if _, err := idemhttp.KeyedStorageKey(c.secret, "v", c.key); !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("KeyedStorageKey(%q, v, %q): %v, want ErrInvalidInput", c.secret, c.key, err)
 		}
 	}
 }
