@@ -2,12 +2,10 @@ package mysqlstore
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/sqllist"
 )
 
 var _ idem.Lister = (*Store)(nil)
@@ -24,57 +22,19 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if err := s.ready(ctx); err != nil {
 		return idem.ListPage{}, err
 	}
-	query, args := listQuery(s.name, b)
+	query, args := sqllist.Query(listDialect, s.name, b)
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return idem.ListPage{}, opErr("list", err)
 	}
 	defer rows.Close()
-	recs := make([]idem.Record, 0, min(b.Limit+1, 64))
-	for rows.Next() {
-		var r idem.Record
-		var state int16
-		var head []byte
-		var lease, created, completed, expires int64
-		if err := rows.Scan(&r.Key, &r.Fingerprint, &state, &r.Token, &lease, &r.Attempts, &head, &created, &completed, &expires); err != nil {
-			return idem.ListPage{}, opErr("list", err)
-		}
-		r.State = idem.State(state)
-		r.LeaseUntil, r.CreatedAt, r.ExpiresAt = time.UnixMicro(lease), time.UnixMicro(created), time.UnixMicro(expires)
-		if err := idem.ListedRecord(&r, head, completed); err != nil {
-			return idem.ListPage{}, fmt.Errorf("mysqlstore: list: %w", err)
-		}
-		recs = append(recs, r)
-	}
-	if err := rows.Err(); err != nil {
-		return idem.ListPage{}, opErr("list", err)
-	}
-	return b.Page(recs), nil
+	return sqllist.Read(rows, b, "mysqlstore", func(err error) error { return opErr("list", err) })
 }
 
-// listQuery returns the SELECT of a listing page of table (quoted) and its arguments:
-// Limit+1 rows, so that a page knows whether another follows.
-func listQuery(table string, b idem.ListBounds) (string, []any) {
-	var sb strings.Builder
-	sb.WriteString("SELECT `key`, fingerprint, state, token, lease_until, attempts, SUBSTRING(response, 1, " +
-		strconv.Itoa(idem.ListResponseHeadLen) + "), created_at, completed_at, expires_at FROM " + table + " WHERE `key` >= ?")
-	args := []any{[]byte(b.From)}
-	if b.To != "" {
-		sb.WriteString(" AND `key` < ?")
-		args = append(args, []byte(b.To))
-	}
-	if b.HasAfter {
-		sb.WriteString(" AND `key` > ?")
-		args = append(args, []byte(b.After))
-	}
-	if b.State != 0 {
-		sb.WriteString(" AND state = ?")
-		args = append(args, int64(b.State))
-	}
-	if b.CreatedBefore != 0 {
-		sb.WriteString(" AND created_at < ?")
-		args = append(args, b.CreatedBefore)
-	}
-	sb.WriteString(" ORDER BY `key` LIMIT ?")
-	return sb.String(), append(args, b.Limit+1)
+// listDialect is MySQL's: keys are VARBINARY, passed as bytes so they compare byte for byte.
+var listDialect = sqllist.Dialect{
+	Key:    "`key`",
+	Head:   func(n int) string { return "SUBSTRING(response, 1, " + strconv.Itoa(n) + ")" },
+	Param:  sqllist.Question,
+	KeyArg: func(k string) any { return []byte(k) },
 }

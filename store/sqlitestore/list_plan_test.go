@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/sqllist"
 )
 
 // TestListUsesKeyIndex checks that a listing is a range scan of the key's index in key order:
@@ -23,7 +24,7 @@ func TestListUsesKeyIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, args := listQuery(st.table, b)
+	q, args := sqllist.Query(listDialect, `"`+st.table+`"`, b)
 	rs, err := st.r.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, args...)
 	if err != nil {
 		t.Fatal(err)

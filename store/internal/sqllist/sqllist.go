@@ -1,0 +1,104 @@
+// Package sqllist builds and reads the listing query of the SQL stores (pgstore, mysqlstore,
+// sqlitestore): one range scan of the key's primary index, bounded by the prefix and the
+// cursor, filtered by state and age, stopped after Limit+1 rows so that a page knows whether
+// another follows. Each store gives its dialect; the logic is written once.
+package sqllist
+
+import (
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Dialect is what differs between the SQL stores' listing queries.
+type Dialect struct {
+	// Key is the key column as written in SQL (quoted where the database needs it).
+	Key string
+	// Head returns the expression of the first n bytes of the stored response.
+	Head func(n int) string
+	// Param returns the placeholder of the i-th argument, counted from 1.
+	Param func(i int) string
+	// KeyArg converts a key bound to the argument the driver compares byte for byte; nil
+	// passes the string.
+	KeyArg func(string) any
+}
+
+// Dollar numbers placeholders as PostgreSQL does: $1, $2…
+func Dollar(i int) string { return "$" + strconv.Itoa(i) }
+
+// Question is the placeholder of MySQL and SQLite.
+func Question(int) string { return "?" }
+
+// Query returns the SELECT of a listing page of table (already quoted) and its arguments.
+func Query(d Dialect, table string, b idem.ListBounds) (string, []any) {
+	var sb strings.Builder
+	var args []any
+	key := func(k string) any {
+		if d.KeyArg != nil {
+			return d.KeyArg(k)
+		}
+		return k
+	}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		if len(args) > 1 {
+			sb.WriteString(" AND ")
+		}
+		sb.WriteString(cond + " " + d.Param(len(args)))
+	}
+	sb.WriteString("SELECT " + d.Key + ", fingerprint, state, token, lease_until, attempts, " +
+		d.Head(idem.ListResponseHeadLen) + ", created_at, completed_at, expires_at FROM " + table + " WHERE ")
+	add(d.Key+" >=", key(b.From))
+	if b.To != "" {
+		add(d.Key+" <", key(b.To))
+	}
+	if b.HasAfter {
+		add(d.Key+" >", key(b.After))
+	}
+	if b.State != 0 {
+		add("state =", int64(b.State))
+	}
+	if b.CreatedBefore != 0 {
+		add("created_at <", b.CreatedBefore)
+	}
+	args = append(args, b.Limit+1)
+	sb.WriteString(" ORDER BY " + d.Key + " LIMIT " + d.Param(len(args)))
+	return sb.String(), args
+}
+
+// Rows is what Read needs of a result set: *sql.Rows and pgx.Rows both have it.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Read reads the rows of Query into a page. storeErr wraps an error of the database (the
+// store's usual error for an operation that failed); a stored record that does not decode
+// fails with an error prefixed by pkg ("pgstore: list: …").
+func Read(rows Rows, b idem.ListBounds, pkg string, storeErr func(error) error) (idem.ListPage, error) {
+	recs := make([]idem.Record, 0, min(b.Limit+1, 64))
+	for rows.Next() {
+		var r idem.Record
+		var state, attempts, lease, created, expires int64
+		var completed sql.NullInt64
+		var head []byte
+		if err := rows.Scan(&r.Key, &r.Fingerprint, &state, &r.Token, &lease, &attempts, &head, &created, &completed, &expires); err != nil {
+			return idem.ListPage{}, storeErr(err)
+		}
+		r.State, r.Attempts = idem.State(state), int(attempts)
+		r.LeaseUntil, r.CreatedAt, r.ExpiresAt = time.UnixMicro(lease), time.UnixMicro(created), time.UnixMicro(expires)
+		if err := idem.ListedRecord(&r, head, completed.Int64); err != nil {
+			return idem.ListPage{}, fmt.Errorf("%s: list: %w", pkg, err)
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return idem.ListPage{}, storeErr(err)
+	}
+	return b.Page(recs), nil
+}
