@@ -64,6 +64,60 @@
 // first via the expires_at index, skipping rows a claim holds (FOR UPDATE SKIP LOCKED), and
 // StartSweeper runs it on an interval with jitter until stopped.
 //
+// # Partitioned layout
+//
+// A plain table swept row by row pays for each record twice: its INSERT, then its DELETE and
+// the vacuum behind it. With Options.PartitionWidth set, the records table is instead
+// partitioned by range on born, the time its row was written, one partition per period, and
+// Sweep drops whole partitions (DropExpiredPartitions) and creates the next ones; no record is
+// deleted row by row. The plain layout stays the default.
+//
+// PostgreSQL has no unique index across range partitions (a unique index must include the
+// partition key), so the one-claim-per-key guarantee rests on the claim itself:
+//
+//   - Only Reserve writes rows. It sends two statements in one batch (one round trip, one
+//     transaction): pg_advisory_xact_lock on a 64-bit hash of the key, then the claim. Claims
+//     of one key therefore run one after another, whichever partition each writes into (their
+//     clocks may sit on either side of a boundary), and each claim's snapshot, taken after the
+//     lock was granted, sees the row the previous one committed. A hash collision only makes
+//     two keys' claims wait for each other.
+//   - The claim looks the key up in every partition (each has its own primary key on key),
+//     locks the row it finds (FOR UPDATE returns its latest version), and decides exactly as
+//     the plain layout does: absent, expired, or stale with the same fingerprint → a claim;
+//     otherwise the existing record. A claim is written into the current period's partition
+//     and, in the same statement, the key's row in an older partition is deleted. So a key
+//     never has more than one row, and never two live claims.
+//   - Complete, Release and Extend update that row in place, fenced on the token, wherever it
+//     lives; Get, Delete and List read the parent table, which spans all partitions.
+//
+// A partition is dropped only when its period ended before the current one began and the
+// newest expires_at in it is at least Options.PartitionMargin (default 10m, the allowance for
+// clocks that run behind) before now. The check is made under an ACCESS EXCLUSIVE lock on the
+// table, so no claim, takeover or Extend can revive one of its records between the check and
+// the drop; and a claim in progress never expires before its lease ends (a claim writes the
+// later of its window and its lease, Extend raises expires_at with the lease), so no holder's
+// record is dropped while its lease runs.
+//
+// The costs: each claim probes the primary key of every partition (choose PartitionWidth
+// between a quarter of the records' window and the whole window: a 24h window with 6h
+// partitions keeps 5 to 6); the table holds window + width + margin worth of records before
+// a partition goes; each drop locks the table for the milliseconds of the check and the drop,
+// once per period, waiting at most 2s for the lock (a long DoTx on the table makes it retry
+// at the next Sweep); a released or expired record keeps its row, counted as absent, until its
+// partition goes (SweepRows deletes such rows one by one if needed); GroupCommit cannot be
+// combined with the layout. DoTx works in it: the key's lock is held until the caller's
+// transaction commits.
+//
+// Migrate converts a table of the plain layout in place: it adds born (0, a constant default:
+// no rewrite) and a CHECK (born = 0) constraint, validates the constraint while the table stays
+// in use, then in one short transaction renames the table to LegacyPartition(table), creates the
+// partitioned table under the old name and attaches the old one as the partition of born < 1
+// (the constraint spares ATTACH its scan). Every existing record keeps working and the old
+// table is dropped whole once all its records expired. The partitioned layout's versions start
+// at PartitionedVersionBase + 1, so a process still configured for the plain layout refuses
+// the converted table at Migrate (sqlmigrate.ErrNewerSchema) and fails its claims closed:
+// switch every process of the table to the partitioned layout together.
+//
 // # Failure
 //
 // Every error but the contract's sentinels means the store could not answer, and the engine

@@ -45,7 +45,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	defer conn.Release()
-	_, err = sqlmigrate.Run(ctx, &pgTarget{s: s, conn: conn}, migrations)
+	if s.part != nil {
+		err = s.part.migrate(ctx, conn)
+	} else {
+		_, err = sqlmigrate.Run(ctx, &pgTarget{s: s, conn: conn}, migrations)
+	}
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w", s.name, err)
 	}

@@ -55,6 +55,18 @@ type Options struct {
 	// table) delays the calls grouped with it. DoTx itself never groups. The workers run
 	// until Close.
 	GroupCommit int
+	// PartitionWidth, when positive, selects the partitioned layout: the records table is
+	// partitioned by range on the time each row was written, one partition per
+	// PartitionWidth, and Sweep drops whole partitions once every record in them has expired,
+	// instead of deleting rows (see "Partitioned layout" in the package documentation). It
+	// must be at least 1s, and cannot be combined with GroupCommit. Migrate converts a table
+	// of the plain layout. Default 0: one plain table, swept row by row.
+	PartitionWidth time.Duration
+	// PartitionMargin is how long past the last expiry of every record in a partition Sweep
+	// waits before it drops the partition: the allowance for clocks that run behind (a reader
+	// whose clock is behind sees a record live for longer). Only with PartitionWidth.
+	// Default 10m.
+	PartitionMargin time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -72,6 +84,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
 	case o.GroupCommit < 0:
 		return o, invalid("Options.GroupCommit %d is negative", o.GroupCommit)
+	}
+	if err := o.partitionDefaults(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -99,7 +114,8 @@ type Store struct {
 	migrations string // the quoted, possibly schema-qualified migrations table
 	closed     atomic.Bool
 	q          queries
-	group      *group // nil unless Options.GroupCommit
+	group      *group        // nil unless Options.GroupCommit
+	part       *partitioning // nil unless Options.PartitionWidth
 }
 
 // New returns a Store on pool, which stays the caller's: Close does not close it. It does not
@@ -124,6 +140,9 @@ func New(pool *pgxpool.Pool, opt Options) (*Store, error) {
 	s.q = newQueries(s.name)
 	if o.GroupCommit > 0 {
 		s.group = newGroup(s, o.GroupCommit)
+	}
+	if o.PartitionWidth > 0 {
+		s.part = newPartitioning(s)
 	}
 	return s, nil
 }
@@ -253,6 +272,9 @@ func reserveArgs(key, fingerprint string, now time.Time, lease, window time.Dura
 // reserve runs the claim statement on db (args from reserveArgs), again while it finds
 // neither a claim nor a record.
 func (s *Store) reserve(ctx context.Context, db querier, args []any) (idem.Reservation, error) {
+	if s.part != nil {
+		return s.part.reserve(ctx, db, args)
+	}
 	key := args[0].(string)
 	for range reserveRetries {
 		var res idem.Reservation
@@ -356,6 +378,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // Sweep implements idem.Store: one DELETE of at most batch rows found by the expires_at
 // index, oldest first, skipping rows locked by a concurrent claim; no long lock, no full scan.
 // A negative batch is an error; 0 deletes nothing.
+//
+// In the partitioned layout (Options.PartitionWidth) Sweep deletes no rows: it creates the
+// partitions of the current and the next period and drops every older partition whose records
+// all expired at least Options.PartitionMargin before now, and returns how many records the
+// dropped partitions held (which may exceed batch). SweepRows deletes rows in that layout too.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
@@ -366,6 +393,15 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 	if batch == 0 {
 		return 0, nil
 	}
+	if s.part != nil {
+		n, err := s.part.maintain(ctx, now)
+		return n, opErr("sweep", err)
+	}
+	return s.sweepRows(ctx, now, batch)
+}
+
+// sweepRows is the plain layout's Sweep: one bounded DELETE.
+func (s *Store) sweepRows(ctx context.Context, now time.Time, batch int) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.q.sweep, now.UnixMicro(), batch)
 	if err != nil {
 		return 0, opErr("sweep", err)
