@@ -96,16 +96,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Runner runs an effect at most once per key: *idem.Engine, or a wrapper around a store's
-// transactional form (pgstore's DoTx runs claim, effect and completion in one transaction, so
-// that even a process killed in the middle of the effect leaves no trace and no double).
-type Runner interface {
-	// Do runs fn at most once for key, or returns the stored result, with the meaning and
-	// the errors of idem.Engine.Do.
-	Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
-}
-
-var _ Runner = (*idem.Engine)(nil)
+// Runner runs an effect at most once per key: an *idem.Engine, which claims the key, runs the
+// effect and completes the record each on its own, or a transactional runner
+// (pgstore.NewTxRunner, mysqlstore.NewTxRunner, sqlitestore.NewTxRunner), which runs the claim,
+// the handler's writes and the completion in one database transaction. The handler of a
+// transactional runner takes that transaction from its context with the store's TxFromContext
+// and writes through it; the message is acked only once the transaction has committed.
+//
+// Handle reads one thing from Do beyond its errors: Result.Executed. When the handler
+// succeeded and Do still returned an error, Executed true means the effect stands and its
+// record could not be stored (the engine: the message is acked, as redelivering it could only
+// run the effect twice), Executed false that nothing of it stands (a transaction whose commit
+// failed: the message is not acked, and its redelivery replays or runs the effect once).
+type Runner = idem.Runner
 
 // Consumer makes the effect of each business event happen once, however many times the broker
 // delivers it. It is broker-neutral: adapters (consumer/natsjs, consumer/amqp, consumer/sqs)
@@ -118,8 +121,8 @@ type Consumer struct {
 	log    *slog.Logger
 }
 
-// New returns a Consumer that runs h once per key through engine (usually an *idem.Engine;
-// see Runner). It fails with an error
+// New returns a Consumer that runs h once per key through engine: an *idem.Engine, or a
+// transactional runner such as pgstore.NewTxRunner (see Runner). It fails with an error
 // matching idem.ErrInvalidInput, naming the field, when an argument or option is invalid.
 func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
 	switch {
@@ -144,13 +147,15 @@ func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
 // Options returns the consumer's options with defaults filled in.
 func (c *Consumer) Options() Options { return c.opt }
 
-// Runner returns the runner (usually the *idem.Engine) the consumer was made with.
+// Runner returns the runner (an *idem.Engine or a transactional runner) the consumer was
+// made with.
 func (c *Consumer) Runner() Runner { return c.engine }
 
-// Handle derives the message's key and runs the handler once for it through the engine. It
-// costs one store round trip for a duplicate (the claim attempt finds the completed record) and
-// two for a new event (claim, then completion), plus one per engine heartbeat while a long
-// effect runs. It never panics on bad input; a panicking handler releases the claim and the
+// Handle derives the message's key and runs the handler once for it through the engine. With
+// an *idem.Engine it costs one store round trip for a duplicate (the claim attempt finds the
+// completed record) and two for a new event (claim, then completion), plus one per engine
+// heartbeat while a long effect runs; a transactional runner adds its claim and completion to
+// the handler's own transaction. It never panics on bad input; a panicking handler releases the claim and the
 // panic goes on.
 //
 // The Result says what happened and what the adapter does with the delivery; see Outcome.
@@ -211,10 +216,12 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 		r.Outcome, r.Output, r.OutputOmitted = Duplicate, res.Response.Body, res.Response.BodyOmitted
 	case err == nil:
 		r.Outcome, r.Output, r.OutputOmitted = Processed, out, res.Response.BodyOmitted
-	case succeeded:
+	case succeeded && res.Executed:
 		// The effect ran and succeeded, but its record could not be completed (the store
 		// failed, or the claim was taken over). The delivery is acked anyway: redelivering it
-		// is the one way to run the effect twice.
+		// is the one way to run the effect twice. (A transactional runner whose commit failed
+		// reports Executed false: its effect rolled back with the claim, and the message must
+		// come back.)
 		c.log.Warn("consumer: effect done but not recorded; acking the message", "key", key, "err", err)
 		r.Outcome, r.Output, r.Err = Processed, out, err
 	case errors.As(err, &inflight):

@@ -17,7 +17,12 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgxpool's health check goroutine ends shortly after Close.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}
 
 // countingStore counts store round trips, to check the bars: one per duplicate, two per new
 // message.

@@ -52,9 +52,28 @@
 // redelivery is a Duplicate and is acked without running the effect again. A consumer that
 // crashes while the effect runs leaves its claim in flight until the engine's lease runs out;
 // redeliveries meanwhile are InFlight, and the first after it takes over and runs the effect
-// (at-least-once for a holder that died mid-effect, as idem documents). To close that last gap
-// for effects in PostgreSQL, give New a [Runner] that runs claim, effect and completion in one
-// transaction (pgstore's DoTx): a process killed mid-effect then leaves no trace at all.
+// (at-least-once for a holder that died mid-effect, as idem documents). Transaction mode closes
+// that last gap for effects that live in the store's database.
+//
+// # Transaction mode
+//
+// Give New a transactional [Runner] (pgstore.NewTxRunner; mysqlstore and sqlitestore have the
+// same) instead of an engine: the claim, the handler's writes and the completion then run in
+// one database transaction, and the handler takes it from its context with the store's
+// TxFromContext:
+//
+//	c, err := consumer.New(pgstore.NewTxRunner(st, pgstore.TxOptions{}),
+//		func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+//			tx := pgstore.TxFromContext(ctx)
+//			_, err := tx.Exec(ctx, "INSERT INTO charges (order_id) VALUES ($1)", orderID(m))
+//			return nil, err
+//		}, consumer.Options{Key: orderKey})
+//
+// The adapters ack only after Handle returns Processed, which in this mode means after the
+// commit. A handler error, a panic, a process killed mid-effect or a failed COMMIT roll
+// everything back: no row, no record, and the redelivered message runs the effect once. A
+// duplicate delivered while the first transaction runs waits for it to end, then replays its
+// result (a Duplicate) or, after a rollback, runs the effect itself.
 //
 // # Cost
 //

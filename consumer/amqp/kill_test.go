@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -50,7 +49,7 @@ func childMain() int {
 		return fail(err)
 	}
 	defer st.Close()
-	var runner consumer.Runner = txRunner{st}
+	var runner consumer.Runner = pgstore.NewTxRunner(st, pgstore.TxOptions{})
 	if env("MODE") == "engine" {
 		if runner, err = idem.New(st, idem.Options{Lease: 5 * time.Second, Logger: quiet()}); err != nil {
 			return fail(err)
@@ -62,7 +61,7 @@ func childMain() int {
 		var db interface {
 			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 		} = st.Pool()
-		if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		if tx := pgstore.TxFromContext(ctx); tx != nil {
 			db = tx // the effect commits with the claim's completion, or not at all
 		}
 		_, err := db.Exec(ctx, "INSERT INTO "+effects+" (key, pid) VALUES ($1, $2)", string(m.Body), os.Getpid())
@@ -94,18 +93,6 @@ func childMain() int {
 	return 0
 }
 
-type txKey struct{}
-
-// txRunner runs claim, effect and completion in one PostgreSQL transaction (pgstore.DoTx);
-// the handler finds the transaction in its context.
-type txRunner struct{ st *pgstore.Store }
-
-func (r txRunner) Do(ctx context.Context, key, fp string, fn idem.Func) (idem.Result, error) {
-	return r.st.DoTx(ctx, key, fp, func(ctx context.Context, tx pgx.Tx) (idem.Response, error) {
-		return fn(context.WithValue(ctx, txKey{}, tx))
-	})
-}
-
 // Consumer processes are killed (SIGKILL, by themselves at a random delivery) after the
 // effect and before the ack, over at least 1,000 messages; RabbitMQ requeues what they held,
 // the redeliveries go to the surviving or restarted processes, and no effect runs twice and
@@ -116,7 +103,7 @@ func (r txRunner) Do(ctx context.Context, key, fp string, fn idem.Func) (idem.Re
 // deliveries short, some between their effect and its completion: those are redelivered,
 // held off as in flight until the lease runs out, then taken over and run again, the
 // at-least-once exception idem documents for a holder that died mid-effect.) With pgstore's
-// DoTx, which commits effect and completion together, processes handle four at a time and
+// TxRunner, which commits effect and completion together, processes handle four at a time and
 // every kill, wherever it falls, still leaves each effect exactly once.
 func TestKilledProcessDoesNotRepeatEffect(t *testing.T) {
 	if testing.Short() {

@@ -84,6 +84,11 @@ type Options struct {
 	FailEvents int
 	// Store returns the idem store a subtest's consumers share. Default: a new memstore.
 	Store func(t *testing.T) idem.Store
+	// Runner, when set, returns what a subtest's consumers run their effects through, in
+	// place of an engine over Store: a transactional runner such as pgstore.NewTxRunner, whose
+	// Effects then write through the transaction the handler's context carries. Default nil:
+	// an *idem.Engine over Store.
+	Runner func(t *testing.T) consumer.Runner
 	// Effects returns where a subtest's effects are recorded and counted. Default: a counter
 	// in memory, enough because the suite runs every consumer in the test's process. Supply
 	// one backed by a database to see effects the way a real service would.
@@ -145,7 +150,7 @@ type bundle struct {
 	t       *testing.T
 	q       Queue
 	effs    Effects
-	engine  *idem.Engine
+	runner  consumer.Runner
 	outcome [6]atomic.Int64 // counts per consumer.Outcome
 	failed  sync.Map        // event ids that already failed once (transient failures)
 	// beforeEffect, when set, is called before each effect; an error fails it.
@@ -155,18 +160,21 @@ type bundle struct {
 func (s *suite) setup(t *testing.T) *bundle {
 	t.Helper()
 	q := s.broker.NewQueue(t)
+	if s.opt.Runner != nil {
+		return &bundle{t: t, q: q, effs: s.opt.Effects(t), runner: s.opt.Runner(t)}
+	}
 	engine, err := idem.New(s.opt.Store(t), idem.Options{Lease: 5 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{t: t, q: q, effs: s.opt.Effects(t), engine: engine}
+	return &bundle{t: t, q: q, effs: s.opt.Effects(t), runner: engine}
 }
 
 // consumer returns the Consumer under test: it charges an event by recording one effect for
 // the event id. Slow events take a while, so that copies meet in flight; with failRate, the
 // first attempt of that share of events fails transiently.
 func (b *bundle) consumer(failRate float64) *consumer.Consumer {
-	c, err := consumer.New(b.engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(b.runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		var e event
 		if err := json.Unmarshal(m.Body, &e); err != nil {
 			return nil, consumer.Reject(err)
