@@ -91,6 +91,13 @@ type Options struct {
 	// Observe, when set, is called with every Result before Handle returns it, for metrics and
 	// logs. It must be quick and safe for concurrent use. Default nil.
 	Observe func(m *Message, r Result)
+	// Trace, when set, is called as Handle begins, with the adapter's context and the
+	// message. Handle runs under the context it returns, so the engine's observer (its claim,
+	// effect and completion spans) and the handler see it, and calls the returned func, when
+	// not nil, with the Result as Handle returns (Outcome Failed if the handler panics). It is
+	// how a tracer continues the producer's trace from the message's headers: see
+	// idemotel.ConsumerTrace. It must be quick and safe for concurrent use. Default nil.
+	Trace func(ctx context.Context, m *Message) (context.Context, func(Result))
 	// Logger receives warnings (an effect whose record could not be stored, a failed broker
 	// extension). Default slog.Default().
 	Logger *slog.Logger
@@ -159,8 +166,15 @@ func (c *Consumer) Runner() Runner { return c.engine }
 // panic goes on.
 //
 // The Result says what happened and what the adapter does with the delivery; see Outcome.
-func (c *Consumer) Handle(ctx context.Context, m *Message) Result {
-	r := c.handle(ctx, m)
+func (c *Consumer) Handle(ctx context.Context, m *Message) (r Result) {
+	if c.opt.Trace != nil && m != nil {
+		var done func(Result)
+		if ctx, done = c.opt.Trace(ctx, m); done != nil {
+			r = Result{Outcome: Failed, Err: errPanicked} // what done gets if the handler panics
+			defer func() { done(r) }()
+		}
+	}
+	r = c.handle(ctx, m)
 	if c.opt.Observe != nil {
 		c.opt.Observe(m, r)
 	}
@@ -234,6 +248,9 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 	}
 	return r
 }
+
+// errPanicked is the error of the Result given to a Trace func when the handler panicked.
+var errPanicked = errors.New("consumer: handler panicked")
 
 // extend calls m.Extend every m.ExtendEvery until the returned func is called; that func
 // waits for an extension under way.

@@ -45,6 +45,18 @@
 // gets the same continuation from it: put otelhttp outside the middleware and leave Handler
 // out.
 //
+// # Consumers
+//
+// ConsumerTrace, set as consumer.Options.Trace, continues in the consumer the trace of the
+// producer that published the message: it reads the W3C traceparent from the message's
+// headers (NATS headers, AMQP headers, SQS message attributes, an SNS envelope's attributes,
+// Kafka record headers, Redis stream fields, as the adapters put them in consumer.Message.Header)
+// and handles the message under a consumer span, "idem.consume", a child of the producer's
+// span, with the engine's spans and the handler's under it. The producer puts the headers on
+// the message with TraceHeaders (or with its propagator and the broker client's own carrier).
+// A consumer's keys carry its scope in front ("billing/order-42"): ConsumerKey keeps it off
+// the spans.
+//
 // # Cost
 //
 // Without an observer the engine pays one nil check per stage. With one, each Do makes two
