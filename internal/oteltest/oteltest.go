@@ -171,7 +171,7 @@ func one(spans []sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
 func attr(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -190,12 +190,12 @@ func forbid(t testing.TB, s sdktrace.ReadOnlySpan, forbidden ...string) {
 	t.Helper()
 	text := []string{s.Name(), s.Status().Description}
 	for _, kv := range s.Attributes() {
-		text = append(text, string(kv.Key), kv.Value.Emit())
+		text = append(text, string(kv.Key), kv.Value.String())
 	}
 	for _, ev := range s.Events() {
 		text = append(text, ev.Name)
 		for _, kv := range ev.Attributes {
-			text = append(text, string(kv.Key), kv.Value.Emit())
+			text = append(text, string(kv.Key), kv.Value.String())
 		}
 	}
 	for _, f := range forbidden {
