@@ -10,15 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/txmode"
 )
 
 // TxFunc is the caller's effect in DoTx: it writes through tx (and only tx) and returns the
 // response to store and replay. It must not commit or roll back tx.
 type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
-
-// txRetries bounds the re-runs of a DoTx whose transaction PostgreSQL aborted as a
-// serialization failure or a deadlock: nothing of it committed, so a re-run is safe.
-const txRetries = 5
 
 // DoTx runs fn at most once for key, in the same transaction as the claim and the completion:
 // the strongest guarantee idem offers, for effects that live in this database.
@@ -52,12 +49,9 @@ func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (i
 	if fn == nil {
 		return idem.Result{}, invalid("nil function")
 	}
-	for attempt := 0; ; attempt++ {
-		res, retry, err := s.doTx(ctx, key, fingerprint, fn, nil)
-		if !retry || attempt == txRetries {
-			return res, err
-		}
-	}
+	return txmode.Retry(func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
+		return s.doTx(ctx, key, fingerprint, fn, nil)
+	}, txmode.Func[pgx.Tx](fn))
 }
 
 // txWait says how a TxRunner's attempt waits for a concurrent holder of its key.
@@ -69,7 +63,7 @@ type txWait struct {
 // doTx is one attempt; retry reports an abort that a new attempt may get past. With w set, a
 // wait for a concurrent holder that ends by w.lock or by ctx's deadline is an
 // *idem.InFlightError, not a store failure.
-func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc, w *txWait) (res idem.Result, retry bool, err error) {
+func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
@@ -106,12 +100,12 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc, w 
 			return res, false, err
 		}
 		if w != nil && waitEnded(ctx, err) {
-			return res, false, &idem.InFlightError{Key: key, RetryAfter: time.Second}
+			return res, false, txmode.WaitEnded(key)
 		}
 		return res, retryable(err), &idem.StoreError{Op: "reserve", Err: opErr("reserve", err)}
 	}
 	if !r.Claimed {
-		return fromRecord(&r.Record, fingerprint, now)
+		return txmode.Answer(&r.Record, fingerprint, now)
 	}
 	resp, ferr := fn(ctx, tx)
 	if ferr != nil {
@@ -130,23 +124,6 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn TxFunc, w 
 	}
 	committed = true
 	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: expires.Truncate(time.Microsecond)}, false, nil
-}
-
-// fromRecord answers a DoTx from a record it did not claim.
-func fromRecord(rec *idem.Record, fingerprint string, now time.Time) (idem.Result, bool, error) {
-	if rec.Fingerprint != fingerprint {
-		return idem.Result{}, false, fmt.Errorf("%w (key %.80q)", idem.ErrMismatch, rec.Key)
-	}
-	if rec.State != idem.StateCompleted {
-		// Round up to whole seconds, as the engine does: Retry-After has second resolution.
-		after := max(time.Second, (rec.LeaseUntil.Sub(now)+time.Second-1)/time.Second*time.Second)
-		return idem.Result{}, false, &idem.InFlightError{Key: rec.Key, RetryAfter: after}
-	}
-	var resp idem.Response
-	if rec.Response != nil {
-		resp = *rec.Response
-	}
-	return idem.Result{Response: resp, Replayed: true, Kept: true, ExpiresAt: rec.ExpiresAt}, false, nil
 }
 
 // waitEnded reports a claim that failed because its wait for a concurrent holder ran out:

@@ -2,12 +2,12 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/txmode"
 )
 
 // TxOptions configure a TxRunner. The zero value is a safe default.
@@ -46,16 +46,8 @@ var _ idem.Runner = (*TxRunner)(nil)
 // NewTxRunner returns a TxRunner over st; its records are the ones engines and DoTx on st
 // use, so all of them see each other's keys.
 func NewTxRunner(st *Store, opt TxOptions) *TxRunner {
-	r := &TxRunner{st: st, policy: opt.Policy, wait: opt.Wait}
-	if r.policy == nil {
-		r.policy = idem.DefaultPolicy
-	}
-	switch {
-	case r.wait == 0:
-		r.wait = 10 * time.Second
-	case r.wait < 0:
-		r.wait = 0
-	}
+	r := &TxRunner{st: st}
+	r.policy, r.wait = txmode.Settings(opt.Policy, opt.Wait)
 	return r
 }
 
@@ -73,9 +65,6 @@ func TxFromContext(ctx context.Context) pgx.Tx {
 	return tx
 }
 
-// errRollback carries fn's outcome out of a transaction the policy rolls back.
-var errRollback = errors.New("pgstore: rolled back by policy")
-
 // Do implements idem.Runner: it returns what DoTx returns, and, when the policy rolled back
 // fn's transaction, a Result with fn's response (Executed true, Kept false) and fn's error.
 // A panic in fn rolls the transaction back and goes on.
@@ -86,30 +75,9 @@ func (r *TxRunner) Do(ctx context.Context, key, fingerprint string, fn idem.Func
 	if fn == nil {
 		return idem.Result{}, invalid("nil function")
 	}
-	var (
-		ran  bool
-		resp idem.Response
-		ferr error
-	)
-	txfn := func(ctx context.Context, tx pgx.Tx) (idem.Response, error) {
-		ran = true
-		resp, ferr = fn(context.WithValue(ctx, txKey{}, tx))
-		if ferr != nil || r.policy(resp, ferr) != idem.Keep {
-			return resp, errRollback
-		}
-		return resp, nil
-	}
 	w := &txWait{lock: r.wait}
-	for attempt := 0; ; attempt++ {
-		res, retry, err := r.st.doTx(ctx, key, fingerprint, txfn, w)
-		if errors.Is(err, errRollback) {
-			return idem.Result{Response: resp, Executed: true}, ferr
-		}
-		if !retry || ran || attempt == txRetries {
-			if err == nil && ran {
-				res.Executed = true
-			}
-			return res, err
-		}
-	}
+	with := func(ctx context.Context, tx pgx.Tx) context.Context { return context.WithValue(ctx, txKey{}, tx) }
+	return txmode.Run(ctx, r.policy, fn, with, func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
+		return r.st.doTx(ctx, key, fingerprint, fn, w)
+	})
 }
