@@ -49,6 +49,39 @@
 // and over a hundred thousand replays a second, within ten percent of the bare driver running
 // the same statements; docs/bench/sqlite.md has the figures and the command.
 //
+// # Same-transaction mode
+//
+// DoTx, and TxRunner for idemhttp (TxFromContext gives the handler its *sql.Tx), claim a
+// key, run the caller's writes and store the response in ONE transaction: for effects whose
+// tables live in the same file it is exactly once, not merely at most once. A concurrent
+// duplicate waits until the first commits and then replays; a rollback, a panic or a killed
+// process leaves no trace and the retry executes.
+//
+// The transaction is SERIALIZABLE, as every SQLite write transaction is: it begins with BEGIN
+// IMMEDIATE on the store's writer connection, which takes the file's single write lock at
+// once and holds it until COMMIT. The claim, the caller's reads and writes and the completion
+// see and change the database as if alone; nothing can deadlock or fail to serialize, so
+// nothing is retried.
+//
+// What that means: transactions run one at a time. A running function holds up every other
+// transaction and every write the engine makes on this store (claims, completions), in this
+// process and in the others sharing the file; reads (Get, an engine's replays, a DoTx of a
+// completed key) go on, from reader connections (WAL). Keep the function to the database
+// work. The business tables must be in the store's file, since the transaction is on the
+// store's own connection.
+//
+// How a duplicate waits: a completed key is answered from a reader, without the write lock.
+// Otherwise the duplicate waits for the writer connection in this process (database/sql
+// queues the callers), or for the write lock when another process holds it (SQLite's busy
+// handler polls, up to Options.BusyTimeout). DoTx waits for its context and the busy
+// timeout; TxRunner ends the wait at TxOptions.Wait or its context's deadline with
+// idem.ErrInFlight. The wait is for the write lock, not the key: while one transaction runs,
+// requests with other keys wait too, and may get idem.ErrInFlight if it lasts.
+//
+// A process killed mid-transaction leaves nothing: its changes never reached a commit record,
+// so readers ignore them and the next writer overwrites them, and the operating system
+// releases its lock.
+//
 // # Durability
 //
 // By default the writer runs with synchronous=NORMAL: a completed record survives a crash

@@ -81,22 +81,29 @@ func (s *Store) reserveTx(ctx context.Context, c *claim) (_ idem.Reservation, er
 			_ = tx.Rollback()
 		}
 	}()
-	res, err := c.try(ctx, tx.StmtContext(ctx, s.upsert))
+	res, err := s.claimIn(ctx, tx, c)
 	if err != nil {
 		return idem.Reservation{}, err
 	}
-	if !res.Claimed {
-		var found bool
-		res.Record, found, _, err = s.read(ctx, tx.StmtContext(ctx, s.wget), c.key, c.fp, c.now, false)
-		if err != nil {
-			return idem.Reservation{}, err
-		}
-		if !found {
-			// The upsert neither inserted nor updated, so the row exists in this transaction.
-			return idem.Reservation{}, errors.New("upsert did not fire but the record is absent")
-		}
-	}
 	return res, tx.Commit()
+}
+
+// claimIn runs the upsert in tx and, if it does not fire, reads the record that prevents it.
+func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, c *claim) (idem.Reservation, error) {
+	res, err := c.try(ctx, tx.StmtContext(ctx, s.upsert))
+	if err != nil || res.Claimed {
+		return res, err
+	}
+	var found bool
+	res.Record, found, _, err = s.read(ctx, tx.StmtContext(ctx, s.wget), c.key, c.fp, c.now, false)
+	if err != nil {
+		return idem.Reservation{}, err
+	}
+	if !found {
+		// The upsert neither inserted nor updated, so the row exists in this transaction.
+		return idem.Reservation{}, errors.New("upsert did not fire but the record is absent")
+	}
+	return res, nil
 }
 
 // claim holds the arguments of one upsert, in Unix microseconds.

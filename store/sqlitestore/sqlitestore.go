@@ -51,6 +51,11 @@ type Options struct {
 	// may be lost if the machine loses power, so a completed effect could then run again;
 	// FULL syncs every commit to disk and costs write throughput.
 	Synchronous string
+	// TxTTL is how long a response stored by DoTx or a TxRunner is replayed. Default 24h.
+	TxTTL time.Duration
+	// Now is the clock of DoTx and TxRunner (the engine passes its own times to the other
+	// methods). Default time.Now.
+	Now func() time.Time
 }
 
 // withDefaults returns o with defaults filled in, or an error naming the bad field.
@@ -60,6 +65,10 @@ func (o Options) withDefaults() (Options, error) {
 	o.Readers = cmp.Or(o.Readers, max(4, runtime.GOMAXPROCS(0)))
 	o.KnownKeys = cmp.Or(o.KnownKeys, 1<<16)
 	o.Synchronous = strings.ToUpper(cmp.Or(o.Synchronous, "NORMAL"))
+	o.TxTTL = cmp.Or(o.TxTTL, 24*time.Hour)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	switch {
 	case !validTable(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
@@ -71,6 +80,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, invalid("Options.Readers %d is below 1", o.Readers)
 	case o.Synchronous != "NORMAL" && o.Synchronous != "FULL":
 		return o, invalid("Options.Synchronous %q is neither NORMAL nor FULL", o.Synchronous)
+	case o.TxTTL < time.Millisecond:
+		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
 	}
 	return o, nil
 }
@@ -99,6 +110,7 @@ var ErrClosed = idem.ErrClosed
 type Store struct {
 	path   string
 	table  string
+	opt    Options
 	w, r   *sql.DB
 	closed atomic.Bool
 	known  *hint // nil when Options.KnownKeys is negative
@@ -149,7 +161,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// open that meets another process's open is retried, within BusyTimeout.
 	deadline := time.Now().Add(o.BusyTimeout)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
-		s := &Store{path: abs, table: o.Table, known: newHint(o.KnownKeys)}
+		s := &Store{path: abs, table: o.Table, opt: o, known: newHint(o.KnownKeys)}
 		err := s.open(ctx, o)
 		if err == nil {
 			return s, nil
