@@ -30,6 +30,44 @@
 // Release, Get, Delete and each Sweep batch are one statement each; Extend is one, plus a
 // SELECT when it changed nothing (the same lease set twice).
 //
+// # Same-transaction mode
+//
+// DoTx, and TxRunner for idemhttp (TxFromContext gives the handler its *sql.Tx), claim a
+// key, run the caller's writes and store the response in ONE transaction: for effects that
+// live in the same database it is exactly once, not merely at most once. A concurrent
+// duplicate waits on the key's row until the first commits and then replays; a rollback, a
+// panic or a killed process leaves no trace and the retry executes.
+//
+// The transaction is READ COMMITTED, whatever the server's default (InnoDB's is REPEATABLE
+// READ). The claim reads the key's row with a locking read (LOCK IN SHARE MODE), which waits
+// for a transaction that inserted or claimed the row and then sees its latest committed
+// version; an absent row is INSERTed, and a concurrent INSERT of the same key waits on the
+// primary key until the first ends, then fails as a duplicate (and reads the committed
+// record) or, if the first rolled back, succeeds. Under READ COMMITTED these take record
+// locks only. Under REPEATABLE READ the locking read of an absent key would take a gap lock;
+// duplicates share the gap, block each other's INSERTs, and InnoDB would end all but one as
+// deadlocks.
+//
+// What that means for the caller's statements: they run READ COMMITTED too. Each statement
+// sees the data committed before it began, so a row read twice may differ: lock what the
+// decision depends on (SELECT … FOR UPDATE). Gap and next-key locks are not taken, so a
+// range that was empty may not stay empty; enforce such rules with unique keys. With binary
+// logging on, writes under READ COMMITTED need binlog_format ROW or MIXED (MySQL 8's default
+// is ROW, MariaDB's MIXED); under STATEMENT they fail with error 1665.
+//
+// Waits: a duplicate holds a pool connection while it waits. DoTx waits up to the server's
+// innodb_lock_wait_timeout (50s by default), then returns an *idem.StoreError (error 1205).
+// TxRunner ends the wait at TxOptions.Wait or the context's deadline with idem.ErrInFlight,
+// on time: it sets the session's innodb_lock_wait_timeout to the time left, in whole seconds
+// rounded up, for the claim (and gives the old value back before the caller's statements),
+// and gives up on the client side when the time is out, which closes that connection. An
+// engine's Reserve of a key a transaction holds waits on its row in the same way, so keep the
+// transaction short.
+//
+// Deadlocks (error 1213) roll the whole transaction back: DoTx runs it again, up to five
+// times; TxRunner only while its function has not run. The records table adds no deadlocks
+// of its own between different keys: each claim locks its key's row alone.
+//
 // # MySQL and MariaDB
 //
 // Tested on MariaDB 10.11; the statements are written for MySQL 8 too, and avoid what

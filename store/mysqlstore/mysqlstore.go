@@ -37,11 +37,22 @@ type Options struct {
 	// 48 ASCII letters, digits and underscores, not starting with a digit. Several apps may
 	// share a database with a table each.
 	Table string
+	// TxTTL is how long a response stored by DoTx or a TxRunner is replayed. Default 24h.
+	TxTTL time.Duration
+	// Now is the clock of DoTx and TxRunner (the engine passes its own times to the other
+	// methods). Default time.Now.
+	Now func() time.Time
 }
 
 func (o Options) withDefaults() (Options, error) {
 	o.Table = cmp.Or(o.Table, DefaultTable)
+	o.TxTTL = cmp.Or(o.TxTTL, 24*time.Hour)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	switch {
+	case o.TxTTL < time.Millisecond:
+		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
 	case !validName(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
 	case o.Database != "" && !validName(o.Database):
@@ -175,17 +186,30 @@ func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
+	prev, closed := s.stmts[q], s.closed.Load()
+	if prev == nil && !closed {
+		s.stmts[q] = st
+	}
+	s.mu.Unlock()
+	// A statement is closed outside the lock: Close waits for every connection it was
+	// prepared on to be free of its current query, and that query (one waiting on a row
+	// lock, in a DoTx) may wait for a caller who needs the lock.
+	switch {
+	case closed:
 		_ = st.Close()
 		return nil, idem.ErrClosed
-	}
-	if prev := s.stmts[q]; prev != nil {
+	case prev != nil:
 		_ = st.Close()
 		return prev, nil
 	}
-	s.stmts[q] = st
 	return st, nil
+}
+
+// execer runs the store's statements: the Store itself on the pool, each in autocommit, or a
+// txExec in a DoTx transaction.
+type execer interface {
+	exec(ctx context.Context, q string, args ...any) (sql.Result, error)
+	queryRow(ctx context.Context, q string, args ...any) (*sql.Row, error)
 }
 
 func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
@@ -222,7 +246,8 @@ func opErr(op string, err error) error {
 // MySQL error numbers the store handles.
 const (
 	errDupEntry = 1062 // ER_DUP_ENTRY: the key was inserted meanwhile
-	errDeadlock = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the statement back
+	errDeadlock = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the transaction back
+	errLockWait = 1205 // ER_LOCK_WAIT_TIMEOUT: innodb_lock_wait_timeout ran out
 )
 
 func isMySQLError(err error, number uint16) bool {
@@ -254,11 +279,15 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
-	res, err := s.reserve(ctx, key, fingerprint, now, lease, window)
+	res, err := s.reserve(ctx, s, false, key, fingerprint, now, lease, window)
 	return res, opErr("reserve", err)
 }
 
-func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+// reserve is Reserve's loop on e. In a transaction (inTx), the reads are locking reads
+// (queries.lockingGet), which wait for a concurrent transaction that inserted or claimed the
+// row and see its latest committed version, and a deadlock, which InnoDB answers by rolling
+// the whole transaction back, is returned rather than retried here.
+func (s *Store) reserve(ctx context.Context, e execer, inTx bool, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -276,14 +305,18 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.T
 		LeaseUntil: now.Add(lease).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(window).Truncate(time.Microsecond),
 	}
+	get := s.q.get
+	if inTx {
+		get = s.q.lockingGet
+	}
 	for range reserveRetries {
-		old, err := s.get(ctx, key)
+		old, err := s.get(ctx, e, get, key)
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
 			claim.Token = idem.NextToken(0, now)
-			_, err := s.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
+			_, err := e.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
 				now.UnixMicro(), claim.ExpiresAt.UnixMicro())
-			if isMySQLError(err, errDupEntry) || isMySQLError(err, errDeadlock) {
+			if isMySQLError(err, errDupEntry) || !inTx && isMySQLError(err, errDeadlock) {
 				continue
 			}
 			if err != nil {
@@ -302,10 +335,10 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.T
 		if !expired { // a takeover keeps the claim's history
 			rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
 		}
-		r, err := s.exec(ctx, s.q.swap,
+		r, err := e.exec(ctx, s.q.swap,
 			fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
 			key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
-		if isMySQLError(err, errDeadlock) {
+		if !inTx && isMySQLError(err, errDeadlock) {
 			continue
 		}
 		if err != nil {
@@ -378,16 +411,17 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Record{}, err
 	}
-	rec, err := s.get(ctx, key)
+	rec, err := s.get(ctx, s, s.q.get, key)
 	return rec, opErr("get", err)
 }
 
-func (s *Store) get(ctx context.Context, key string) (idem.Record, error) {
+// get reads key's record on e with q (queries.get or lockingGet).
+func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, error) {
 	rec := idem.Record{Key: key}
 	var state int16
 	var leaseUntil, createdAt, completedAt, expires int64
 	var response []byte
-	row, err := s.queryRow(ctx, s.q.get, key)
+	row, err := e.queryRow(ctx, q, key)
 	if err != nil {
 		return idem.Record{}, err
 	}

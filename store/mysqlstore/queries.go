@@ -4,15 +4,20 @@ package mysqlstore
 // another column assigned before it, so MySQL's left-to-right assignment and MariaDB's
 // SIMULTANEOUS_ASSIGNMENT mode give the same results.
 type queries struct {
-	get, insert, swap, complete, release, extend, held, del, sweep string
+	get, lockingGet, insert, swap, complete, release, extend, held, del, sweep string
 }
 
 const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at`
 
 func newQueries(t string) queries {
 	return queries{
-		get:    "SELECT " + cols + " FROM " + t + " WHERE `key` = ?",
-		insert: "INSERT INTO " + t + " (`key`, " + cols + ") VALUES (?, ?, 1, ?, ?, 1, NULL, ?, 0, ?)",
+		get: "SELECT " + cols + " FROM " + t + " WHERE `key` = ?",
+		// lockingGet is get in a DoTx transaction: a shared lock on the row, so it waits for a
+		// transaction that inserted or changed it to end and reads its latest committed
+		// version, and the row cannot change until this transaction ends. (LOCK IN SHARE MODE
+		// is the spelling both MySQL 8 and MariaDB accept.)
+		lockingGet: "SELECT " + cols + " FROM " + t + " WHERE `key` = ? LOCK IN SHARE MODE",
+		insert:     "INSERT INTO " + t + " (`key`, " + cols + ") VALUES (?, ?, 1, ?, ?, 1, NULL, ?, 0, ?)",
 		// swap claims a row read before, only if it is still exactly that version.
 		swap: "UPDATE " + t + ` SET fingerprint = ?, state = 1, token = ?, lease_until = ?, attempts = ?,
 		response = NULL, created_at = ?, completed_at = 0, expires_at = ?

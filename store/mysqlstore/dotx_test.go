@@ -1,0 +1,67 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/mysqlstore"
+)
+
+// DoTx with the caller's own typed transaction: executed, replayed, mismatched, rolled back.
+func TestDoTx(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, mysqlstore.Options{})
+	d := db(t)
+	ctx := context.Background()
+	orders := "`" + testDatabase + "`.`" + randomName("orders_") + "`"
+	if _, err := d.ExecContext(ctx, "CREATE TABLE "+orders+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.ExecContext(ctx, "DROP TABLE IF EXISTS "+orders) })
+	count := func() (n int) {
+		t.Helper()
+		if err := d.QueryRowContext(ctx, "SELECT count(*) FROM "+orders).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	boom := errors.New("declined")
+	place := func(fail bool) mysqlstore.TxFunc {
+		return func(ctx context.Context, tx *sql.Tx) (idem.Response, error) {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+orders+" (amount) VALUES (4200)"); err != nil {
+				return idem.Response{}, err
+			}
+			if fail {
+				return idem.Response{}, boom
+			}
+			return idem.Response{Status: 201, Body: []byte("placed")}, nil
+		}
+	}
+	fp := idem.Fingerprint([]byte("a"))
+	if _, err := st.DoTx(ctx, "k", fp, place(true)); !errors.Is(err, boom) {
+		t.Fatalf("failing function: %v, want its error", err)
+	}
+	if _, err := st.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) || count() != 0 {
+		t.Fatalf("after a rollback: record %v, %d rows; want neither", err, count())
+	}
+	r, err := st.DoTx(ctx, "k", fp, place(false))
+	if err != nil || r.Replayed || !r.Kept || r.Response.Status != 201 {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	r, err = st.DoTx(ctx, "k", fp, place(false))
+	if err != nil || !r.Replayed || string(r.Response.Body) != "placed" {
+		t.Fatalf("replay: %+v %v", r, err)
+	}
+	if _, err := st.DoTx(ctx, "k", idem.Fingerprint([]byte("b")), place(false)); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("other fingerprint: %v, want ErrMismatch", err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d order rows, want 1", n)
+	}
+	if _, err := st.DoTx(ctx, "k", fp, nil); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Fatalf("nil function: %v", err)
+	}
+}

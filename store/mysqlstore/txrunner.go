@@ -1,0 +1,84 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/txmode"
+)
+
+// TxOptions configure a TxRunner. The zero value is a safe default.
+type TxOptions struct {
+	// Policy decides, from fn's response and error, whether the transaction commits: Keep
+	// with a nil error commits fn's writes together with the record, so the response is
+	// replayed; anything else (Release, Hold, or an error) rolls everything back and keeps
+	// nothing, so a retry executes. Default idem.DefaultPolicy, which rolls back 5xx, 401, 403,
+	// 408, 409, 425 and 429.
+	Policy idem.Policy
+	// Wait bounds how long a duplicate waits for the transaction of a concurrent request with
+	// its key to end, before it returns an *idem.InFlightError (idem.ErrInFlight) with a
+	// RetryAfter of one second. The wait also ends at the context's deadline, with the same
+	// error, and at the server's innodb_lock_wait_timeout. Default 10s; negative: only the
+	// context's deadline (and the server's setting) bounds it.
+	Wait time.Duration
+}
+
+// TxRunner is an idem.Runner whose Do runs fn in the same MySQL or MariaDB transaction as the
+// claim and the completion, as DoTx does. fn reaches the transaction through its context,
+// with TxFromContext, and writes through it alone. Give it to idemhttp.Options.Runner to run
+// HTTP handlers this way.
+//
+// A duplicate that arrives while fn runs waits on the key's row until the first transaction
+// ends (at most TxOptions.Wait or its context's deadline, then idem.ErrInFlight), then replays
+// the committed response, or claims the key itself if the first rolled back. Unlike DoTx, Do
+// never runs fn a second time: a deadlock after fn ran rolls back and returns an
+// *idem.StoreError, and a retry of the request executes.
+type TxRunner struct {
+	st     *Store
+	policy idem.Policy
+	wait   time.Duration
+}
+
+var _ idem.Runner = (*TxRunner)(nil)
+
+// NewTxRunner returns a TxRunner over st; its records are the ones engines and DoTx on st
+// use, so all of them see each other's keys.
+func NewTxRunner(st *Store, opt TxOptions) *TxRunner {
+	r := &TxRunner{st: st}
+	r.policy, r.wait = txmode.Settings(opt.Policy, opt.Wait)
+	return r
+}
+
+// Options returns the settings middlewares read from a Runner: Policy, TTL (the store's
+// Options.TxTTL) and Now. The other fields are zero.
+func (r *TxRunner) Options() idem.Options {
+	return idem.Options{Policy: r.policy, TTL: r.st.opt.TxTTL, Now: r.st.opt.Now}
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction a TxRunner runs fn in, or nil outside one.
+func TxFromContext(ctx context.Context) *sql.Tx {
+	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
+	return tx
+}
+
+// Do implements idem.Runner: it returns what DoTx returns (a wait for a concurrent holder that
+// ran out is an *idem.InFlightError), and, when the policy rolled back fn's transaction, a
+// Result with fn's response (Executed true, Kept false) and fn's error. A panic in fn rolls
+// the transaction back and goes on.
+func (r *TxRunner) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
+	if err := r.st.ready(ctx); err != nil {
+		return idem.Result{}, err
+	}
+	if fn == nil {
+		return idem.Result{}, invalid("nil function")
+	}
+	w := &txWait{lock: r.wait}
+	with := func(ctx context.Context, tx *sql.Tx) context.Context { return context.WithValue(ctx, txKey{}, tx) }
+	return txmode.Run(ctx, r.policy, fn, with, func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
+		return r.st.doTx(ctx, key, fingerprint, fn, w)
+	})
+}
