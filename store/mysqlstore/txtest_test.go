@@ -2,30 +2,50 @@ package mysqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/mysqlstore"
 	"github.com/idemkit/idem/store/storetest/txtest"
 )
 
 // TestTxConformance runs the transaction-mode suite on TxRunner, with an orders table beside
-// each store's records table.
+// each store's records table. It has a connection pool of its own: its duplicates, waiting,
+// hold their connections, and the other tests' deadlines must not depend on them.
 func TestTxConformance(t *testing.T) {
 	t.Parallel()
+	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sql.OpenDB(c)
+	d.SetMaxOpenConns(16)
+	d.SetMaxIdleConns(16)
+	t.Cleanup(func() { _ = d.Close() })
 	txtest.Run(t, func(t *testing.T, cfg txtest.Config) txtest.Harness {
-		d := db(t)
 		ctx := context.Background()
 		table, orders, attach := strings.Cut(cfg.Attach, " ")
-		var st *mysqlstore.Store
-		if attach {
-			var err error
-			if st, err = mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table}); err != nil {
+		if !attach {
+			table, orders = randomName("t_"), "`"+testDatabase+"`.`"+randomName("orders_")+"`"
+		}
+		st, err := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		if !attach {
+			if err := st.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-		} else {
-			table, orders = randomName("t_"), "`"+testDatabase+"`.`"+randomName("orders_")+"`"
-			st = newStore(t, mysqlstore.Options{Table: table})
+			t.Cleanup(func() { dropTable(t, d, testDatabase, table) })
 			if _, err := d.ExecContext(ctx, "CREATE TABLE "+orders+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount BIGINT NOT NULL)"); err != nil {
 				t.Fatal(err)
 			}

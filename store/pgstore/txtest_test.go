@@ -5,25 +5,42 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/storetest/txtest"
 )
 
 // TestTxConformance runs the transaction-mode suite on TxRunner, with an orders table beside
-// each store's records table.
+// each store's records table. It has a pool of its own: its duplicates, waiting, hold their
+// connections, and the other tests' deadlines must not depend on them.
 func TestTxConformance(t *testing.T) {
 	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
 	txtest.Run(t, func(t *testing.T, cfg txtest.Config) txtest.Harness {
-		var st *pgstore.Store
-		var orders string
-		if table, rest, ok := strings.Cut(cfg.Attach, " "); ok {
-			var err error
-			if st, err = pgstore.New(pool(t), pgstore.Options{Schema: testSchema, Table: table}); err != nil {
+		table, orders, attach := strings.Cut(cfg.Attach, " ")
+		if !attach {
+			table = randomName("t_")
+		}
+		st, err := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !attach {
+			if err := st.Migrate(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			orders = rest
-		} else {
-			st = newStore(t, pgstore.Options{})
+			t.Cleanup(func() { dropTable(t, p, testSchema, table) })
 			orders = ordersTable(t, st)
 		}
 		return txtest.Harness{
@@ -34,10 +51,10 @@ func TestTxConformance(t *testing.T) {
 				return err
 			},
 			Count: func(ctx context.Context) (n int, err error) {
-				err = st.Pool().QueryRow(ctx, `SELECT count(*) FROM `+orders).Scan(&n)
+				err = p.QueryRow(ctx, `SELECT count(*) FROM `+orders).Scan(&n)
 				return n, err
 			},
-			Name: tableName(st) + " " + orders,
+			Name: table + " " + orders,
 		}
 	})
 }
