@@ -27,8 +27,8 @@ func TestTxConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := sql.OpenDB(c)
-	d.SetMaxOpenConns(16)
-	d.SetMaxIdleConns(16)
+	d.SetMaxOpenConns(8) // the server is shared: a few, beside the shared pool
+	d.SetMaxIdleConns(8)
 	t.Cleanup(func() { _ = d.Close() })
 	txtest.Run(t, func(t *testing.T, cfg txtest.Config) txtest.Harness {
 		ctx := context.Background()

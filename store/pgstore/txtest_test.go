@@ -21,7 +21,7 @@ func TestTxConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 16
+	cfg.MaxConns = 8 // the server is shared: a few, beside the shared pool
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
