@@ -21,7 +21,7 @@ func ExampleRun() {
 			if path == "" {
 				path = filepath.Join(t.TempDir(), "idem.db")
 			}
-			st, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{})
+			st, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{TxTTL: cfg.TTL})
 			if err != nil {
 				t.Fatal(err)
 			}

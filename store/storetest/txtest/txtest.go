@@ -23,9 +23,11 @@
 // row nor record and the retry executes, also when the retry was already waiting; another
 // payload with the key gets idem.ErrMismatch and writes nothing, also while the first is in
 // flight; a duplicate waiting past its context's deadline, or past Config.Wait, gets
-// idem.ErrInFlight on time and writes nothing; a process killed (SIGKILL) between its
-// business write and the commit leaves nothing, and the retry executes exactly once; and the
-// runner and an engine on the same store see each other's records.
+// idem.ErrInFlight on time and writes nothing, also when the holder is another process; a
+// process killed (SIGKILL) between its business write and the commit leaves nothing, and the
+// retry executes exactly once; the runner and an engine on the same store see each other's
+// records; and a record past its TTL counts as absent, its key executed once more by
+// concurrent duplicates.
 //
 // The crash test runs the test binary again (os.Args[0], with -test.run naming the test
 // that called Run) with an environment variable that makes Run play the child's part.
@@ -55,6 +57,9 @@ type Config struct {
 	// concurrent holder of its key (0: the store's default; negative: only the context's
 	// deadline bounds it).
 	Wait time.Duration
+	// TTL is the store's TxTTL, how long a response the runner stored is replayed (0: the
+	// store's default).
+	TTL time.Duration
 	// Attach, when not empty, is the Name of a Harness made by an earlier call, possibly in
 	// another process: the constructor opens the same records and business table, creating
 	// and cleaning up nothing.
@@ -111,6 +116,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"WaitEndsWait", s.waitEndsWait},
 		{"CrashBeforeCommit", s.crash},
 		{"SharedWithEngine", s.sharedWithEngine},
+		{"ExpiredIsAbsent", s.expiredIsAbsent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,7 +167,12 @@ func order(h Harness, pause time.Duration) idem.Func {
 
 func (s suite) harness(t *testing.T, wait time.Duration) Harness {
 	t.Helper()
-	h := s.new(t, Config{Wait: wait})
+	return s.harnessWith(t, Config{Wait: wait})
+}
+
+func (s suite) harnessWith(t *testing.T, cfg Config) Harness {
+	t.Helper()
+	h := s.new(t, cfg)
 	if h.Runner == nil || h.Store == nil || h.Insert == nil || h.Count == nil || h.Name == "" {
 		t.Fatalf("txtest: the constructor returned an incomplete Harness %+v", h)
 	}
@@ -523,6 +534,11 @@ func (s suite) crash(t *testing.T) {
 			t.Fatalf("the child did not write its row in time:\n%s%s", seen.String(), stderr.String())
 		}
 	}
+	// Another process holds the key's transaction: a duplicate's wait for it ends on time too.
+	const deadline = 300 * time.Millisecond
+	dctx, cancel := context.WithTimeout(context.Background(), deadline)
+	waitsOut(t, h, dctx, key, deadline)
+	cancel()
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no deferred rollback, no goodbye
 		t.Fatal(err)
 	}
@@ -588,5 +604,53 @@ func (s suite) sharedWithEngine(t *testing.T) {
 	}
 	if n := rows(t, h); n != 1 {
 		t.Fatalf("%d business rows, want 1", n)
+	}
+}
+
+// A record past its TxTTL counts as absent: concurrent duplicates of its key execute once
+// more, and replay the new answer, not the old one.
+func (s suite) expiredIsAbsent(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	h := s.harnessWith(t, Config{TTL: ttl})
+	ctx := testCtx(t)
+	old, err := h.Runner.Do(ctx, "k", fpA, order(h, 0))
+	if err != nil || !old.Executed {
+		t.Fatalf("first: %+v, %v", old, err)
+	}
+	time.Sleep(ttl + 100*time.Millisecond)
+	const n = 20
+	results := make([]idem.Result, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = h.Runner.Do(ctx, "k", fpA, order(h, 10*time.Millisecond))
+		})
+	}
+	close(start)
+	wg.Wait()
+	executed := 0
+	var fresh idem.Response
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("duplicate %d of an expired key: %v", i, errs[i])
+		}
+		if results[i].Executed {
+			executed++
+			fresh = results[i].Response
+		}
+	}
+	if executed != 1 {
+		t.Fatalf("%d of %d duplicates of an expired key executed, want 1", executed, n)
+	}
+	for i, r := range results {
+		if !r.Response.Equal(fresh) || r.Response.Equal(old.Response) {
+			t.Fatalf("duplicate %d answered %+v, want the new answer %+v", i, r.Response, fresh)
+		}
+	}
+	if got := rows(t, h); got != 2 {
+		t.Fatalf("%d business rows, want 2", got)
 	}
 }
