@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,38 +64,41 @@ type txWait struct {
 // doTx is one attempt; retry reports an abort that a new attempt may get past. With w set, a
 // wait for a concurrent holder that ends by w.lock or by ctx's deadline is an
 // *idem.InFlightError, not a store failure.
+//
+// A new key costs one round trip more than fn's own transaction would: BEGIN; the claim (with
+// the lock_timeout setting around it, pipelined); fn's statements; the completion and COMMIT,
+// pipelined.
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			// Detached: a cancelled caller must not leave the transaction open on the
-			// connection. Rollback of a dead connection closes it.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
-			_ = tx.Rollback(rctx)
-			cancel()
-		}
-	}()
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
 	args, err := reserveArgs(key, fingerprint, now, ttl, ttl)
-	var prevLock string
-	if err == nil && w != nil && w.lock > 0 {
-		// Bounds the wait on a concurrent claim's transaction, then gives the setting back
-		// to the caller's statements once the key is claimed.
-		err = tx.QueryRow(ctx, `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`,
-			fmt.Sprintf("%dms", max(1, w.lock.Milliseconds()))).Scan(&prevLock, new(string))
+	if err != nil {
+		return res, false, err
 	}
-	var r idem.Reservation
-	if err == nil {
-		r, err = s.reserve(ctx, tx, args)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 	}
-	if err == nil && r.Claimed && prevLock != "" {
-		_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, prevLock)
+	defer func() {
+		// Whatever ended the attempt, the transaction must not stay open on the connection.
+		// Detached: a cancelled caller must not leave it open either. Rollback of a dead
+		// connection closes it, and Release destroys a connection left in a transaction.
+		if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
+			_, _ = conn.Exec(rctx, "rollback")
+			cancel()
+		}
+		conn.Release()
+	}()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 	}
+	var lock string
+	if w != nil && w.lock > 0 {
+		lock = fmt.Sprintf("%dms", max(1, w.lock.Milliseconds()))
+	}
+	r, err := s.claimTx(ctx, tx, args, lock)
 	if err != nil {
 		if errors.Is(err, idem.ErrInvalidInput) {
 			return res, false, err
@@ -115,15 +119,78 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		return res, false, ferr
 	}
 	expires := s.opt.Now().Add(ttl)
-	if err := s.complete(ctx, tx, key, r.Record.Token, resp, now, expires); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(s.q.complete, completeArgs(key, r.Record.Token, resp, now, expires)...)
+	b.Queue("commit")
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err = fenced(tag, err); err != nil {
+		_ = br.Close()
 		return res, retryable(err), &idem.StoreError{Op: "complete", Err: opErr("complete", err)}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		committed = true // Commit ends the transaction whatever its outcome
+	tag, err = br.Exec()
+	if err = cmp.Or(err, br.Close()); err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
 		return res, retryable(err), &idem.StoreError{Op: "commit", Err: opErr("commit", err)}
 	}
-	committed = true
 	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: expires.Truncate(time.Microsecond)}, false, nil
+}
+
+// claimTx runs the claim statement in tx. With lock set, the claim's wait for a concurrent
+// holder is bounded by that lock_timeout, and the setting given back to the caller's
+// statements right after: all three statements pipelined in one round trip.
+func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, args []any, lock string) (idem.Reservation, error) {
+	if s.part != nil {
+		// The partitioned layout's claim is a batch of its own: the setting goes around it.
+		var prev string
+		if lock != "" {
+			if err := tx.QueryRow(ctx, `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`,
+				lock).Scan(&prev, new(string)); err != nil {
+				return idem.Reservation{}, err
+			}
+		}
+		r, err := s.reserve(ctx, tx, args)
+		if err == nil && lock != "" {
+			_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, prev)
+		}
+		return r, err
+	}
+	key := args[0].(string)
+	for range reserveRetries {
+		b := &pgx.Batch{}
+		if lock != "" {
+			b.Queue(`SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)`, lock)
+		}
+		b.Queue(s.q.reserve, args...)
+		if lock != "" {
+			b.Queue(`SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`)
+		}
+		br := tx.SendBatch(ctx, b)
+		var (
+			res                idem.Reservation
+			again              bool
+			err, restore, rErr error
+		)
+		if lock != "" {
+			_, err = br.Exec()
+		}
+		if err == nil {
+			again, rErr, err = scanReservation(br.QueryRow(), key, &res)
+		}
+		if err == nil && lock != "" {
+			_, restore = br.Exec()
+		}
+		if err = cmp.Or(err, restore, br.Close(), rErr); err != nil {
+			return idem.Reservation{}, err
+		}
+		if !again {
+			return res, nil
+		}
+		// The blocking row is not in this statement's snapshot: run it again.
+	}
+	return idem.Reservation{}, errNeither(key)
 }
 
 // waitEnded reports a claim that failed because its wait for a concurrent holder ran out:

@@ -1,0 +1,300 @@
+package txbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// backend is one database served both ways.
+type backend struct {
+	name string
+	// bare inserts the row in its own transaction, without idem; tx is the same handler
+	// behind idemhttp with the store's TxRunner.
+	bare, tx http.Handler
+	// trips returns the round trips made to the database so far (client flights: each time
+	// the client writes after it has read); nil when the database is in the process.
+	trips func() int64
+	// rows counts the business rows.
+	rows func(ctx context.Context) (int, error)
+}
+
+// flights counts a connection's round trips: every write that follows a read (or opens the
+// connection) starts one, however many statements it pipelines.
+type flights struct {
+	net.Conn
+	n       *atomic.Int64
+	writing bool
+}
+
+func (c *flights) Write(b []byte) (int, error) {
+	if !c.writing {
+		c.writing = true
+		c.n.Add(1)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *flights) Read(b []byte) (int, error) {
+	c.writing = false
+	return c.Conn.Read(b)
+}
+
+func suffix() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// post sends one keyed order; it reports whether the answer was the 201 of a new order.
+func post(client *http.Client, url, key string) error {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"customer":"c1","amount":4200}`))
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get(idemhttp.ReplayedHeader) != "" {
+		return fmt.Errorf("POST %s: %s", key, resp.Status)
+	}
+	return nil
+}
+
+// serve starts h on 127.0.0.1 and returns its URL and a client with enough idle connections.
+func serve(t testing.TB, h http.Handler, conns int) (string, *http.Client) {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns}
+	t.Cleanup(tr.CloseIdleConnections)
+	return srv.URL + "/orders", &http.Client{Transport: tr}
+}
+
+// tripsPerRequest sends n new keys one after the other and returns the database round trips
+// per request.
+func tripsPerRequest(t *testing.T, b *backend, h http.Handler, n int) float64 {
+	t.Helper()
+	url, client := serve(t, h, 1)
+	prefix := suffix()
+	for i := range 20 { // warm up: connections open, statements prepared
+		if err := post(client, url, fmt.Sprintf("warm-%s-%d", prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := b.trips()
+	for i := range n {
+		if err := post(client, url, fmt.Sprintf("rt-%s-%d", prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return float64(b.trips()-before) / float64(n)
+}
+
+// checkTrips asserts that transaction mode costs at most one round trip per new key more than
+// the bare handler, and that each key made exactly one row.
+func checkTrips(t *testing.T, b *backend) (bare, tx float64) {
+	t.Helper()
+	ctx := context.Background()
+	before, err := b.rows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare = tripsPerRequest(t, b, b.bare, 200)
+	tx = tripsPerRequest(t, b, b.tx, 200)
+	t.Logf("%s: %.2f round trips per new key bare, %.2f in transaction mode", b.name, bare, tx)
+	if tx > bare+1 {
+		t.Errorf("%s: transaction mode takes %.2f round trips per new key, the bare handler %.2f: more than one extra", b.name, tx, bare)
+	}
+	after, err := b.rows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before != 2*220 {
+		t.Errorf("%s: %d rows for %d requests with new keys", b.name, after-before, 2*220)
+	}
+	return bare, tx
+}
+
+// rate runs conc clients posting new keys to h for d and returns the requests per second.
+func rate(t *testing.T, url string, client *http.Client, conc int, d time.Duration) float64 {
+	t.Helper()
+	prefix := suffix()
+	var n atomic.Int64
+	var failed atomic.Pointer[error]
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(stop); i++ {
+				if err := post(client, url, fmt.Sprintf("%s-%d-%d", prefix, g, i)); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// compare alternates the two handlers over rounds and returns the ratio tx/bare of each.
+func compare(t *testing.T, b *backend, rounds, conc int, d time.Duration) (ratios, bareRates, txRates []float64) {
+	t.Helper()
+	bareURL, bareClient := serve(t, b.bare, conc)
+	txURL, txClient := serve(t, b.tx, conc)
+	rate(t, bareURL, bareClient, conc, d/4) // warm up both
+	rate(t, txURL, txClient, conc, d/4)
+	for r := range rounds {
+		var br, tr float64
+		if r%2 == 0 {
+			br = rate(t, bareURL, bareClient, conc, d)
+			tr = rate(t, txURL, txClient, conc, d)
+		} else {
+			tr = rate(t, txURL, txClient, conc, d)
+			br = rate(t, bareURL, bareClient, conc, d)
+		}
+		ratios, bareRates, txRates = append(ratios, tr/br), append(bareRates, br), append(txRates, tr)
+		t.Logf("%s round %d: bare %.0f req/s, transaction mode %.0f req/s, ratio %.2f", b.name, r+1, br, tr, tr/br)
+	}
+	return ratios, bareRates, txRates
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// backends are the databases whose TxRunner this package measures; each returns nil (after
+// skipping or failing t) when its server is missing.
+var backends = []struct {
+	name string
+	open func(t *testing.T) *backend
+}{
+	{"PostgreSQL (pgstore)", openPostgres},
+}
+
+// Transaction mode costs at most one database round trip per new key over the handler's own
+// transaction, on every backend.
+func TestRoundTrips(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			b := bk.open(t)
+			if b == nil || b.trips == nil {
+				return
+			}
+			checkTrips(t, b)
+		})
+	}
+}
+
+// The request rates of both handlers, alternating, over rounds; with IDEM_TX_BENCH set to a
+// file name it writes the Markdown report there (docs/bench/transactions.md).
+func TestRates(t *testing.T) {
+	out := os.Getenv("IDEM_TX_BENCH")
+	if out == "" {
+		t.Skip("IDEM_TX_BENCH is not set: set it to the report's file (or - for the test log) to compare the rates")
+	}
+	const rounds, conc, d = 6, 16, 3 * time.Second
+	var md strings.Builder
+	fmt.Fprintf(&md, "# Transaction mode over HTTP\n\n")
+	fmt.Fprintf(&md, "A keyed `POST /orders` over net/http on 127.0.0.1 that inserts one row (`INSERT … RETURNING id`) and answers 201,\n")
+	fmt.Fprintf(&md, "every request with a new `Idempotency-Key`: idemhttp with the store's TxRunner (claim, insert and\n")
+	fmt.Fprintf(&md, "stored response in one transaction), against the same handler doing its insert in its own transaction\n")
+	fmt.Fprintf(&md, "without idem. %d clients, %d rounds of %s per handler, the two alternating in one run; ratio = transaction\n", conc, rounds, d)
+	fmt.Fprintf(&md, "mode ÷ bare. Round trips are counted on the database connections (each write that follows a read\n")
+	fmt.Fprintf(&md, "starts one, however many statements it pipelines), over 200 sequential requests after a warm-up.\n\n")
+	fmt.Fprintf(&md, "Measured %s on %d CPUs, load average %s at the start.\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), loadavg())
+	fmt.Fprintf(&md, "Command: `IDEM_TX_BENCH=docs/bench/transactions.md go test -count=1 -run 'TestRates' -v ./internal/txbench/`.\n\n")
+	fmt.Fprintf(&md, "| backend | round trips per new key: bare | transaction mode | bare req/s (median) | transaction mode req/s (median) | ratio per round | median ratio |\n")
+	fmt.Fprintf(&md, "| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			b := bk.open(t)
+			if b == nil {
+				return
+			}
+			trips := "n/a (in process)"
+			var bareTrips, txTrips float64
+			if b.trips != nil {
+				bareTrips, txTrips = checkTrips(t, b)
+			}
+			ratios, br, tr := compare(t, b, rounds, conc, d)
+			var rs []string
+			for _, r := range ratios {
+				rs = append(rs, fmt.Sprintf("%.2f", r))
+			}
+			if b.trips != nil {
+				fmt.Fprintf(&md, "| %s | %.2f | %.2f | %.0f | %.0f | %s | **%.2f** |\n", b.name, bareTrips, txTrips, median(br), median(tr), strings.Join(rs, " "), median(ratios))
+			} else {
+				fmt.Fprintf(&md, "| %s | %s | %s | %.0f | %.0f | %s | **%.2f** |\n", b.name, trips, trips, median(br), median(tr), strings.Join(rs, " "), median(ratios))
+			}
+		})
+	}
+	if out == "-" {
+		t.Log("\n" + md.String())
+		return
+	}
+	if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// order is the request body.
+type order struct {
+	Customer string `json:"customer"`
+	Amount   int64  `json:"amount"`
+}
+
+// decode reads the order, or answers 400 and reports false.
+func decode(w http.ResponseWriter, r *http.Request) (order, bool) {
+	var in order
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Customer == "" || in.Amount <= 0 {
+		http.Error(w, `want {"customer": ..., "amount": > 0}`, http.StatusBadRequest)
+		return in, false
+	}
+	return in, true
+}
+
+// created answers 201 with the new order.
+func created(w http.ResponseWriter, id int64, in order) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"order":%d,"customer":%q,"amount":%d}`, id, in.Customer, in.Amount)
+}
