@@ -53,9 +53,10 @@ func New(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every delivery in flight holds a connection for its transaction, duplicates waiting on
-	// the first one's claim included; the counts need one more.
-	cfg.MaxConns = 40
+	// Every delivery in flight holds a connection for its transaction (duplicates waiting on
+	// the first one's claim too); more deliveries than this wait for one. Few, as the
+	// database is shared by many tests at once.
+	cfg.MaxConns = 10
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
