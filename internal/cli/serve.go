@@ -28,9 +28,10 @@ func init() {
 // environment variable, so the precedence is flag > environment > config file > default:
 // values still at their zero after parsing are filled from the file.
 type serveFlags struct {
-	config string
-	cfg    gateway.Config
-	set    map[string]bool
+	config  string
+	cfg     gateway.Config
+	set     map[string]bool
+	console consoleFlags
 }
 
 func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
@@ -102,6 +103,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 		f.set["h2c"] = true
 		return nil
 	})
+	f.console.bind(e, fs)
 	return f
 }
 
@@ -250,9 +252,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		defer stop()
 		log.Info("writing a CPU profile until exit", "file", path)
 	}
+	con, err := f.console.sidecar(e)
+	if err != nil {
+		return err
+	}
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
-	return serve(ctx, second, cfg, log, nil)
+	return serve(ctx, second, cfg, log, nil, con)
 }
 
 // startCPUProfile profiles the process's CPU into the file at path until the returned func
@@ -275,8 +281,9 @@ func startCPUProfile(path string) (stop func(), err error) {
 
 // serve runs the gateway until ctx ends (first signal), then drains: it stops accepting,
 // lets in-flight requests finish (bounded by ShutdownTimeout) so their claims are completed
-// or released, and returns. A value on second exits at once.
-func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log *slog.Logger, ready func(addr string)) error {
+// or released, and returns. A value on second exits at once. Each non-nil sidecar starts once
+// the gateway is built and stops after the drain.
+func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log *slog.Logger, ready func(addr string), sidecars ...sidecar) error {
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	g, err := gateway.New(openCtx, cfg, gateway.Options{Logger: log, Version: version()})
 	cancel()
@@ -288,6 +295,16 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 			log.Warn("closing the gateway", "err", err)
 		}
 	}()
+	for _, start := range sidecars {
+		if start == nil {
+			continue
+		}
+		stop, err := start(g, cfg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/console"
+)
+
+// TestConsoleConditions: the console classifies records exactly as inspect and release do.
+func TestConsoleConditions(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	h := time.Hour
+	for _, rec := range []idem.Record{
+		{State: idem.StateCompleted, CreatedAt: now.Add(-h), ExpiresAt: now.Add(h)},
+		{State: idem.StateCompleted, CreatedAt: now.Add(-2 * h), ExpiresAt: now.Add(-h)},
+		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(h)},
+		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(h), ExpiresAt: now.Add(h)},
+		{State: idem.StateInProgress, CreatedAt: now.Add(-h), LeaseUntil: now.Add(-time.Minute), ExpiresAt: now.Add(h)},
+		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now},
+		{State: idem.StateInProgress, CreatedAt: now.Add(-2 * h), LeaseUntil: now.Add(-h), ExpiresAt: now.Add(-h)},
+		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now, ExpiresAt: now.Add(h)},
+	} {
+		if got, want := console.ConditionOf(rec, now), conditionOf(rec, now); string(got) != string(want) {
+			t.Errorf("%+v: console says %s, inspect says %s", rec, got, want)
+		}
+		if got, want := console.Explain(console.ConditionOf(rec, now), rec, now), explain(conditionOf(rec, now), rec, now); got != want {
+			t.Errorf("%+v: console explains %q, inspect %q", rec, got, want)
+		}
+	}
+}
+
+// TestConsoleNeedsACredential: serve --admin-listen and admin refuse to start without a
+// credential, or with a short one; the console is off without --admin-listen.
+func TestConsoleNeedsACredential(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		args []string
+	}{
+		{nil, []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--admin-listen", "127.0.0.1:0"}},
+		{map[string]string{"IDEM_ADMIN_TOKEN": "short"}, []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--admin-listen", "127.0.0.1:0"}},
+		{map[string]string{"IDEM_ADMIN_USER": "ops"}, []string{"admin", "--store", "memory://", "--listen", "127.0.0.1:0"}},
+		{nil, []string{"admin", "--store", "memory://", "--listen", "127.0.0.1:0"}},
+	} {
+		e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return tc.vars[k] }}
+		err := commands[tc.args[0]].run(context.Background(), e, tc.args[1:])
+		if err == nil || !strings.Contains(err.Error(), "credential") && !strings.Contains(err.Error(), "fewer than") {
+			t.Errorf("%v with %v: %v, want a refusal", tc.args, tc.vars, err)
+		}
+	}
+	e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	fs := newFlags(e, "serve", "")
+	f := bindServe(e, fs)
+	if err := parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := f.console.sidecar(e); s != nil || err != nil {
+		t.Fatalf("without --admin-listen: a console (%v)", err)
+	}
+}
+
+// TestAdminCommand: `idem admin` serves a store's records to a holder of the token only, and
+// says rates need a gateway.
+func TestAdminCommand(t *testing.T) {
+	t.Parallel()
+	store := seed(t)
+	logs := &lockedBuffer{}
+	vars := map[string]string{"IDEM_ADMIN_TOKEN": "admin-command-token-0123"}
+	e := &env{stdout: io.Discard, stderr: logs, getenv: func(k string) string { return vars[k] }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runAdmin(ctx, e, []string{"--store", store, "--listen", "127.0.0.1:0"}) }()
+	addr := regexp.MustCompile(`console listening" addr=(http://[0-9.:]+)`)
+	var base string
+	for deadline := time.Now().Add(60 * time.Second); base == ""; {
+		select {
+		case err := <-done:
+			t.Fatalf("admin: %v", err)
+		default:
+		}
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			base = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no console address in:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	get := func(auth string) (int, string) {
+		req, _ := http.NewRequest("GET", base+"/?state=stuck", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Errorf("without the token: %d", code)
+	}
+	code, page := get("Bearer admin-command-token-0123")
+	if code != 200 || !strings.Contains(page, ">stale<") || !strings.Contains(page, ">held<") || strings.Contains(page, ">done<") || !strings.Contains(page, "--admin-listen") {
+		t.Errorf("stuck records: %d\n%s", code, page)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,468 @@
+package console
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// Bounds of what one list page reads and shows, and of a body shown on a record's page.
+const (
+	maxScan     = 5000     // records read from the store for one list page
+	maxRows     = 200      // records shown on one list page
+	maxTextBody = 64 << 10 // bytes of a text body shown
+	maxHexBody  = 4 << 10  // bytes of a binary body shown, as hex
+	separator   = idemhttp.ScopeSeparator
+	stuckState  = "stuck" // the list filter for claims that wait on their lease or an operator
+	anyState    = "any"   // the list filter for every record
+	timeLayout  = time.RFC3339
+)
+
+// states are the list filter's choices, in the order the form shows them.
+var states = []string{anyState, stuckState, string(Running), string(Held), string(Stale), string(Completed), string(Released), string(Expired)}
+
+// filter is a list page's query.
+type filter struct {
+	State     string
+	OlderThan string
+	Key       string // the start of a client's key
+	Tenant    string // the start of a scope (a tenant's hash)
+	Cursor    string
+	older     time.Duration
+}
+
+// row is one listed record.
+type row struct {
+	Key, ClientKey, Tenant, TenantFull string
+	Condition                          Condition
+	Stuck                              bool
+	Age, LeaseLeft, Status             string
+	Attempts                           int
+	created                            time.Time
+}
+
+type listView struct {
+	page
+	Filter    filter
+	States    []string
+	Rows      []row
+	CanList   bool
+	Scanned   int
+	Next      string
+	Err       string
+	HasSecret bool
+}
+
+// splitKey splits a storage key into its scope and client key; a key without the separator
+// (a consumer's, say) has no scope.
+func splitKey(key string) (scope, client string, scoped bool) {
+	if i := strings.IndexByte(key, separator); i >= 0 {
+		return key[:i], key[i+1:], true
+	}
+	return "", key, false
+}
+
+// shortTenant is the first 8 characters of a scope, enough to tell tenants apart on a page.
+func shortTenant(scope string, scoped bool) string {
+	switch {
+	case !scoped:
+		return "—"
+	case scope == "":
+		return "(none)"
+	case len(scope) > 8:
+		return scope[:8]
+	}
+	return scope
+}
+
+// printable returns s as it is if every rune is printable, else Go-quoted, so that a key or
+// header cannot hide characters from the operator. html/template escapes the result.
+func printable(s string) string {
+	for _, c := range s {
+		if c == utf8.RuneError || !unicode.IsPrint(c) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+func (c *Console) stuck(cond Condition, rec idem.Record, now time.Time) bool {
+	return cond == Held || cond == Stale || cond == Running && now.Sub(rec.CreatedAt) >= c.opt.StuckAfter
+}
+
+func (c *Console) row(rec idem.Record, now time.Time) row {
+	scope, client, scoped := splitKey(rec.Key)
+	cond := ConditionOf(rec, now)
+	r := row{
+		Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope, Condition: cond,
+		Stuck: c.stuck(cond, rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: rec.Attempts, Status: "—", created: rec.CreatedAt,
+	}
+	if cond.Live() {
+		r.LeaseLeft = age(rec.LeaseUntil.Sub(now))
+	}
+	if rec.Response != nil {
+		r.Status = strconv.Itoa(rec.Response.Status)
+		if rec.Response.BodyOmitted {
+			r.Status += " (body not kept)"
+		}
+	}
+	return r
+}
+
+// age rounds d for display: seconds under an hour, minutes under a day.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 24*time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return fmt.Sprintf("%dd%s", int(d/(24*time.Hour)), (d % (24 * time.Hour)).Round(time.Hour))
+}
+
+func readFilter(r *http.Request) (filter, error) {
+	q := r.URL.Query()
+	f := filter{State: q.Get("state"), OlderThan: strings.TrimSpace(q.Get("older")), Key: q.Get("key"),
+		Tenant: strings.TrimSpace(q.Get("tenant")), Cursor: q.Get("cursor")}
+	if f.State == "" {
+		f.State = anyState
+	}
+	if !slices.Contains(states, f.State) {
+		return f, fmt.Errorf("unknown state %q", f.State)
+	}
+	if f.OlderThan != "" {
+		d, err := time.ParseDuration(f.OlderThan)
+		if err != nil || d < 0 {
+			return f, fmt.Errorf("older than %q: want a duration such as 10m or 2h", f.OlderThan)
+		}
+		f.older = d
+	}
+	if strings.IndexByte(f.Tenant, separator) >= 0 {
+		return f, fmt.Errorf("a tenant has no %q in it", separator)
+	}
+	return f, nil
+}
+
+// fullScope reports whether s is a whole scope hash: 64 hex digits.
+func fullScope(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+func (c *Console) list(w http.ResponseWriter, r *http.Request) {
+	v := listView{page: c.page(w, r, "Records"), States: states, HasSecret: c.opt.ScopeSecret != nil}
+	f, err := readFilter(r)
+	v.Filter = f
+	lister, ok := c.opt.Store.(idem.Lister)
+	v.CanList = ok
+	switch {
+	case err != nil:
+		v.Err = err.Error()
+		c.render(w, http.StatusBadRequest, "list", v)
+		return
+	case !ok:
+		c.render(w, http.StatusOK, "list", v)
+		return
+	}
+	v.Rows, v.Next, v.Scanned, err = c.scan(r.Context(), lister, f, time.Now())
+	if err != nil {
+		v.Err = "listing failed: " + err.Error()
+		c.render(w, http.StatusBadGateway, "list", v)
+		return
+	}
+	c.render(w, http.StatusOK, "list", v)
+}
+
+// scan reads at most maxScan records from the listing f selects, and returns the (at most
+// maxRows) that match f, newest first, with the cursor after the last record read when the
+// listing goes on.
+func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Time) ([]row, string, int, error) {
+	q := idem.ListQuery{Cursor: f.Cursor, Limit: idem.MaxListLimit}
+	switch f.State {
+	case string(Completed):
+		q.State = idem.StateCompleted
+	case stuckState, string(Running), string(Held), string(Stale), string(Released):
+		q.State = idem.StateInProgress
+	}
+	if f.older > 0 {
+		q.CreatedBefore = now.Add(-f.older)
+	}
+	// The storage key is SCOPE|KEY: a whole scope and a key's start are one key range; the
+	// start of a scope is a range too. A key's start alone is checked record by record.
+	switch {
+	case fullScope(f.Tenant):
+		q.Prefix = f.Tenant + string(separator) + f.Key
+	case f.Tenant != "":
+		q.Prefix = f.Tenant
+	}
+	var rows []row
+	scanned, next := 0, ""
+	for {
+		page, err := l.List(ctx, q)
+		if err != nil {
+			return nil, "", scanned, err
+		}
+		for i, rec := range page.Records {
+			scanned++
+			if c.matches(rec, f, now) {
+				rows = append(rows, c.row(rec, now))
+			}
+			if len(rows) >= maxRows || scanned >= maxScan {
+				if i < len(page.Records)-1 || page.Next != "" {
+					next = idem.ListCursor(rec.Key)
+				}
+				return sortRows(rows), next, scanned, nil
+			}
+		}
+		if page.Next == "" {
+			return sortRows(rows), "", scanned, nil
+		}
+		q.Cursor = page.Next
+	}
+}
+
+func sortRows(rows []row) []row {
+	slices.SortStableFunc(rows, func(a, b row) int { return b.created.Compare(a.created) })
+	return rows
+}
+
+func (c *Console) matches(rec idem.Record, f filter, now time.Time) bool {
+	scope, client, scoped := splitKey(rec.Key)
+	if f.Tenant != "" && (!scoped || !strings.HasPrefix(scope, f.Tenant)) || !strings.HasPrefix(client, f.Key) {
+		return false
+	}
+	cond := ConditionOf(rec, now)
+	switch f.State {
+	case anyState:
+		return true
+	case stuckState:
+		return c.stuck(cond, rec, now)
+	}
+	return string(cond) == f.State
+}
+
+// header is a stored header as the record page shows it.
+type header struct {
+	Name, Value string
+	Hidden      bool
+}
+
+type recordView struct {
+	page
+	Key, ClientKey, Tenant, TenantFull string
+	Condition                          Condition
+	Explain                            string
+	Stuck, Live                        bool
+	Fingerprint                        string
+	Token                              int64
+	Attempts                           int
+	Created, Expires, Lease, Completed string
+	HasResponse                        bool
+	Status                             int
+	Headers                            []header
+	BodyLen                            int
+	BodyOmitted                        bool
+	BodyText                           string
+	BodyHex                            string
+	BodyShown                          int
+	CanRelease, NeedsForce             bool
+	Message, Err                       string
+}
+
+// hiddenHeader reports whether a header's stored value may be a credential, never shown.
+func (c *Console) hiddenHeader(name string) bool {
+	n := strings.ToLower(name)
+	if c.hidden[n] {
+		return true
+	}
+	switch n {
+	case "authorization", "proxy-authorization", "cookie", "set-cookie", "www-authenticate", "proxy-authenticate":
+		return true
+	}
+	for _, s := range []string{"token", "secret", "passw", "pwd", "auth", "session", "key", "signature", "credential", "cookie"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// view builds a record's page.
+func (c *Console) view(w http.ResponseWriter, r *http.Request, rec idem.Record, now time.Time) recordView {
+	scope, client, scoped := splitKey(rec.Key)
+	cond := ConditionOf(rec, now)
+	v := recordView{
+		page: c.page(w, r, "Record"), Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope,
+		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(cond, rec, now), Live: cond.Live(),
+		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: rec.Attempts,
+		Created: rec.CreatedAt.UTC().Format(timeLayout) + " (" + age(now.Sub(rec.CreatedAt)) + " ago)",
+	}
+	if cond != Released {
+		v.Expires = rec.ExpiresAt.UTC().Format(timeLayout)
+	}
+	if rec.State == idem.StateInProgress && cond != Released {
+		v.Lease = rec.LeaseUntil.UTC().Format(timeLayout)
+	}
+	if !rec.CompletedAt.IsZero() {
+		v.Completed = rec.CompletedAt.UTC().Format(timeLayout)
+	}
+	v.CanRelease = cond != Released && cond != Expired
+	v.NeedsForce = cond.Live() || cond == Completed
+	if resp := rec.Response; resp != nil {
+		v.HasResponse, v.Status, v.BodyLen, v.BodyOmitted = true, resp.Status, len(resp.Body), resp.BodyOmitted
+		names := make([]string, 0, len(resp.Header))
+		for n := range resp.Header {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			for _, val := range resp.Header[n] {
+				if c.hiddenHeader(n) {
+					v.Headers = append(v.Headers, header{Name: printable(n), Value: fmt.Sprintf("(hidden: %d bytes)", len(val)), Hidden: true})
+					continue
+				}
+				v.Headers = append(v.Headers, header{Name: printable(n), Value: printable(val)})
+			}
+		}
+		body := resp.Body
+		if isText(body) {
+			v.BodyShown = min(len(body), maxTextBody)
+			v.BodyText = strings.ToValidUTF8(string(body[:v.BodyShown]), "\uFFFD") // a cut may split a rune
+		} else {
+			v.BodyShown = min(len(body), maxHexBody)
+			v.BodyHex = hex.Dump(body[:v.BodyShown])
+		}
+	}
+	return v
+}
+
+// isText reports whether b is UTF-8 without control characters other than tab and line breaks.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			return false
+		}
+	}
+	return true
+}
+
+// get reads the record of the key a request names; on failure it renders the answer.
+func (c *Console) get(w http.ResponseWriter, r *http.Request, key string) (idem.Record, bool) {
+	if key == "" {
+		c.render(w, http.StatusBadRequest, "result", recordView{page: c.page(w, r, "Record"), Err: "no key given"})
+		return idem.Record{}, false
+	}
+	rec, err := c.opt.Store.Get(r.Context(), key)
+	if errors.Is(err, idem.ErrNotFound) {
+		c.render(w, http.StatusNotFound, "result", recordView{page: c.page(w, r, "Record"), Key: key,
+			Err: "no record for this key: never claimed, or released or expired and deleted since"})
+		return idem.Record{}, false
+	}
+	if err != nil {
+		c.render(w, http.StatusBadGateway, "result", recordView{page: c.page(w, r, "Record"), Key: key, Err: "reading the record failed: " + err.Error()})
+		return idem.Record{}, false
+	}
+	return rec, true
+}
+
+func (c *Console) record(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" && r.URL.Query().Has("client") {
+		key = r.URL.Query().Get("tenant") + string(separator) + r.URL.Query().Get("client")
+	}
+	rec, ok := c.get(w, r, key)
+	if !ok {
+		return
+	}
+	c.render(w, http.StatusOK, "record", c.view(w, r, rec, time.Now()))
+}
+
+// confirm shows what releasing a key would do, and asks for the confirmation (and, for a
+// live lease or a completed record, for force) that POST /release requires.
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
+	rec, ok := c.get(w, r, r.URL.Query().Get("key"))
+	if !ok {
+		return
+	}
+	v := c.view(w, r, rec, time.Now())
+	v.Title = "Release"
+	c.render(w, http.StatusOK, "confirm", v)
+}
+
+// release applies a confirmed release: POST only, with the session's CSRF token, from the
+// console's own pages, under the same rules as `idem release`. Every release and every
+// refusal is logged with who asked.
+func (c *Console) release(w http.ResponseWriter, r *http.Request) {
+	who := c.authenticate(r)
+	if !c.checkCSRF(r) {
+		c.log.Warn("console: release refused: no valid CSRF token or a cross-origin request", "who", who, "remote", remoteAddr(r))
+		http.Error(w, "403 forbidden: the release form's token is missing or stale, or the request came from another site; reload the record's page", http.StatusForbidden)
+		return
+	}
+	key := r.PostFormValue("key")
+	token, err := strconv.ParseInt(r.PostFormValue("token"), 10, 64)
+	if err != nil || key == "" || r.PostFormValue("confirm") != "yes" {
+		c.render(w, http.StatusBadRequest, "result", recordView{page: c.page(w, r, "Release"), Key: key,
+			Err: "a release needs the key, the token shown and the confirmation"})
+		return
+	}
+	force := r.PostFormValue("force") == "yes"
+	msg, err := Release(r.Context(), c.opt.Store, key, token, force, time.Now())
+	attrs := []any{"who", who, "remote", remoteAddr(r), "key", key, "token", token, "force", force}
+	v := recordView{page: c.page(w, r, "Release"), Key: key}
+	switch {
+	case errors.Is(err, ErrRefused):
+		c.log.Warn("console: release refused", append(attrs, "reason", err.Error())...)
+		v.Err = strings.TrimPrefix(err.Error(), ErrRefused.Error()+": ")
+		c.render(w, http.StatusConflict, "result", v)
+	case err != nil:
+		c.log.Error("console: release failed", append(attrs, "err", err.Error())...)
+		v.Err = "release failed: " + err.Error()
+		c.render(w, http.StatusBadGateway, "result", v)
+	default:
+		c.log.Info("console: release", append(attrs, "result", msg)...)
+		v.Message = msg
+		c.render(w, http.StatusOK, "result", v)
+	}
+}
+
+// tenant turns a tenant's identity (the scope header's value) into its hash under the scope
+// secret and lists that tenant's records: the identity goes in a POST body, never in a URL or
+// a log line.
+func (c *Console) tenant(w http.ResponseWriter, r *http.Request) {
+	if !c.checkCSRF(r) {
+		http.Error(w, "403 forbidden: the form's token is missing or stale, or the request came from another site", http.StatusForbidden)
+		return
+	}
+	if c.opt.ScopeSecret == nil {
+		http.Error(w, "400 bad request: this console has no scope secret, so tenants are searched by their hash", http.StatusBadRequest)
+		return
+	}
+	q := url.Values{"tenant": {idemhttp.KeyedHashScope(c.opt.ScopeSecret, r.PostFormValue("identity"))}}
+	for _, p := range []string{"key", "state", "older"} {
+		if v := r.PostFormValue(p); v != "" {
+			q.Set(p, v)
+		}
+	}
+	http.Redirect(w, r, "/?"+q.Encode(), http.StatusSeeOther)
+}
