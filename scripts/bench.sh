@@ -82,6 +82,9 @@ echo "bench: $redis_cmd" >&2
 	echo '```'
 } >docs/bench/redis-run.md
 
+# 2c. Transaction mode over HTTP against the same handler without idem (docs/bench/transactions.md).
+timeout --kill-after=30s 10m env IDEM_TX_BENCH="$root/docs/bench/transactions.md" go test -count=1 -timeout 10m -run TestRates ./internal/txbench/ >/dev/null || echo "bench: internal/txbench exited with status $?" >&2
+
 # 3. The gateway load benchmark (docs/bench/gateway.md).
 echo "bench: scripts/bench-gateway.sh" >&2
 bash scripts/bench-gateway.sh

@@ -33,6 +33,9 @@ type backend struct {
 	trips func() int64
 	// rows counts the business rows.
 	rows func(ctx context.Context) (int, error)
+	// extra, when positive, is the most round trips per new key that transaction mode may
+	// take over the bare handler; TestRoundTrips fails above it. Zero: measured, not asserted.
+	extra int
 }
 
 // flights counts a connection's round trips: every write that follows a read (or opens the
@@ -108,8 +111,8 @@ func tripsPerRequest(t *testing.T, b *backend, h http.Handler, n int) float64 {
 	return float64(b.trips()-before) / float64(n)
 }
 
-// checkTrips asserts that transaction mode costs at most one round trip per new key more than
-// the bare handler, and that each key made exactly one row.
+// checkTrips measures the round trips per new key of both handlers, asserts the backend's
+// bound on the difference, and that each key made exactly one row.
 func checkTrips(t *testing.T, b *backend) (bare, tx float64) {
 	t.Helper()
 	ctx := context.Background()
@@ -120,8 +123,8 @@ func checkTrips(t *testing.T, b *backend) (bare, tx float64) {
 	bare = tripsPerRequest(t, b, b.bare, 200)
 	tx = tripsPerRequest(t, b, b.tx, 200)
 	t.Logf("%s: %.2f round trips per new key bare, %.2f in transaction mode", b.name, bare, tx)
-	if tx > bare+1 {
-		t.Errorf("%s: transaction mode takes %.2f round trips per new key, the bare handler %.2f: more than one extra", b.name, tx, bare)
+	if b.extra > 0 && tx > bare+float64(b.extra) {
+		t.Errorf("%s: transaction mode takes %.2f round trips per new key, the bare handler %.2f: more than %d extra", b.name, tx, bare, b.extra)
 	}
 	after, err := b.rows(ctx)
 	if err != nil {
@@ -200,10 +203,12 @@ var backends = []struct {
 	open func(t *testing.T) *backend
 }{
 	{"PostgreSQL (pgstore)", openPostgres},
+	{"MySQL/MariaDB (mysqlstore)", openMySQL},
+	{"SQLite (sqlitestore)", openSQLite},
 }
 
 // Transaction mode costs at most one database round trip per new key over the handler's own
-// transaction, on every backend.
+// transaction on PostgreSQL; the other backends' counts are measured and logged.
 func TestRoundTrips(t *testing.T) {
 	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {
@@ -259,6 +264,12 @@ func TestRates(t *testing.T) {
 			}
 		})
 	}
+	fmt.Fprintf(&md, "\nOn PostgreSQL a new key in transaction mode takes BEGIN; one pipelined batch (lock_timeout set for the\n")
+	fmt.Fprintf(&md, "claim, the claim, the setting given back); the handler's INSERT; and one pipelined batch (the completion and\n")
+	fmt.Fprintf(&md, "COMMIT): one round trip more than the bare handler's BEGIN, INSERT, COMMIT, which `TestRoundTrips` asserts\n")
+	fmt.Fprintf(&md, "on every run. The rest of the gap in rate is the idem record itself (one more row and its index entry\n")
+	fmt.Fprintf(&md, "written and logged per request) and idemhttp's work on the request and the captured response. Other\n")
+	fmt.Fprintf(&md, "backends' round trips are measured, not asserted; SQLite runs in the process, so it has none to count.\n")
 	if out == "-" {
 		t.Log("\n" + md.String())
 		return
