@@ -228,7 +228,7 @@ func TestRates(t *testing.T) {
 	if out == "" {
 		t.Skip("IDEM_TX_BENCH is not set: set it to the report's file (or - for the test log) to compare the rates")
 	}
-	const rounds, conc, d = 6, 16, 3 * time.Second
+	const rounds, conc, d = 10, 16, 2 * time.Second
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Transaction mode over HTTP\n\n")
 	fmt.Fprintf(&md, "A keyed `POST /orders` over net/http on 127.0.0.1 that inserts one row (`INSERT … RETURNING id`) and answers 201,\n")

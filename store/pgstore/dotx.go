@@ -41,7 +41,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
 //     a retry with the same key replays or executes, and never executes twice.
 //
 // Serialization failures and deadlocks roll back everything and are retried a few times.
-// The stored response is replayed for Options.TxTTL; fn's response is always kept (return an
+// The stored response is replayed for Options.TxTTL from the claim; fn's response is always kept (return an
 // error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
 	if err := s.ready(ctx); err != nil {
@@ -118,7 +118,10 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		}
 		return res, false, ferr
 	}
-	expires := s.opt.Now().Add(ttl)
+	// The record expires TxTTL after the claim: the claim wrote that expires_at already, and
+	// an UPDATE that leaves every indexed column as it was is a HOT update, which writes no
+	// index entry (the claim's row is the transaction's own, so there is room beside it).
+	expires := now.Add(ttl)
 	b := &pgx.Batch{}
 	b.Queue(s.q.complete, completeArgs(key, r.Record.Token, resp, now, expires)...)
 	b.Queue("commit")

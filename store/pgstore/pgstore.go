@@ -34,7 +34,8 @@ type Options struct {
 	// 48 ASCII letters, digits and underscores, not starting with a digit. Several apps may
 	// share a database with a table (or schema) each.
 	Table string
-	// TxTTL is how long a response stored by DoTx is replayed. Default 24h.
+	// TxTTL is how long a response stored by DoTx or a TxRunner is replayed, from the claim (the
+	// handler's transaction begins there). Default 24h.
 	TxTTL time.Duration
 	// Now is the clock of DoTx (the engine passes its own times to the other methods).
 	// Default time.Now.

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,5 +59,40 @@ func TestTxRunnerLockTimeoutAroundTheClaim(t *testing.T) {
 	}
 	if inside != session {
 		t.Errorf("the handler's transaction has lock_timeout %q, want the session's %q", inside, session)
+	}
+}
+
+// The completion in transaction mode leaves every indexed column as the claim wrote it, so
+// PostgreSQL updates the record's row in place (a HOT update) and writes no index entry.
+func TestTxRunnerCompletionIsHOT(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{})
+	ctx := context.Background()
+	run := pgstore.NewTxRunner(st, pgstore.TxOptions{})
+	const n = 50
+	for i := range n {
+		_, err := run.Do(ctx, fmt.Sprint("k", i), idem.Fingerprint([]byte("hot")), func(context.Context) (idem.Response, error) {
+			return idem.Response{Status: 201, Body: []byte("ok")}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each backend reports its counts when it goes idle, at most once a second.
+	var upd, hot int64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := pool(t).QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0)
+			FROM pg_stat_user_tables WHERE relid = $1::regclass`, st.Table()).Scan(&upd, &hot); err != nil {
+			t.Fatal(err)
+		}
+		if upd >= n {
+			break
+		}
+	}
+	if upd < n {
+		t.Skipf("the statistics show %d of the %d completions after 10s", upd, n)
+	}
+	if hot < upd*9/10 {
+		t.Errorf("%d of %d completions were HOT updates, want nearly all", hot, upd)
 	}
 }
