@@ -41,8 +41,8 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
 //     a retry with the same key replays or executes, and never executes twice.
 //
 // Serialization failures and deadlocks roll back everything and are retried a few times.
-// The stored response is replayed for Options.TxTTL from the claim; fn's response is always kept (return an
-// error to keep nothing).
+// The stored response is replayed for Options.TxTTL from the claim; fn's response is always
+// kept (return an error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Result{}, err
