@@ -270,6 +270,7 @@ func TestRates(t *testing.T) {
 	fmt.Fprintf(&md, "on every run. The rest of the gap in rate is the idem record itself (one more row and its index entry\n")
 	fmt.Fprintf(&md, "written and logged per request) and idemhttp's work on the request and the captured response. Other\n")
 	fmt.Fprintf(&md, "backends' round trips are measured, not asserted; SQLite runs in the process, so it has none to count.\n")
+	fmt.Fprintf(&md, "On a loaded machine single rounds swing widely (see the load average above): read the median.\n")
 	if out == "-" {
 		t.Log("\n" + md.String())
 		return
