@@ -31,9 +31,12 @@ now="(extract(epoch FROM clock_timestamp()) * 1e6)::bigint"
 key="(:r)::text"
 # The claim, exactly as pgstore sends it (queries.go), with the parameters filled in by SQL.
 reserve=$(cat <<SQL
-WITH up AS (
+WITH done AS (
+	SELECT false AS claimed, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at
+	FROM idem_pgbench.records WHERE key = $key AND state = 2 AND expires_at > $now
+), up AS (
 	INSERT INTO idem_pgbench.records AS r (key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
-	VALUES ($key, repeat('a', 64), 1, $now, $now + 30000000, 1, NULL, $now, 0, $now + 86400000000)
+	SELECT $key, repeat('a', 64), 1, $now, $now + 30000000, 1, NULL, $now, 0, $now + 86400000000 WHERE NOT EXISTS (SELECT 1 FROM done)
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint = excluded.fingerprint, state = 1, token = GREATEST(r.token + 1, excluded.token),
 		lease_until = excluded.lease_until,
@@ -46,9 +49,9 @@ WITH up AS (
 	RETURNING true AS claimed, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at
 ), cur AS (
 	SELECT false AS claimed, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at
-	FROM idem_pgbench.records WHERE key = $key AND NOT EXISTS (SELECT 1 FROM up) FOR SHARE
+	FROM idem_pgbench.records WHERE key = $key AND NOT EXISTS (SELECT 1 FROM up) AND NOT EXISTS (SELECT 1 FROM done) FOR SHARE
 )
-SELECT * FROM up UNION ALL SELECT * FROM cur
+SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur
 SQL
 )
 # pgbench wants each statement on one line (or with \ continuations): flatten.

@@ -29,9 +29,11 @@
 // conflict locked, never an older one from the statement's snapshot; in the rare race where
 // the blocking row is not in the snapshot at all, the statement runs again (a second round
 // trip). Complete, Release, Extend, Get, Delete and each Sweep batch are one statement each.
-// A replay costs one round trip; it also locks the row for the length of the statement (which
-// then commits like a write), so replays of one hot key take turns: the engine's
-// Options.CacheSize serves hot replays without the store.
+// A replay costs one round trip and is a plain read: the statement first looks for a record
+// completed and live in its snapshot (final until it expires) and, finding one, returns it
+// without inserting, locking or writing anything, so it assigns no transaction id and has no
+// commit to flush; only a claim, a takeover and a duplicate of a claim in progress lock the
+// row.
 //
 // # Group commit
 //

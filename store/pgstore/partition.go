@@ -103,6 +103,8 @@ func (p *partitioning) qualified(name string) string {
 // key that committed before. "old" finds and locks the key's row in whatever partition it is
 // (the store keeps at most one per key); Complete, Release and Extend, which do not take the
 // claim lock, only ever update that row in place, and FOR UPDATE returns its latest version.
+// "done" returns a record completed and live in the snapshot as it is, without a lock (it is
+// final until it expires), so a replay writes nothing; then "old" and "claim" are empty.
 // "claim" is one row when the key may be claimed: absent, expired, or in progress past its
 // lease with the same fingerprint. "ins" writes the claim into the current partition (over
 // the old row when that is where it lives); "moved" deletes the old row when it lives in
@@ -116,13 +118,15 @@ func (p *partitioning) claimSQL(b int64) string {
 	}
 	t := p.s.name
 	lo, hi := strconv.FormatInt(b*p.width, 10), strconv.FormatInt((b+1)*p.width, 10)
-	q := `WITH old AS (
-	SELECT born, ` + cols + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE
+	q := `WITH done AS (
+	SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1 AND state = 2 AND expires_at > $3
+), old AS (
+	SELECT born, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM done) FOR UPDATE
 ), claim AS (
 	SELECT o.token, o.attempts, o.created_at, o.expires_at
 	FROM (VALUES (1)) AS one (x) LEFT JOIN old AS o ON true
-	WHERE o.token IS NULL OR o.expires_at <= $3
-	   OR (o.state = 1 AND o.lease_until <= $3 AND o.fingerprint = $2)
+	WHERE NOT EXISTS (SELECT 1 FROM done) AND (o.token IS NULL OR o.expires_at <= $3
+	   OR (o.state = 1 AND o.lease_until <= $3 AND o.fingerprint = $2))
 ), ins AS (
 	INSERT INTO ` + p.qualified(p.partName(b)) + ` AS r (key, born, ` + cols + `)
 	SELECT $1, $3, $2, 1,
@@ -144,7 +148,8 @@ func (p *partitioning) claimSQL(b int64) string {
 	DELETE FROM ` + t + ` AS d
 	WHERE d.key = $1 AND (d.born < ` + lo + ` OR d.born >= ` + hi + `) AND EXISTS (SELECT 1 FROM ins)
 )
-SELECT * FROM ins UNION ALL SELECT false, ` + cols + ` FROM old WHERE NOT EXISTS (SELECT 1 FROM claim)`
+SELECT false, ` + cols + ` FROM done UNION ALL SELECT * FROM ins
+UNION ALL SELECT false, ` + cols + ` FROM old WHERE NOT EXISTS (SELECT 1 FROM claim)`
 	// Typed parameters: PostgreSQL cannot deduce one type for $4 from GREATEST and a column.
 	q = paramTypes.Replace(q)
 	if len(p.claim) >= 4 {

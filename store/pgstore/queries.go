@@ -24,9 +24,17 @@ func newQueries(t string) queries {
 		// version, the one we locked, and return that one. If the blocking row is not in the
 		// snapshot at all (inserted, or deleted and reinserted, after it was taken), "cur" is
 		// empty, the statement returns no row, and Reserve runs it again with a new snapshot.
-		reserve: `WITH up AS (
+		//
+		// "done" comes first: a record completed and live in the statement's snapshot is
+		// final (nothing but its expiry, or an operator's Delete, ends it), so it is returned
+		// as it is, and "up" then inserts nothing, so conflicts with nothing and locks
+		// nothing. A replay is thus a plain read: no row lock, no transaction id, nothing
+		// written to the WAL and no commit to flush, whatever the table's size.
+		reserve: `WITH done AS (
+	SELECT false, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND state = 2 AND expires_at > $3
+), up AS (
 	INSERT INTO ` + t + ` AS r (key, ` + cols + `)
-	VALUES ($1, $2, 1, $6, $4, 1, NULL, $3, 0, $5)
+	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint WHERE NOT EXISTS (SELECT 1 FROM done)
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint  = excluded.fingerprint,
 		state        = 1,
@@ -42,10 +50,10 @@ func newQueries(t string) queries {
 	RETURNING true, ` + cols + `
 ), cur AS (
 	SELECT false, ` + cols + ` FROM ` + t + `
-	WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)
+	WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up) AND NOT EXISTS (SELECT 1 FROM done)
 	FOR SHARE
 )
-SELECT * FROM up UNION ALL SELECT * FROM cur`,
+SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 
 		// Fenced on the token, and on the claim being live: a released claim
 		// (expires_at = 0) is dead for its holder.

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -65,22 +66,37 @@ func boolParam(p map[string]string, name string, def bool) (bool, error) {
 const PostgresGroupCommit = 2
 
 // openPostgres opens postgres://user:pass@host:port/db?sslmode=…&table=…&schema=…&migrate=…
-// &group_commit=N (pgx parameters such as pool_max_conns pass through). The schema is
-// migrated on open unless migrate=false.
+// &group_commit=N&partition_width=D&partition_margin=D (pgx parameters such as pool_max_conns
+// pass through). The schema is migrated on open unless migrate=false. partition_width (a Go
+// duration such as 6h) selects pgstore's partitioned layout, whose Sweep drops whole
+// partitions; it turns group commit off unless group_commit is given too (which pgstore
+// refuses).
 func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
 	c := *u
-	p := take(&c, "table", "schema", "migrate", "group_commit")
+	p := take(&c, "table", "schema", "migrate", "group_commit", "partition_width", "partition_margin")
 	mig, err := migrateFlag(p)
 	if err != nil {
 		return nil, err
 	}
+	var width, margin time.Duration
+	for name, d := range map[string]*time.Duration{"partition_width": &width, "partition_margin": &margin} {
+		if v := p[name]; v != "" {
+			if *d, err = time.ParseDuration(v); err != nil {
+				return nil, fmt.Errorf("%w: %s=%q is not a duration", idem.ErrInvalidInput, name, v)
+			}
+		}
+	}
 	group := PostgresGroupCommit
+	if width > 0 {
+		group = 0
+	}
 	if v := p["group_commit"]; v != "" {
 		if group, err = strconv.Atoi(v); err != nil || group < 0 {
 			return nil, fmt.Errorf("%w: group_commit=%q is not a number of transactions (0 or more)", idem.ErrInvalidInput, v)
 		}
 	}
-	st, err := pgstore.Open(ctx, c.String(), pgstore.Options{Table: p["table"], Schema: p["schema"], GroupCommit: group})
+	st, err := pgstore.Open(ctx, c.String(), pgstore.Options{Table: p["table"], Schema: p["schema"], GroupCommit: group,
+		PartitionWidth: width, PartitionMargin: margin})
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,8 @@
 //
 //	memory://                                     memstore (one process, nothing persisted)
 //	sqlite://./idem.db   sqlite:///var/idem.db    sqlitestore: a file, the embedded default
-//	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate, group_commit)
+//	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate, group_commit,
+//	                                              partition_width, partition_margin)
 //	mysql://user:pass@host:3306/db                mysqlstore (params: table, migrate)
 //	redis://host:6379/0   rediss://…              redisstore (params: prefix, autopipeline)
 //	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (same params)
@@ -14,7 +15,10 @@
 //
 // SQL schemas are migrated on open unless migrate=false. PostgreSQL stores group concurrent
 // claims and completions into shared transactions (pgstore.Options.GroupCommit, here
-// PostgresGroupCommit of them at once) unless group_commit=0; group_commit=N sets how many. The drivers' own parameters
+// PostgresGroupCommit of them at once) unless group_commit=0; group_commit=N sets how many.
+// partition_width=6h selects pgstore's partitioned layout (pgstore.Options.PartitionWidth,
+// without group commit), whose Sweep drops whole expired partitions; partition_margin sets
+// pgstore.Options.PartitionMargin. The drivers' own parameters
 // (sslmode, pool_max_conns, dial_timeout, parseTime…) pass through to them.
 //
 // Query parameters tune a backend (see each scheme's Open); unknown parameters are an error,
