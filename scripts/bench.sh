@@ -97,6 +97,7 @@ timeout --kill-after=30s 10m bin/idembench middleware --out docs/bench/fiber.md
 echo "bench: scripts/bench-slowbodies.sh" >&2
 timeout --kill-after=30s 5m bash scripts/bench-slowbodies.sh ||
 	echo "bench: scripts/bench-slowbodies.sh exited with status $?" >&2
+timeout --kill-after=30s 60m bash scripts/bench-retention.sh || echo "bench: scripts/bench-retention.sh exited with status $? (docs/bench/retention.md: 0/1M/10M-record tables, Redis memory per record)" >&2
 # 5. The same four servers' instructions per request under callgrind: reproducible whatever the
 # machine's load (docs/bench/instructions.md).
 if command -v valgrind >/dev/null; then

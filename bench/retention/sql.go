@@ -1,0 +1,445 @@
+package retention
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, to fill SQLite files
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/mysqlstore"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// Key shape: a scope, then a UUID-shaped key whose first 16 hex digits are x (61 bytes). Keys
+// sort by x, so generating them in x order appends to every index.
+const (
+	keyPrefix = "3f9a1c7e5b2d4068:"
+	keySuffix = "-8b3e-4f21-a6d0-5c7e9f1b2a34"
+	// stride spreads the generated keys over the key space: record i has x = i × stride, and
+	// new keys take the x values between them.
+	stride = 1000003
+	// minReplayed is how many records a table of size 0 gets anyway, for the replays to find.
+	minReplayed = 10000
+)
+
+// Key returns the storage key with number x, as the generated records and the runs use it.
+func Key(x int64) string { return fmt.Sprintf("%s%016x%s", keyPrefix, x, keySuffix) }
+
+// SQLConfig configures SQL.
+type SQLConfig struct {
+	// Engines to measure, of "postgres", "mysql" and "sqlite". Default all three.
+	Engines []string
+	// Sizes are the numbers of records in the tables before the runs. Default 0, 1,000,000
+	// and 10,000,000. A size below 10,000 gets 10,000 records anyway, for the replays.
+	Sizes []int
+	// PostgresURL, MySQLDSN: the servers. SQLiteDir: where the SQLite files go.
+	PostgresURL, MySQLDSN, SQLiteDir string
+	// Run is the length of one measured run. Default 5s.
+	Run time.Duration
+	// Rounds is how many times every run is repeated, the sizes interleaved. Default 3.
+	Rounds int
+	// Clients is the number of goroutines calling the store. Default 16.
+	Clients int
+	// Keep keeps the filled tables (and reuses them next time) instead of dropping them.
+	Keep bool
+	// Progress receives progress lines. Default io.Discard.
+	Progress io.Writer
+}
+
+func (c SQLConfig) withDefaults() SQLConfig {
+	if len(c.Engines) == 0 {
+		c.Engines = []string{"postgres", "mysql", "sqlite"}
+	}
+	if len(c.Sizes) == 0 {
+		c.Sizes = []int{0, 1_000_000, 10_000_000}
+	}
+	c.PostgresURL = cmp.Or(c.PostgresURL, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	c.MySQLDSN = cmp.Or(c.MySQLDSN, "root@tcp(127.0.0.1:3306)/test")
+	c.Run = cmp.Or(c.Run, 5*time.Second)
+	c.Rounds = cmp.Or(c.Rounds, 3)
+	c.Clients = cmp.Or(c.Clients, 16)
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+// Result is one run: an engine, a table size, a path, a round.
+type Result struct {
+	Engine string
+	Size   int // records in the table before the runs
+	Path   string
+	Round  int
+	Ops    int
+	Errors int
+	Rate   float64 // ops/s
+}
+
+// table is one filled table of one engine.
+type table struct {
+	size   int
+	filled int // records generated (at least minReplayed)
+	store  idem.Store
+	drop   func(context.Context) error
+}
+
+// SQL fills the tables and measures them, and returns every run's result.
+func SQL(ctx context.Context, cfg SQLConfig) ([]Result, error) {
+	cfg = cfg.withDefaults()
+	sizes := slices.Clone(cfg.Sizes)
+	slices.Sort(sizes)
+	fp := idem.Fingerprint([]byte(`{"amount":1000,"currency":"eur"}`))
+	resp := idem.EncodeResponse(idem.Response{Status: 201,
+		Header: map[string][]string{"Content-Type": {"application/json"}},
+		Body: []byte(`{"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","object":"charge","amount":1000,"currency":"eur",` +
+			`"status":"succeeded","created":1764547200,"customer":"cus_NffrFeUfNV2Hib"}`)})
+	var results []Result
+	for _, engine := range cfg.Engines {
+		tables := make([]*table, 0, len(sizes))
+		cleanup := func() {
+			for _, t := range tables {
+				if !cfg.Keep && t.drop != nil {
+					if err := t.drop(context.WithoutCancel(ctx)); err != nil {
+						fmt.Fprintf(cfg.Progress, "%s: drop: %v\n", engine, err)
+					}
+				}
+			}
+		}
+		for _, size := range sizes {
+			start := time.Now()
+			t, err := openTable(ctx, cfg, engine, size, fp, resp)
+			if err != nil {
+				cleanup()
+				return results, fmt.Errorf("%s, %d records: %w", engine, size, err)
+			}
+			tables = append(tables, t)
+			fmt.Fprintf(cfg.Progress, "%s: table of %d records ready in %s\n", engine, t.filled, time.Since(start).Round(time.Second))
+		}
+		for round := 1; round <= cfg.Rounds; round++ {
+			for _, t := range tables {
+				for _, path := range []string{"new key", "replay"} {
+					r := measure(ctx, cfg, t, path, fp)
+					r.Engine, r.Size, r.Round = engine, t.size, round
+					fmt.Fprintf(cfg.Progress, "%s round %d, %d records, %s: %.0f ops/s (%d errors)\n", engine, round, t.size, path, r.Rate, r.Errors)
+					results = append(results, r)
+				}
+			}
+		}
+		cleanup()
+	}
+	if !cfg.Keep && slices.Contains(cfg.Engines, "postgres") {
+		if err := dropPostgresSchema(context.WithoutCancel(ctx), cfg.PostgresURL); err != nil {
+			return results, err
+		}
+	}
+	return results, nil
+}
+
+// dropPostgresSchema drops the schema of the PostgreSQL tables, once they are dropped.
+func dropPostgresSchema(ctx context.Context, url string) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgSchema+` CASCADE`)
+	return err
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// measure runs cfg.Clients goroutines on path for cfg.Run.
+func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp string) Result {
+	var ops, errs atomic.Int64
+	deadline := time.Now().Add(cfg.Run)
+	resp := idem.Response{Status: 201, Body: []byte(`{"id":"ch_new"}`)}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				var err error
+				now := time.Now()
+				if path == "new key" {
+					x := rand.Int64N(int64(t.filled+1) * stride)
+					if x%stride == 0 {
+						x++ // between the generated records, never one of them
+					}
+					var res idem.Reservation
+					res, err = t.store.Reserve(ctx, Key(x), fp, now, 30*time.Second, 24*time.Hour)
+					if err == nil && res.Claimed {
+						err = t.store.Complete(ctx, Key(x), res.Record.Token, resp, now, now.Add(24*time.Hour))
+					} else if err == nil {
+						err = errors.New("new key found existing")
+					}
+				} else {
+					x := (1 + rand.Int64N(int64(t.filled))) * stride
+					var res idem.Reservation
+					res, err = t.store.Reserve(ctx, Key(x), fp, now, 30*time.Second, 24*time.Hour)
+					if err == nil && (res.Claimed || res.Record.State != idem.StateCompleted) {
+						err = errors.New("replay did not find the completed record")
+					}
+				}
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	return Result{Path: path, Ops: int(ops.Load()), Errors: int(errs.Load()), Rate: float64(ops.Load()) / el.Seconds()}
+}
+
+func openTable(ctx context.Context, cfg SQLConfig, engine string, size int, fp string, resp []byte) (*table, error) {
+	t := &table{size: size, filled: max(size, minReplayed)}
+	now := time.Now().UnixMicro()
+	exp := time.Now().Add(365 * 24 * time.Hour).UnixMicro()
+	switch engine {
+	case "postgres":
+		return t, openPostgres(ctx, cfg, t, fp, resp, now, exp)
+	case "mysql":
+		return t, openMySQL(ctx, cfg, t, fp, resp, now, exp)
+	case "sqlite":
+		return t, openSQLite(ctx, cfg, t, fp, resp, now, exp)
+	}
+	return nil, fmt.Errorf("unknown engine %q (want postgres, mysql or sqlite)", engine)
+}
+
+// chunk is how many records one filling statement writes.
+const chunk = 1_000_000
+
+const pgSchema = "idem_bench_retention"
+
+func openPostgres(ctx context.Context, cfg SQLConfig, t *table, fp string, resp []byte, now, exp int64) error {
+	pool, err := pgxpool.New(ctx, cfg.PostgresURL+sep(cfg.PostgresURL)+"pool_max_conns="+strconv.Itoa(cfg.Clients))
+	if err != nil {
+		return err
+	}
+	name := "r_" + strconv.Itoa(t.size)
+	st, err := pgstore.New(pool, pgstore.Options{Schema: pgSchema, Table: name})
+	if err == nil {
+		err = st.Migrate(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	t.store = st
+	t.drop = func(ctx context.Context) error {
+		defer pool.Close()
+		if cfg.Keep {
+			return nil
+		}
+		_, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+st.Table())
+		if err == nil {
+			_, err = pool.Exec(ctx, `DELETE FROM `+pgSchema+`.`+pgstore.MigrationsTable+` WHERE tbl = $1`, name)
+		}
+		return err
+	}
+	var have int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+st.Table()).Scan(&have); err != nil {
+		return err
+	}
+	if have >= t.filled {
+		return nil
+	}
+	// Fill without the indexes, then build them: a sort instead of t.filled index inserts.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tbl := st.Table()
+	for _, q := range []string{
+		`SET synchronous_commit = off`, `SET maintenance_work_mem = '256MB'`,
+		`TRUNCATE ` + tbl,
+		`ALTER TABLE ` + tbl + ` DROP CONSTRAINT ` + name + `_pkey`,
+		`DROP INDEX ` + pgSchema + `.` + name + `_expires_at`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	for lo := 1; lo <= t.filled; lo += chunk {
+		hi := min(lo+chunk-1, t.filled)
+		_, err := conn.Exec(ctx, `INSERT INTO `+tbl+` (key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
+			SELECT $1 || lpad(to_hex(i * `+strconv.Itoa(stride)+`), 16, '0') || $2, $3, 2, $4, $4, 1, $5, $4, $4, $6
+			FROM generate_series($7::bigint, $8::bigint) AS i`, keyPrefix, keySuffix, fp, now, resp, exp, lo, hi)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Progress, "postgres: %d of %d records\n", hi, t.filled)
+	}
+	for _, q := range []string{
+		`ALTER TABLE ` + tbl + ` ADD CONSTRAINT ` + name + `_pkey PRIMARY KEY (key)`,
+		`CREATE INDEX ` + name + `_expires_at ON ` + tbl + ` (expires_at)`,
+		`VACUUM ANALYZE ` + tbl,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+func sep(url string) string {
+	if strings.Contains(url, "?") {
+		return "&"
+	}
+	if strings.Contains(url, "://") {
+		return "?"
+	}
+	return " "
+}
+
+func openMySQL(ctx context.Context, cfg SQLConfig, t *table, fp string, resp []byte, now, exp int64) error {
+	name := "idem_bench_retention_" + strconv.Itoa(t.size)
+	st, err := mysqlstore.Open(ctx, cfg.MySQLDSN, mysqlstore.Options{Table: name})
+	if err != nil {
+		return err
+	}
+	if err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return err
+	}
+	db := st.DB()
+	db.SetMaxOpenConns(cfg.Clients)
+	db.SetMaxIdleConns(cfg.Clients)
+	t.store = st
+	t.drop = func(ctx context.Context) error {
+		defer st.Close()
+		if cfg.Keep {
+			return nil
+		}
+		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+st.Table()); err != nil {
+			return err
+		}
+		_, err := db.ExecContext(ctx, `DELETE FROM `+mysqlstore.MigrationsTable+` WHERE tbl = ?`, name)
+		return err
+	}
+	var have int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+st.Table()).Scan(&have); err != nil {
+		return err
+	}
+	if have >= t.filled {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `TRUNCATE TABLE `+st.Table()); err != nil {
+		return err
+	}
+	// In key order: InnoDB clusters rows on the primary key, so each chunk appends.
+	seq := func(lo, hi int) string {
+		return fmt.Sprintf("(SELECT seq AS i FROM seq_%d_to_%d)", lo, hi)
+	}
+	if _, err := db.ExecContext(ctx, `SELECT 1 FROM seq_1_to_1`); err != nil {
+		// MySQL: no SEQUENCE engine; a cross join of digits instead.
+		digits := `(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
+		seq = func(lo, hi int) string {
+			return fmt.Sprintf(`(SELECT %d + a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d + 100000*g.d AS i FROM %s a, %s b, %s c, %s e, %s f, %s g HAVING i <= %d)`,
+				lo, digits, digits, digits, digits, digits, digits, hi)
+		}
+	}
+	for lo := 1; lo <= t.filled; lo += chunk {
+		hi := min(lo+chunk-1, t.filled)
+		_, err := db.ExecContext(ctx, `INSERT INTO `+st.Table()+` (`+"`key`"+`, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
+			SELECT CONCAT(?, LPAD(LOWER(HEX(s.i * `+strconv.Itoa(stride)+`)), 16, '0'), ?), ?, 2, ?, ?, 1, ?, ?, ?, ?
+			FROM `+seq(lo, hi)+` s ORDER BY s.i`, keyPrefix, keySuffix, fp, now, now, resp, now, now, exp)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Progress, "mysql: %d of %d records\n", hi, t.filled)
+	}
+	_, err = db.ExecContext(ctx, `ANALYZE TABLE `+st.Table())
+	return err
+}
+
+func openSQLite(ctx context.Context, cfg SQLConfig, t *table, fp string, resp []byte, now, exp int64) error {
+	if cfg.SQLiteDir == "" {
+		return errors.New("SQLiteDir is empty")
+	}
+	path := filepath.Join(cfg.SQLiteDir, "retention-"+strconv.Itoa(t.size)+".db")
+	opt := sqlitestore.Options{Table: "records"}
+	if err := sqlitestore.Migrate(ctx, path, opt); err != nil {
+		return err
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		return err
+	}
+	var have int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM records`).Scan(&have); err != nil {
+		db.Close()
+		return err
+	}
+	if have < t.filled {
+		for _, q := range []string{`PRAGMA journal_mode = WAL`, `PRAGMA synchronous = OFF`, `DELETE FROM records`} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				db.Close()
+				return err
+			}
+		}
+		for lo := 1; lo <= t.filled; lo += chunk {
+			hi := min(lo+chunk-1, t.filled)
+			_, err := db.ExecContext(ctx, `WITH RECURSIVE c(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM c WHERE i < ?)
+				INSERT INTO records (key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
+				SELECT ? || printf('%016x', i * `+strconv.Itoa(stride)+`) || ?, ?, 2, ?, ?, 1, ?, ?, ?, ? FROM c`,
+				lo, hi, keyPrefix, keySuffix, fp, now, now, resp, now, now, exp)
+			if err != nil {
+				db.Close()
+				return err
+			}
+			fmt.Fprintf(cfg.Progress, "sqlite: %d of %d records\n", hi, t.filled)
+		}
+		if _, err := db.ExecContext(ctx, `ANALYZE`); err != nil {
+			db.Close()
+			return err
+		}
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	st, err := sqlitestore.Open(ctx, path, opt)
+	if err != nil {
+		return err
+	}
+	t.store = st
+	t.drop = func(context.Context) error {
+		err := st.Close()
+		if !cfg.Keep {
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if rerr := removeIfExists(path + suffix); err == nil {
+					err = rerr
+				}
+			}
+		}
+		return err
+	}
+	return nil
+}
