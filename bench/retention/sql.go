@@ -115,18 +115,31 @@ func SQL(ctx context.Context, cfg SQLConfig) ([]Result, error) {
 		tables := make([]*table, 0, len(sizes))
 		cleanup := func() {
 			for _, t := range tables {
-				if !cfg.Keep && t.drop != nil {
+				if t.drop != nil { // closes the connections; drops the table unless cfg.Keep
 					if err := t.drop(context.WithoutCancel(ctx)); err != nil {
 						fmt.Fprintf(cfg.Progress, "%s: drop: %v\n", engine, err)
 					}
 				}
 			}
 		}
+		var pool *pgxpool.Pool // one for PostgreSQL's tables: the server's connections are shared
+		if engine == "postgres" {
+			var err error
+			if pool, err = pgxpool.New(ctx, cfg.PostgresURL+sep(cfg.PostgresURL)+"pool_max_conns="+strconv.Itoa(cfg.Clients)); err != nil {
+				return results, err
+			}
+		}
+		closePool := func() {
+			if pool != nil {
+				pool.Close()
+			}
+		}
 		for _, size := range sizes {
 			start := time.Now()
-			t, err := openTable(ctx, cfg, engine, size, fp, resp)
+			t, err := openTable(ctx, cfg, engine, size, fp, resp, pool)
 			if err != nil {
 				cleanup()
+				closePool()
 				return results, fmt.Errorf("%s, %d records: %w", engine, size, err)
 			}
 			tables = append(tables, t)
@@ -143,6 +156,7 @@ func SQL(ctx context.Context, cfg SQLConfig) ([]Result, error) {
 			}
 		}
 		cleanup()
+		closePool()
 	}
 	if !cfg.Keep && slices.Contains(cfg.Engines, "postgres") {
 		if err := dropPostgresSchema(context.WithoutCancel(ctx), cfg.PostgresURL); err != nil {
@@ -217,13 +231,13 @@ func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp strin
 	return Result{Path: path, Ops: int(ops.Load()), Errors: int(errs.Load()), Rate: float64(ops.Load()) / el.Seconds()}
 }
 
-func openTable(ctx context.Context, cfg SQLConfig, engine string, size int, fp string, resp []byte) (*table, error) {
+func openTable(ctx context.Context, cfg SQLConfig, engine string, size int, fp string, resp []byte, pool *pgxpool.Pool) (*table, error) {
 	t := &table{size: size, filled: max(size, minReplayed)}
 	now := time.Now().UnixMicro()
 	exp := time.Now().Add(365 * 24 * time.Hour).UnixMicro()
 	switch engine {
 	case "postgres":
-		return t, openPostgres(ctx, cfg, t, fp, resp, now, exp)
+		return t, openPostgres(ctx, cfg, pool, t, fp, resp, now, exp)
 	case "mysql":
 		return t, openMySQL(ctx, cfg, t, fp, resp, now, exp)
 	case "sqlite":
@@ -237,23 +251,17 @@ const chunk = 1_000_000
 
 const pgSchema = "idem_bench_retention"
 
-func openPostgres(ctx context.Context, cfg SQLConfig, t *table, fp string, resp []byte, now, exp int64) error {
-	pool, err := pgxpool.New(ctx, cfg.PostgresURL+sep(cfg.PostgresURL)+"pool_max_conns="+strconv.Itoa(cfg.Clients))
-	if err != nil {
-		return err
-	}
+func openPostgres(ctx context.Context, cfg SQLConfig, pool *pgxpool.Pool, t *table, fp string, resp []byte, now, exp int64) error {
 	name := "r_" + strconv.Itoa(t.size)
 	st, err := pgstore.New(pool, pgstore.Options{Schema: pgSchema, Table: name})
 	if err == nil {
 		err = st.Migrate(ctx)
 	}
 	if err != nil {
-		pool.Close()
 		return err
 	}
 	t.store = st
 	t.drop = func(ctx context.Context) error {
-		defer pool.Close()
 		if cfg.Keep {
 			return nil
 		}
