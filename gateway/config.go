@@ -103,6 +103,10 @@ type Config struct {
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGINT/SIGTERM. Default 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// WaitForStore is how long New keeps trying to reach a store that does not answer at
+	// startup, logging each failed attempt, before it fails. Default 0: New fails at once,
+	// naming the store. Every store is reached the same way: opened, then read once.
+	WaitForStore Duration `yaml:"wait_for_store"`
 	// ReadTimeout bounds the reading of a whole request, headers and body, on the gateway's
 	// and the metrics listener: a client that sends part of a body and stalls is cut off, and a
 	// processed request whose body did not arrive is answered 400 without calling the upstream.
@@ -309,6 +313,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: ttl %s is shorter than lease %s", time.Duration(c.TTL), time.Duration(c.Lease))
 	case c.Wait < 0:
 		return fmt.Errorf("config: wait %s is negative", time.Duration(c.Wait))
+	case c.WaitForStore < 0:
+		return fmt.Errorf("config: wait_for_store %s is negative", time.Duration(c.WaitForStore))
 	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.UpstreamTimeout < 0 || c.ShutdownTimeout < 0:
 		return fmt.Errorf("config: a timeout is negative (read_timeout %s, write_timeout %s, idle_timeout %s, upstream_timeout %s, shutdown_timeout %s)",
 			time.Duration(c.ReadTimeout), time.Duration(c.WriteTimeout), time.Duration(c.IdleTimeout), time.Duration(c.UpstreamTimeout), time.Duration(c.ShutdownTimeout))

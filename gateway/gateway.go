@@ -13,8 +13,8 @@
 //
 // # Operations
 //
-// /healthz answers 200 while the process runs; /readyz answers 200 when the store answers.
-// Both are served on the proxy's listener (and so shadow the upstream's paths of those names)
+// /healthz answers 200 while the process runs; /readyz answers 200 when the store answers,
+// and 503 from the moment the gateway drains for shutdown (Drain). Both are served on the proxy's listener (and so shadow the upstream's paths of those names)
 // and on the metrics listener, which also serves Prometheus metrics at /metrics.
 package gateway
 
@@ -30,12 +30,12 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemotel"
-	"github.com/idemkit/idem/store/storeurl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -75,6 +75,8 @@ type Gateway struct {
 	engines  []*idem.Engine
 	budget   *idemhttp.Budget // one memory budget for every route
 	secret   []byte           // the key of the scope's HMAC
+
+	draining atomic.Bool // Drain was called: /readyz answers 503
 
 	// With tracing (Config.OTLPEndpoint): the provider flushed by Close, the engines'
 	// observer, and the gateway's handler under a server span continuing the caller's trace.
@@ -157,13 +159,14 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	if opt.Store != nil {
 		g.store = opt.Store
 	} else {
-		st, err := storeurl.Open(ctx, cfg.Store)
+		st, err := openStore(ctx, cfg.Store, time.Duration(cfg.WaitForStore), g.log)
 		if err != nil {
+			g.Close()
 			return nil, err
 		}
 		g.store, g.closer = st, st
 	}
-	if g.secret, err = cfg.scopeSecret(); err != nil {
+	if g.secret, err = cfg.LoadScopeSecret(); err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -227,9 +230,11 @@ func (g *Gateway) scopeHeader(rule Route) string {
 	return cmp.Or(rule.ScopeHeader, g.cfg.ScopeHeader)
 }
 
-// scopeSecret returns the key of the scope's HMAC: ScopeSecret, or the content of
-// ScopeSecretFile without its trailing newline. Nil when no scope header is configured.
-func (c Config) scopeSecret() ([]byte, error) {
+// LoadScopeSecret returns the key of the scope's HMAC: ScopeSecret, or the content of
+// ScopeSecretFile without its trailing newline; nil when neither is set. It fails if the file
+// cannot be read or the secret is shorter than MinScopeSecret. With it and
+// idemhttp.KeyedStorageKey, a tool finds the record the gateway keeps for a scope header's value.
+func (c Config) LoadScopeSecret() ([]byte, error) {
 	secret := c.ScopeSecret
 	if c.ScopeSecretFile != "" {
 		b, err := os.ReadFile(c.ScopeSecretFile)
@@ -489,11 +494,24 @@ func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
-// Ready reports whether the store answers within 2 seconds.
+// ErrDraining is what Ready returns once the gateway drains for shutdown.
+var ErrDraining = errors.New("gateway: draining for shutdown")
+
+// Drain marks the gateway as shutting down: from then on /readyz answers 503 (and Ready
+// returns ErrDraining), so that load balancers stop sending it new requests, while the
+// requests it gets are still served. The host calls it on the first SIGTERM, before it stops
+// accepting connections and waits for the requests in flight. It cannot be undone.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
+// Ready reports whether the gateway should get traffic: ErrDraining after Drain, else the
+// store's error if it does not answer within 2 seconds.
 func (g *Gateway) Ready(ctx context.Context) error {
+	if g.draining.Load() {
+		return ErrDraining
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := g.store.Get(ctx, "idem:readyz")
+	_, err := g.store.Get(ctx, readyKey)
 	if err != nil && !errors.Is(err, idem.ErrNotFound) {
 		return err
 	}
@@ -504,6 +522,10 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err := g.Ready(r.Context()); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
+		if errors.Is(err, ErrDraining) {
+			_, _ = io.WriteString(w, "draining\n")
+			return
+		}
 		_, _ = io.WriteString(w, "store unavailable\n")
 		return
 	}

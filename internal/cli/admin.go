@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,30 +45,45 @@ func openStore(ctx context.Context, raw string) (storeurl.Store, error) {
 	return st, redactError(err, raw)
 }
 
-// openRecord parses a subcommand's flags and its one KEY argument, opens the store and reads
-// the key's record. On success the caller closes the store.
-func openRecord(ctx context.Context, fs *flag.FlagSet, args []string, store *string) (storeurl.Store, idem.Record, error) {
+// openRecord parses a subcommand's flags and its one KEY argument (a storage key, or a client
+// key with the scope flags), opens the store and reads the key's record. On success the
+// caller closes the store.
+func openRecord(ctx context.Context, fs *flag.FlagSet, args []string, store *string, sc *scopeFlags) (storeurl.Store, idem.Record, error) {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, idem.Record{}, err
 	}
 	if len(pos) != 1 {
-		return nil, idem.Record{}, usageError("want exactly one KEY (the storage key: SCOPE|KEY, where SCOPE is empty with --scope none)")
+		return nil, idem.Record{}, usageError("want exactly one KEY: the client's key with --scope-value VALUE or --scope none, else the storage key SCOPE|KEY")
+	}
+	key, err := sc.storageKey(pos[0])
+	if err != nil {
+		return nil, idem.Record{}, err
 	}
 	st, err := openStore(ctx, *store)
 	if err != nil {
 		return nil, idem.Record{}, err
 	}
-	key := pos[0]
 	rec, err := st.Get(ctx, key)
 	if err != nil {
 		st.Close()
 		if errors.Is(err, idem.ErrNotFound) {
-			return nil, idem.Record{}, fmt.Errorf("no record for key %q: never claimed, or released or expired and deleted since", key)
+			return nil, idem.Record{}, fmt.Errorf("no record for key %q: never claimed, or released or expired and deleted since%s", key, notFoundHint(sc))
 		}
 		return nil, idem.Record{}, redactError(err, *store)
 	}
 	return st, rec, nil
+}
+
+// notFoundHint says what else to check when a client key's record is not found.
+func notFoundHint(sc *scopeFlags) string {
+	switch {
+	case sc.given():
+		return " (or the scope value or the scope secret is not the gateway's)"
+	case sc.scoped():
+		return ""
+	}
+	return " (KEY is the storage key SCOPE|KEY: for a client's key add --scope-value VALUE or --scope none)"
 }
 
 // parseInterspersed parses flags given before, between or after the positional arguments
@@ -87,6 +103,32 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = args[1:]
 	}
 }
+
+// parseNoArgs parses the flags of a command that takes no argument, wherever they are.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
+// keyHelp says what a KEY argument is, for inspect's and release's help.
+const keyHelp = `KEY is what the client sent as its Idempotency-Key, with --scope-value VALUE (VALUE: what it
+sent in the gateway's scope header, such as its API key; hashed with the HMAC under the scope
+secret from IDEM_SCOPE_SECRET, --scope-secret-file or --scope-secret, as the gateway does) or
+with --scope none (a gateway run with --scope none, or a request sent without the scope
+header). Without them KEY is the storage key, SCOPE|KEY, as idem list shows it. Flags may come
+before or after KEY.`
+
+// conditionHelp names the conditions inspect, list and release show.
+const conditionHelp = `The condition shown is one of: running (in progress, its lease live and renewed by its
+holder), held (an uncertain outcome kept until expiry), stale (lease ran out: the next retry
+takes over), released (the next request executes), completed (retries get the stored
+response), expired (counts as absent).`
 
 // condition names what a record means now, for an operator: what inspect shows and release
 // decides on.
@@ -142,7 +184,7 @@ func explain(c condition, rec idem.Record, now time.Time) string {
 func runMigrate(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "migrate", "[--store URL]")
 	store := storeFlag(e, fs)
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	st, err := openStore(ctx, *store)
@@ -163,7 +205,7 @@ func runSweep(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "sweep", "[--store URL] [--batch N]")
 	store := storeFlag(e, fs)
 	batch := fs.Int("batch", 1000, "records deleted per statement")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *batch < 1 {
@@ -186,6 +228,8 @@ func runSweep(ctx context.Context, e *env, args []string) error {
 // inspection is what `idem inspect` prints.
 type inspection struct {
 	Key          string              `json:"key"`
+	Scope        *string             `json:"scope,omitempty"`      // the gateway's scope (an HMAC, or "" for none)
+	ClientKey    string              `json:"client_key,omitempty"` // the client's key, for a key made by a gateway
 	Condition    string              `json:"condition"`
 	State        string              `json:"state"`
 	Expired      bool                `json:"expired"`
@@ -203,18 +247,17 @@ type inspection struct {
 }
 
 func runInspect(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "inspect", "KEY [--store URL] [--body] [--json]")
+	fs := newFlags(e, "inspect", "KEY [--scope-value VALUE | --scope none] [--store URL] [--body] [--json]")
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
-		fmt.Fprintln(e.stderr, "\nKEY is the storage key, SCOPE|KEY. The condition shown is one of: running (lease live,\n"+
-			"renewed by its holder), held (an uncertain outcome kept until expiry), stale (lease ran\n"+
-			"out: the next retry takes over), released, completed, expired (counts as absent).")
+		fmt.Fprintln(e.stderr, "\n"+keyHelp+"\n\n"+conditionHelp)
 	}
 	store := storeFlag(e, fs)
+	sc := bindScope(e, fs)
 	body := fs.Bool("body", false, "print the stored body too")
 	asJSON := fs.Bool("json", false, "print JSON")
-	st, rec, err := openRecord(ctx, fs, args, store)
+	st, rec, err := openRecord(ctx, fs, args, store, sc)
 	if err != nil {
 		return err
 	}
@@ -224,6 +267,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	in := inspection{
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(), Expired: rec.Expired(now), Fingerprint: rec.Fingerprint,
 		Token: rec.Token, Attempts: rec.Attempts, Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(),
+	}
+	if scope, client, ok := splitKey(rec.Key); ok {
+		in.Scope, in.ClientKey = &scope, client
 	}
 	if cond != condReleased {
 		in.ExpiresIn = rec.ExpiresAt.Sub(now).Round(time.Second).String()
@@ -247,7 +293,10 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		return enc.Encode(in)
 	}
 	w := e.stdout
-	fmt.Fprintf(w, "key          %s\n", in.Key)
+	fmt.Fprintf(w, "key          %s\n", printable(in.Key))
+	if in.Scope != nil {
+		fmt.Fprintf(w, "scope        %s\nclient key   %s\n", cmp.Or(*in.Scope, "(none)"), printable(in.ClientKey))
+	}
 	fmt.Fprintf(w, "state        %s\n", explain(cond, rec, now))
 	fmt.Fprintf(w, "fingerprint  %s\n", in.Fingerprint)
 	fmt.Fprintf(w, "token        %d\nattempts     %d\nage          %s\n", in.Token, in.Attempts, in.Age)
@@ -270,16 +319,28 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// releaseResult is what `idem release --json` prints: what the key was and what was done.
+type releaseResult struct {
+	Key       string `json:"key"`
+	Condition string `json:"condition"` // before the release
+	Action    string `json:"action"`    // released, deleted, none (already released or expired) or refused
+	Token     int64  `json:"token"`
+	Message   string `json:"message"`
+}
+
 func runRelease(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "release", "KEY [--store URL] [--force]")
+	fs := newFlags(e, "release", "KEY [--scope-value VALUE | --scope none] [--store URL] [--force] [--json]")
 	store := storeFlag(e, fs)
+	sc := bindScope(e, fs)
 	force := fs.Bool("force", false, "also release a key whose lease is live (running or held), and delete a completed record")
+	asJSON := fs.Bool("json", false, "print the outcome as JSON (also when refused)")
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
-		fmt.Fprintln(e.stderr, `
-KEY is the storage key, SCOPE|KEY. release frees a key whose holder is gone (stale) so its
-next request executes. It refuses, unless --force:
+		fmt.Fprintln(e.stderr, "\n"+keyHelp+`
+
+release frees a key whose holder is gone (stale) so its next request executes. It refuses,
+unless --force:
   - a running key (its lease is live and renewed): releasing it lets a retry execute while
     the first call still runs, a second effect;
   - a held key (an uncertain outcome kept by --uncertain hold): check first that the effect
@@ -290,42 +351,67 @@ next request executes. It refuses, unless --force:
     evicts it. Restart the gateways, or run them with --cache -1, when a forced release must
     take effect at once.`)
 	}
-	st, rec, err := openRecord(ctx, fs, args, store)
+	st, rec, err := openRecord(ctx, fs, args, store, sc)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	key := rec.Key
 	now := time.Now()
-	switch cond := conditionOf(rec, now); {
+	cond := conditionOf(rec, now)
+	res, err := release(ctx, st, rec, cond, now, *force)
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(res); jerr != nil {
+			return jerr
+		}
+	} else if err == nil {
+		fmt.Fprintln(e.stdout, res.Message)
+	}
+	return err
+}
+
+// release acts on rec, whose condition is cond: it releases a stale claim, refuses a live
+// lease or a completed record unless force, and deletes a completed record with force. A
+// refusal is both in the result (action refused) and the error.
+func release(ctx context.Context, st storeurl.Store, rec idem.Record, cond condition, now time.Time, force bool) (releaseResult, error) {
+	key := rec.Key
+	res := releaseResult{Key: key, Condition: string(cond), Token: rec.Token}
+	refuse := func(format string, args ...any) (releaseResult, error) {
+		err := fmt.Errorf(format, args...)
+		res.Action, res.Message = "refused", err.Error()
+		return res, err
+	}
+	switch {
 	case cond == condExpired || cond == condReleased:
-		fmt.Fprintf(e.stdout, "key %q is already %s: nothing to release\n", key, cond)
-		return nil
-	case (cond == condRunning || cond == condHeld) && !*force:
-		return fmt.Errorf("key %q is %s: %s; refusing to release it without --force, since a retry would then execute while the first may still act (a second effect)",
+		res.Action, res.Message = "none", fmt.Sprintf("key %q is already %s: nothing to release", key, cond)
+		return res, nil
+	case (cond == condRunning || cond == condHeld) && !force:
+		return refuse("key %q is %s: %s; refusing to release it without --force, since a retry would then execute while the first may still act (a second effect)",
 			key, cond, explain(cond, rec, now))
 	case rec.State == idem.StateInProgress:
 		if err := st.Release(ctx, key, rec.Token); err != nil {
 			if errors.Is(err, idem.ErrLeaseLost) {
-				return fmt.Errorf("key %q changed while releasing it (it completed or was taken over); inspect it again", key)
+				return refuse("key %q changed while releasing it (it completed or was taken over); inspect it again", key)
 			}
-			return err
+			return res, err
 		}
-		fmt.Fprintf(e.stdout, "released %s key %q (token %d): its next request executes\n", cond, key, rec.Token)
-		return nil
-	case !*force:
-		return fmt.Errorf("key %q is completed (status %d): refusing to release it without --force, since its next request would execute again", key, statusOf(rec))
+		res.Action, res.Message = "released", fmt.Sprintf("released %s key %q (token %d): its next request executes", cond, key, rec.Token)
+		return res, nil
+	case !force:
+		return refuse("key %q is completed (status %d): refusing to release it without --force, since its next request would execute again", key, statusOf(rec))
 	}
 	d, ok := st.(idem.Deleter)
 	if !ok {
-		return fmt.Errorf("this store cannot delete completed records")
+		return refuse("this store cannot delete completed records")
 	}
 	if err := d.Delete(ctx, key); err != nil {
-		return err
+		return res, err
 	}
-	fmt.Fprintf(e.stdout, "deleted completed key %q: its next request executes again, except at a gateway that still has it in its replay cache (until %s at most)\n",
+	res.Action = "deleted"
+	res.Message = fmt.Sprintf("deleted completed key %q: its next request executes again, except at a gateway that still has it in its replay cache (until %s at most)",
 		key, rec.ExpiresAt.Format(time.RFC3339))
-	return nil
+	return res, nil
 }
 
 func statusOf(rec idem.Record) int {

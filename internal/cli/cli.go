@@ -41,13 +41,21 @@ func usageError(format string, args ...any) error {
 // Main runs the idem command with args (without the program name) and returns the exit code:
 // 0 on success, 1 on failure, 2 on bad usage.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	return mainEnv(ctx, args, &env{stdout: stdout, stderr: stderr, getenv: os.Getenv})
+}
+
+// mainEnv is Main with its environment given.
+func mainEnv(ctx context.Context, args []string, e *env) int {
+	stdout, stderr := e.stdout, e.stderr
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
@@ -81,7 +89,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun `idem <command> -h` for a command's flags.")
+	fmt.Fprintln(w, "\nRun `idem <command> -h` for a command's flags; they may come before or after its arguments.")
 }
 
 // newFlags returns a FlagSet for a subcommand whose errors are returned, not printed twice.

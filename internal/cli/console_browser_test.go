@@ -106,7 +106,7 @@ func TestConsoleBrowser(t *testing.T) {
 	served := make(chan error, 1)
 	logs := &syncWriter{}
 	go func() {
-		served <- serve(ctx, nil, cfg, newLogger(logs, "text", "info"), func(a string) { gwAddr <- a }, con)
+		served <- serve(ctx, nil, cfg, newLogger(logs, "text", "info"), func(a serveAddrs) { gwAddr <- a.addr }, con)
 	}()
 	defer func() {
 		cancel()

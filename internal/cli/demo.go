@@ -23,7 +23,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "demo", "[--listen ADDR]")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway (a free port is used if it is taken)")
 	delay := fs.Duration("delay", 2*time.Second, "how long a charge takes, so a quick second request sees 409 in flight")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "idem-demo-")
@@ -65,7 +65,8 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	log := newLogger(e.stderr, "text", "info")
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
-	return serve(ctx, second, cfg, log, func(gw string) {
+	return serve(ctx, second, cfg, log, func(s serveAddrs) {
+		gw := s.addr
 		u := "http://" + gw
 		w := e.stdout
 		fmt.Fprintf(w, "\npayments API (knows nothing of idempotency): http://%s\n", apiLn.Addr())

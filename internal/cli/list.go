@@ -20,32 +20,37 @@ func init() {
 
 // listed is one record as `idem list --json` prints it, one JSON object a line.
 type listed struct {
-	Key         string `json:"key"`
-	Condition   string `json:"condition"`
-	State       string `json:"state"`
-	CreatedAt   string `json:"created_at"`
-	Age         string `json:"age"`
-	Attempts    int    `json:"attempts"`
-	Token       int64  `json:"token"`
-	LeaseLeft   string `json:"lease_left,omitempty"`
-	ExpiresAt   string `json:"expires_at"`
-	Status      int    `json:"status,omitempty"`
-	BodyOmitted bool   `json:"body_omitted,omitempty"`
+	Key         string  `json:"key"`
+	Scope       *string `json:"scope,omitempty"`      // the gateway's scope (an HMAC, or "" for none)
+	ClientKey   string  `json:"client_key,omitempty"` // the client's key, for a key made by a gateway
+	Condition   string  `json:"condition"`
+	State       string  `json:"state"`
+	CreatedAt   string  `json:"created_at"`
+	Age         string  `json:"age"`
+	Attempts    int     `json:"attempts"`
+	Token       int64   `json:"token"`
+	LeaseLeft   string  `json:"lease_left,omitempty"`
+	ExpiresAt   string  `json:"expires_at"`
+	Status      int     `json:"status,omitempty"`
+	BodyOmitted bool    `json:"body_omitted,omitempty"`
 }
 
 func runList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "list", "[--store URL] [--state in_progress|completed] [--older-than DUR] [--key PREFIX] [--limit N] [--cursor C] [--json]")
+	fs := newFlags(e, "list", "[--store URL] [--scope-value VALUE | --scope none] [--key PREFIX] [--state in_progress|completed] [--older-than DUR] [--limit N] [--cursor C] [--json]")
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
-		fmt.Fprintln(e.stderr, "\nRecords come in storage-key order (SCOPE|KEY), expired ones included; the condition shown\n"+
-			"is the one `idem inspect` explains. When more records remain than --limit, the cursor to\n"+
-			"resume with is printed on stderr.")
+		fmt.Fprintln(e.stderr, "\nRecords come in storage-key order (SCOPE|KEY), expired ones included. With --scope-value\n"+
+			"VALUE only the records of the caller that sent VALUE in the gateway's scope header are\n"+
+			"listed (hashed as the gateway does, with the scope secret), with --scope none those of a\n"+
+			"gateway without scope; --key then matches the start of the client's key. When more\n"+
+			"records remain than --limit, the cursor to resume with is printed on stderr.\n\n"+conditionHelp)
 	}
 	store := storeFlag(e, fs)
+	sc := bindScope(e, fs)
 	state := fs.String("state", "any", "keep only records in this state: in_progress, completed or any")
 	olderThan := fs.Duration("older-than", 0, "keep only records created longer ago than this (e.g. 10m)")
-	prefix := fs.String("key", "", "keep only storage keys that start with PREFIX (a scope, its separator, the start of a key)")
+	prefix := fs.String("key", "", "keep only keys that start with PREFIX: the client's key with --scope-value or --scope none, else the storage key (SCOPE|KEY)")
 	limit := fs.Int("limit", 100, "print at most N records")
 	cursor := fs.String("cursor", "", "resume a listing where a previous one stopped")
 	asJSON := fs.Bool("json", false, "print one JSON object a line")
@@ -56,8 +61,12 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 0 {
 		return usageError("unexpected argument %q (filter keys with --key PREFIX)", pos[0])
 	}
+	scope, err := sc.scopePrefix()
+	if err != nil {
+		return err
+	}
 	now := time.Now()
-	q := idem.ListQuery{Prefix: *prefix, Cursor: *cursor}
+	q := idem.ListQuery{Prefix: scope + *prefix, Cursor: *cursor}
 	switch *state {
 	case "any", "":
 	case "in_progress":
@@ -143,6 +152,9 @@ func listing(rec idem.Record, now time.Time) listed {
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(),
 		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Second).String(),
 		Attempts: rec.Attempts, Token: rec.Token, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339Nano),
+	}
+	if scope, client, ok := splitKey(rec.Key); ok {
+		r.Scope, r.ClientKey = &scope, client
 	}
 	if cond == condRunning || cond == condHeld {
 		r.LeaseLeft = rec.LeaseUntil.Sub(now).Round(time.Second).String()

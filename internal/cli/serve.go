@@ -62,6 +62,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.Func("wait", "wait up to this long for an in-flight original instead of answering 409 (default 0) (env IDEM_WAIT)", durationFlag(&c.Wait))
 	fs.Func("upstream-timeout", "bound on one upstream call (default 60s) (env IDEM_UPSTREAM_TIMEOUT)", durationFlag(&c.UpstreamTimeout))
 	fs.Func("shutdown-timeout", "bound on draining in-flight requests at shutdown (default 30s) (env IDEM_SHUTDOWN_TIMEOUT)", durationFlag(&c.ShutdownTimeout))
+	fs.Func("wait-for-store", "at startup, keep trying to reach a store that does not answer for this long, logging each attempt, before exiting (default 0: exit at once) (env IDEM_WAIT_FOR_STORE)", durationFlag(&c.WaitForStore))
 	fs.Func("read-timeout", "bound on reading a whole request, headers and body (default 60s) (env IDEM_READ_TIMEOUT)", durationFlag(&c.ReadTimeout))
 	fs.Func("write-timeout", "bound from a request's headers to the end of its answer; the upstream call is not cut and its result is still stored (default upstream-timeout + wait + 30s) (env IDEM_WRITE_TIMEOUT)", durationFlag(&c.WriteTimeout))
 	fs.Func("idle-timeout", "close a keep-alive connection idle this long (default 90s) (env IDEM_IDLE_TIMEOUT)", durationFlag(&c.IdleTimeout))
@@ -127,10 +128,10 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 		"ttl": durationFlag(&f.cfg.TTL), "lease": durationFlag(&f.cfg.Lease), "wait": durationFlag(&f.cfg.Wait),
 		"upstream-timeout": durationFlag(&f.cfg.UpstreamTimeout), "shutdown-timeout": durationFlag(&f.cfg.ShutdownTimeout),
 		"read-timeout": durationFlag(&f.cfg.ReadTimeout), "write-timeout": durationFlag(&f.cfg.WriteTimeout),
-		"idle-timeout": durationFlag(&f.cfg.IdleTimeout),
-		"max-body":     func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
-		"methods":      func(s string) error { return fs.Lookup("methods").Value.Set(s) },
-		"cache":        func(s string) error { return fs.Lookup("cache").Value.Set(s) },
+		"idle-timeout": durationFlag(&f.cfg.IdleTimeout), "wait-for-store": durationFlag(&f.cfg.WaitForStore),
+		"max-body": func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
+		"methods":  func(s string) error { return fs.Lookup("methods").Value.Set(s) },
+		"cache":    func(s string) error { return fs.Lookup("cache").Value.Set(s) },
 	} {
 		v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 		if v != "" && !given[name] {
@@ -180,7 +181,7 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
 	c.ReadTimeout, c.WriteTimeout = d(over.ReadTimeout, base.ReadTimeout), d(over.WriteTimeout, base.WriteTimeout)
-	c.IdleTimeout = d(over.IdleTimeout, base.IdleTimeout)
+	c.IdleTimeout, c.WaitForStore = d(over.IdleTimeout, base.IdleTimeout), d(over.WaitForStore, base.WaitForStore)
 	if over.Cache != 0 {
 		c.Cache = over.Cache
 	}
@@ -224,11 +225,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "\nLogs go to stderr: info lines in batches, at most 100ms late; warnings and errors at once.")
 		fmt.Fprintln(e.stderr, "\nProfiling (off by default): IDEM_CPUPROFILE=FILE writes a CPU profile of the whole run\nto FILE at exit, for go tool pprof.")
 	}
-	if err := parse(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError("unexpected arguments: %v", fs.Args())
+	if len(pos) > 0 {
+		return usageError("unexpected arguments: %v", pos)
 	}
 	cfg, err := f.resolve(e, fs)
 	if err != nil {
@@ -261,6 +263,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	return serve(ctx, second, cfg, log, nil, con)
 }
 
+// serveAddrs is where serve listens, for its ready callback.
+type serveAddrs struct {
+	addr        string // the gateway's
+	metricsAddr string // --metrics-listen's, "" without
+}
+
 // startCPUProfile profiles the process's CPU into the file at path until the returned func
 // is called (at exit, after the drain). It is for finding where a request's CPU goes in the
 // real gateway (`go tool pprof bin/idem FILE`); off unless IDEM_CPUPROFILE names a file.
@@ -279,12 +287,13 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// serve runs the gateway until ctx ends (first signal), then drains: it stops accepting,
-// lets in-flight requests finish (bounded by ShutdownTimeout) so their claims are completed
-// or released, and returns. A value on second exits at once. Each non-nil sidecar starts once
-// the gateway is built and stops after the drain.
-func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log *slog.Logger, ready func(addr string), sidecars ...sidecar) error {
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// serve runs the gateway until ctx ends (first signal), then drains: /readyz answers 503 from
+// then on, it stops accepting, lets in-flight requests finish (bounded by ShutdownTimeout) so
+// their claims are completed or released, and returns. A value on second exits at once. The
+// store is waited for up to WaitForStore at startup. Each non-nil sidecar starts once the
+// gateway is built and stops after the drain.
+func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log *slog.Logger, ready func(serveAddrs), sidecars ...sidecar) error {
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(cfg.WaitForStore))
 	g, err := gateway.New(openCtx, cfg, gateway.Options{Logger: log, Version: version()})
 	cancel()
 	if err != nil {
@@ -318,6 +327,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	var admin *http.Server
+	var metricsAddr string
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
@@ -326,7 +336,8 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		}
 		admin = newServer(cfg, g.AdminHandler(), log)
 		go func() { errc <- admin.Serve(mln) }()
-		log.Info("metrics listening", "addr", mln.Addr().String())
+		metricsAddr = mln.Addr().String()
+		log.Info("metrics listening", "addr", metricsAddr)
 	}
 	if sweeper.Needed(g.Store()) {
 		// Expired records are deleted every few minutes, with jitter, while the gateway runs.
@@ -346,14 +357,17 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 			"write_timeout", time.Duration(cfg.WriteTimeout), "upstream_timeout", time.Duration(cfg.UpstreamTimeout), "wait", time.Duration(cfg.Wait))
 	}
 	if ready != nil {
-		ready(ln.Addr().String())
+		ready(serveAddrs{addr: ln.Addr().String(), metricsAddr: metricsAddr})
 	}
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: draining in-flight requests", "timeout", time.Duration(cfg.ShutdownTimeout))
+	// /readyz answers 503 from now on (on the metrics listener, which stays open through the
+	// drain), so a load balancer stops sending new requests while these finish.
+	g.Drain()
+	log.Info("shutting down: draining in-flight requests; /readyz answers 503", "timeout", time.Duration(cfg.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
 	done := make(chan error, 1)
