@@ -79,7 +79,7 @@ func unreachable(raw string, attempts int, took, wait time.Duration, err error) 
 	if wait <= 0 {
 		return fmt.Errorf("gateway: cannot reach the store %s (wait_for_store, --wait-for-store, waits for it): %w", redactedURL(raw), err)
 	}
-	return fmt.Errorf("gateway: cannot reach the store %s: %d attempts in %s (wait_for_store %s): %w",
+	return fmt.Errorf("gateway: cannot reach the store %s: tried %d times in %s (wait_for_store %s): %w",
 		redactedURL(raw), attempts, took.Round(time.Millisecond), wait, err)
 }
 
