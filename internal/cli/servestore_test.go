@@ -28,7 +28,9 @@ var storeKinds = []struct {
 	url    func(hostport string) string
 	server func(t *testing.T) string
 }{
-	{"postgres", func(hp string) string { return "postgres://postgres@" + hp + "/test?sslmode=disable&table=idem_cli_wait" },
+	{"postgres", func(hp string) string {
+		return "postgres://postgres@" + hp + "/test?sslmode=disable&table=idem_cli_wait"
+	},
 		func(t *testing.T) string { return testenv.HostPort("5432")(testenv.PostgresURL(t)) }},
 	{"mysql", func(hp string) string { return "mysql://root@" + hp + "/test?table=idem_cli_wait" },
 		func(t *testing.T) string {
@@ -165,8 +167,8 @@ func TestServeWaitsForStore(t *testing.T) {
 				Listen: "127.0.0.1:0", WaitForStore: gateway.Duration(60 * time.Second)}.WithDefaults()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			ready, done := make(chan served, 1), make(chan error, 1)
-			go func() { done <- serve(ctx, nil, cfg, log, func(s served) { ready <- s }) }()
+			ready, done := make(chan serveAddrs, 1), make(chan error, 1)
+			go func() { done <- serve(ctx, nil, cfg, log, func(s serveAddrs) { ready <- s }) }()
 			for start := time.Now(); strings.Count(logs.String(), "store unreachable: trying again") < 2; time.Sleep(20 * time.Millisecond) {
 				select {
 				case <-ready:
@@ -200,4 +202,3 @@ func TestServeWaitsForStore(t *testing.T) {
 		})
 	}
 }
-
