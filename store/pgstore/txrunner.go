@@ -69,15 +69,8 @@ func TxFromContext(ctx context.Context) pgx.Tx {
 // fn's transaction, a Result with fn's response (Executed true, Kept false) and fn's error.
 // A panic in fn rolls the transaction back and goes on.
 func (r *TxRunner) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
-	if err := r.st.ready(ctx); err != nil {
-		return idem.Result{}, err
-	}
-	if fn == nil {
-		return idem.Result{}, invalid("nil function")
-	}
 	w := &txWait{lock: r.wait}
-	with := func(ctx context.Context, tx pgx.Tx) context.Context { return context.WithValue(ctx, txKey{}, tx) }
-	return txmode.Run(ctx, r.policy, fn, with, func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
+	return txmode.Run(ctx, r.st.ready, r.policy, fn, txKey{}, func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
 		return r.st.doTx(ctx, key, fingerprint, fn, w)
 	})
 }

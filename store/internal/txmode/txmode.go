@@ -81,13 +81,20 @@ func WaitEnded(key string) error {
 // errRollback carries fn's outcome out of a transaction the policy rolls back.
 var errRollback = errors.New("rolled back by policy")
 
-// Run is TxRunner.Do: it runs fn through attempt, with the transaction in fn's context (put
-// there by with), commits what policy keeps and rolls back the rest. It returns what DoTx
-// returns, and, when the policy rolled fn's transaction back, a Result with fn's response
-// (Executed true, Kept false) and fn's error. fn runs at most once: an abort after it ran is
-// returned, not retried. A panic in fn rolls the transaction back (the attempt's deferred
-// rollback) and goes on.
-func Run[T any](ctx context.Context, policy idem.Policy, fn idem.Func, with func(context.Context, T) context.Context, attempt Attempt[T]) (idem.Result, error) {
+// Run is TxRunner.Do: once ready (the store open, ctx not done) and given a function, it
+// runs fn through attempt, with the transaction in fn's context under ctxKey (where the
+// store's TxFromContext looks), commits what policy keeps and rolls back the rest. It returns
+// what DoTx returns, and, when the policy rolled fn's transaction back, a Result with fn's
+// response (Executed true, Kept false) and fn's error. fn runs at most once: an abort after it
+// ran is returned, not retried. A panic in fn rolls the transaction back (the attempt's
+// deferred rollback) and goes on.
+func Run[T any](ctx context.Context, ready func(context.Context) error, policy idem.Policy, fn idem.Func, ctxKey any, attempt Attempt[T]) (idem.Result, error) {
+	if err := ready(ctx); err != nil {
+		return idem.Result{}, err
+	}
+	if fn == nil {
+		return idem.Result{}, fmt.Errorf("%w: nil function", idem.ErrInvalidInput)
+	}
 	var (
 		ran  bool
 		resp idem.Response
@@ -95,7 +102,7 @@ func Run[T any](ctx context.Context, policy idem.Policy, fn idem.Func, with func
 	)
 	txfn := func(ctx context.Context, tx T) (idem.Response, error) {
 		ran = true
-		resp, ferr = fn(with(ctx, tx))
+		resp, ferr = fn(context.WithValue(ctx, ctxKey, tx))
 		if ferr != nil || policy(resp, ferr) != idem.Keep {
 			return resp, errRollback
 		}
