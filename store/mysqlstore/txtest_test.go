@@ -36,7 +36,7 @@ func TestTxConformance(t *testing.T) {
 		if !attach {
 			table, orders = randomName("t_"), "`"+testDatabase+"`.`"+randomName("orders_")+"`"
 		}
-		st, err := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table, TxTTL: cfg.TTL})
+		st, err := mysqlstore.New(d, mysqlstore.Options{Database: testDatabase, Table: table, TxTTL: cfg.TTL, Now: cfg.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

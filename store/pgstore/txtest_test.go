@@ -32,7 +32,7 @@ func TestTxConformance(t *testing.T) {
 		if !attach {
 			table = randomName("t_")
 		}
-		st, err := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table, TxTTL: cfg.TTL})
+		st, err := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table, TxTTL: cfg.TTL, Now: cfg.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

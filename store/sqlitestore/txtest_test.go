@@ -20,7 +20,7 @@ func TestTxConformance(t *testing.T) {
 		if path == "" {
 			path = filepath.Join(t.TempDir(), "idem.db")
 		}
-		st, err := sqlitestore.Open(ctx, path, sqlitestore.Options{TxTTL: cfg.TTL})
+		st, err := sqlitestore.Open(ctx, path, sqlitestore.Options{TxTTL: cfg.TTL, Now: cfg.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

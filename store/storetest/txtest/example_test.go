@@ -21,7 +21,7 @@ func ExampleRun() {
 			if path == "" {
 				path = filepath.Join(t.TempDir(), "idem.db")
 			}
-			st, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{TxTTL: cfg.TTL})
+			st, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{TxTTL: cfg.TTL, Now: cfg.Now})
 			if err != nil {
 				t.Fatal(err)
 			}

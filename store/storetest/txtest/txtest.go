@@ -45,6 +45,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +61,8 @@ type Config struct {
 	// TTL is the store's TxTTL, how long a response the runner stored is replayed (0: the
 	// store's default).
 	TTL time.Duration
+	// Now is the store's clock for the runner (its Options.Now); nil: time.Now.
+	Now func() time.Time
 	// Attach, when not empty, is the Name of a Harness made by an earlier call, possibly in
 	// another process: the constructor opens the same records and business table, creating
 	// and cleaning up nothing.
@@ -101,9 +104,20 @@ func Run(t *testing.T, newHarness NewHarness) {
 		return
 	}
 	s := suite{new: newHarness, pattern: runPattern(t.Name())}
-	// First, alone: its hundred waiting duplicates would hold every pooled connection and
-	// make the timing of the wait tests the pool's, not the store's.
-	t.Run("ConcurrentDuplicates", s.concurrentDuplicates)
+	// First, one at a time: the crowds of waiting duplicates would hold every pooled
+	// connection, and the timing of the wait tests would be the pool's, not the store's.
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"ConcurrentDuplicates", s.concurrentDuplicates},
+		{"ExpiredIsAbsent", s.expiredIsAbsent},
+		{"DeadlineEndsWait", s.deadlineEndsWait},
+		{"WaitEndsWait", s.waitEndsWait},
+		{"CrashBeforeCommit", s.crash},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T)
@@ -112,11 +126,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"PanicRollsBack", s.panicRollsBack},
 		{"WaiterTakesOverRollback", s.waiterTakesOver},
 		{"Mismatch", s.mismatch},
-		{"DeadlineEndsWait", s.deadlineEndsWait},
-		{"WaitEndsWait", s.waitEndsWait},
-		{"CrashBeforeCommit", s.crash},
 		{"SharedWithEngine", s.sharedWithEngine},
-		{"ExpiredIsAbsent", s.expiredIsAbsent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -454,8 +464,9 @@ func waitsOut(t *testing.T, h Harness, ctx context.Context, key string, bound ti
 		return idem.Response{}, nil
 	})
 	took := time.Since(start)
-	if !errors.Is(err, idem.ErrInFlight) {
-		t.Fatalf("duplicate past its bound of %s: %v after %s, want idem.ErrInFlight", bound, err, took)
+	var ife *idem.InFlightError
+	if !errors.As(err, &ife) || !errors.Is(err, idem.ErrInFlight) || ife.RetryAfter != time.Second {
+		t.Fatalf("duplicate past its bound of %s: %v after %s, want an *idem.InFlightError (idem.ErrInFlight) with RetryAfter 1s", bound, err, took)
 	}
 	if took > bound+slack {
 		t.Fatalf("duplicate with a bound of %s answered after %s", bound, took)
@@ -499,6 +510,10 @@ func (s suite) crash(t *testing.T) {
 	h := s.harness(t, 0)
 	const key = "crash"
 	ctx := testCtx(t)
+	// Opened before the child holds its transaction (a SQLite store's Open needs the write
+	// lock).
+	const deadline = 300 * time.Millisecond
+	h2 := s.harnessWith(t, Config{Attach: h.Name, Wait: deadline})
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+s.pattern, "-test.count=1")
 	cmd.Env = append(os.Environ(), envAttach+"="+h.Name, envKey+"="+key)
 	var stderr bytes.Buffer
@@ -535,10 +550,11 @@ func (s suite) crash(t *testing.T) {
 		}
 	}
 	// Another process holds the key's transaction: a duplicate's wait for it ends on time too.
-	const deadline = 300 * time.Millisecond
 	dctx, cancel := context.WithTimeout(context.Background(), deadline)
 	waitsOut(t, h, dctx, key, deadline)
 	cancel()
+	// And so does one bounded by Config.Wait alone, on a second harness over the same store.
+	waitsOut(t, h2, context.Background(), key, deadline)
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no deferred rollback, no goodbye
 		t.Fatal(err)
 	}
@@ -610,14 +626,16 @@ func (s suite) sharedWithEngine(t *testing.T) {
 // A record past its TxTTL counts as absent: concurrent duplicates of its key execute once
 // more, and replay the new answer, not the old one.
 func (s suite) expiredIsAbsent(t *testing.T) {
-	const ttl = 500 * time.Millisecond
-	h := s.harnessWith(t, Config{TTL: ttl})
+	const ttl = time.Minute
+	var clock atomic.Int64 // Unix microseconds
+	clock.Store(time.Now().UnixMicro())
+	h := s.harnessWith(t, Config{TTL: ttl, Now: func() time.Time { return time.UnixMicro(clock.Load()) }})
 	ctx := testCtx(t)
 	old, err := h.Runner.Do(ctx, "k", fpA, order(h, 0))
 	if err != nil || !old.Executed {
 		t.Fatalf("first: %+v, %v", old, err)
 	}
-	time.Sleep(ttl + 100*time.Millisecond)
+	clock.Add((ttl + time.Second).Microseconds())
 	const n = 20
 	results := make([]idem.Result, n)
 	errs := make([]error, n)
