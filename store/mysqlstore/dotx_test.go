@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/mysqlstore"
@@ -63,5 +65,65 @@ func TestDoTx(t *testing.T) {
 	}
 	if _, err := st.DoTx(ctx, "k", fp, nil); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("nil function: %v", err)
+	}
+}
+
+// Two DoTx whose functions lock two rows in opposite orders deadlock; InnoDB rolls one back
+// (error 1213) and DoTx runs it again, so both complete, each kept once.
+func TestDoTxRetriesDeadlock(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, mysqlstore.Options{})
+	d := db(t)
+	ctx := context.Background()
+	accounts := "`" + testDatabase + "`.`" + randomName("accounts_") + "`"
+	if _, err := d.ExecContext(ctx, "CREATE TABLE "+accounts+" (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.ExecContext(ctx, "DROP TABLE IF EXISTS "+accounts) })
+	if _, err := d.ExecContext(ctx, "INSERT INTO "+accounts+" VALUES (1, 0), (2, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	locked := make(chan struct{}, 2)
+	transfer := func(name string, first, second int) mysqlstore.TxFunc {
+		return func(ctx context.Context, tx *sql.Tx) (idem.Response, error) {
+			mu.Lock()
+			runs[name]++
+			n := runs[name]
+			mu.Unlock()
+			if _, err := tx.ExecContext(ctx, "UPDATE "+accounts+" SET balance = balance + 1 WHERE id = ?", first); err != nil {
+				return idem.Response{}, err
+			}
+			if n == 1 { // the first run of each waits until both hold their first row
+				locked <- struct{}{}
+				for len(locked) < 2 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, "UPDATE "+accounts+" SET balance = balance + 1 WHERE id = ?", second); err != nil {
+				return idem.Response{}, err
+			}
+			return idem.Response{Status: 200}, nil
+		}
+	}
+	fp := idem.Fingerprint([]byte("t"))
+	var wg sync.WaitGroup
+	var errA, errB error
+	wg.Go(func() { _, errA = st.DoTx(ctx, "a", fp, transfer("a", 1, 2)) })
+	wg.Go(func() { _, errB = st.DoTx(ctx, "b", fp, transfer("b", 2, 1)) })
+	wg.Wait()
+	if errA != nil || errB != nil {
+		t.Fatalf("a: %v; b: %v; want both to pass, the deadlock victim on a second run", errA, errB)
+	}
+	if runs["a"]+runs["b"] != 3 {
+		t.Fatalf("runs %v: want one of them run twice (the deadlock victim)", runs)
+	}
+	var sum int
+	if err := d.QueryRowContext(ctx, "SELECT SUM(balance) FROM "+accounts).Scan(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum != 4 {
+		t.Fatalf("balances sum to %d, want 4: each transfer committed once", sum)
 	}
 }
