@@ -134,11 +134,14 @@ func TestConsoleBrowser(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	// Spread over a few seconds, so the rates chart has a shape.
 	for i := 1; i <= 6; i++ {
 		send("alice-api-key", fmt.Sprintf("order-%d", i), "/charges", fmt.Sprintf(`{"amount":%d}`, i*100))
-	}
-	for i := 1; i <= 3; i++ {
-		send("bob-api-key", fmt.Sprintf("order-%d", i), "/charges", `{"amount":5}`)
+		send("alice-api-key", fmt.Sprintf("order-%d", i), "/charges", fmt.Sprintf(`{"amount":%d}`, i*100))
+		if i <= 3 {
+			send("bob-api-key", fmt.Sprintf("order-%d", i), "/charges", `{"amount":5}`)
+		}
+		time.Sleep(400 * time.Millisecond)
 	}
 	if got := send("alice-api-key", "order-2", "/charges", `{"amount":200}`); got != http.StatusCreated {
 		t.Fatalf("replay: %d", got)
