@@ -34,6 +34,7 @@ load=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench: $cmd" >&2
 bin/retentionbench -sizes "$sizes" -engines "$engines" -run "$run" -rounds "$rounds" -redis-records 50000 \
 	-sqlite-dir "$sqlite_dir" -keep="$keep" >"$work/retention.md"
+endload=$(cut -d' ' -f1-3 /proc/loadavg)
 $keep || rmdir "$sqlite_dir" 2>/dev/null || true
 echo "bench: scripts/bench-pgbench.sh 5 3" >&2
 bash scripts/bench-pgbench.sh 5 3 >"$work/pgbench.txt" 2>&1 || echo "(bench-pgbench.sh exited with status $?)" >>"$work/pgbench.txt"
@@ -42,7 +43,9 @@ bash scripts/bench-pgbench.sh 5 3 >"$work/pgbench.txt" 2>&1 || echo "(bench-pgbe
 	echo
 	echo "Measured from $started at commit $(git rev-parse --short HEAD) on $(nproc) cores, load average $load at the start"
 	echo "(the machine is shared: read the ratios, which compare runs of the same round). What the figures mean,"
-	echo "and how records expire in each store, is in docs/retention.md."
+	echo "and how records expire in each store, is in docs/retention.md. Single 5-second rounds on a shared machine swing"
+	echo "widely: the rates of one configuration across rounds show how much, and a ratio is only as good as that spread."
+	echo "Load average at the end of the table runs: $endload."
 	echo
 	echo "Command: \`scripts/bench-retention.sh\`, which runs \`$cmd\` and \`scripts/bench-pgbench.sh 5 3\`."
 	echo
