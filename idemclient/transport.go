@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/retry"
 )
 
 // HeaderKey is the header that carries the idempotency key.
@@ -117,6 +118,7 @@ type Event struct {
 // Transport is a retrying http.RoundTripper. Create it with New; it is safe for concurrent use.
 type Transport struct {
 	opt     Options
+	sched   retry.Schedule
 	methods map[string]bool
 
 	// For tests: the clock, the pause and the jitter source.
@@ -125,32 +127,23 @@ type Transport struct {
 	rand  func(n int64) int64
 }
 
-// New returns a Transport. It fails, naming the field, if an option is out of range.
+// New returns a Transport. It fails with an error wrapping idem.ErrInvalidInput, naming the
+// field, if an option is out of range.
 func New(opt Options) (*Transport, error) {
 	opt.Base = cmp.Or[http.RoundTripper](opt.Base, http.DefaultTransport)
 	if len(opt.Methods) == 0 {
 		opt.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
-	opt.MaxAttempts = cmp.Or(opt.MaxAttempts, 5)
-	opt.BaseDelay = cmp.Or(opt.BaseDelay, 100*time.Millisecond)
-	opt.MaxDelay = cmp.Or(opt.MaxDelay, 5*time.Second)
-	opt.MaxElapsed = cmp.Or(opt.MaxElapsed, 30*time.Second)
+	sched := retry.Schedule{MaxAttempts: opt.MaxAttempts, BaseDelay: opt.BaseDelay, MaxDelay: opt.MaxDelay,
+		MaxElapsed: opt.MaxElapsed, AttemptTimeout: opt.AttemptTimeout}
+	if err := sched.Init("Options"); err != nil {
+		return nil, fmt.Errorf("idemclient: %w: %w", idem.ErrInvalidInput, err)
+	}
+	opt.MaxAttempts, opt.BaseDelay, opt.MaxDelay, opt.MaxElapsed = sched.MaxAttempts, sched.BaseDelay, sched.MaxDelay, sched.MaxElapsed
 	if opt.NewKey == nil {
 		opt.NewKey = NewKey
 	}
-	switch {
-	case opt.MaxAttempts < 1:
-		return nil, fmt.Errorf("idemclient: Options.MaxAttempts %d is below 1", opt.MaxAttempts)
-	case opt.BaseDelay < 0:
-		return nil, fmt.Errorf("idemclient: Options.BaseDelay %s is negative", opt.BaseDelay)
-	case opt.MaxDelay < opt.BaseDelay:
-		return nil, fmt.Errorf("idemclient: Options.MaxDelay %s is below Options.BaseDelay %s", opt.MaxDelay, opt.BaseDelay)
-	case opt.MaxElapsed < 0:
-		return nil, fmt.Errorf("idemclient: Options.MaxElapsed %s is negative", opt.MaxElapsed)
-	case opt.AttemptTimeout < 0:
-		return nil, fmt.Errorf("idemclient: Options.AttemptTimeout %s is negative", opt.AttemptTimeout)
-	}
-	t := &Transport{opt: opt, methods: make(map[string]bool), now: time.Now, sleep: sleepCtx, rand: rand.Int64N}
+	t := &Transport{opt: opt, sched: sched, methods: make(map[string]bool), now: time.Now, sleep: retry.Sleep, rand: rand.Int64N}
 	for _, m := range opt.Methods {
 		t.methods[strings.ToUpper(m)] = true
 	}
@@ -164,20 +157,6 @@ func NewClient(opt Options) (*http.Client, error) {
 		return nil, err
 	}
 	return &http.Client{Transport: t}, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 var idempotentMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodTrace}
@@ -203,12 +182,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.opt.Base.RoundTrip(t.prepare(req, key, req.Body))
 	}
 
-	start := t.now()
-	deadline := start.Add(t.opt.MaxElapsed)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	lastUseful := deadline.Add(-t.reserve(deadline.Sub(start)))
+	win := t.sched.Window(ctx, t.now())
 	body := req.Body
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 && req.GetBody != nil {
@@ -238,14 +212,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if attempt >= t.opt.MaxAttempts {
 			return t.giveUp(ev, resp, fmt.Errorf("%w after %d attempts: %s", ErrGaveUp, attempt, why))
 		}
-		now := t.now()
-		if !now.Before(lastUseful) {
-			return t.giveUp(ev, resp, fmt.Errorf("%w: no time left for attempt %d within %s: %s", ErrGaveUp, attempt+1, deadline.Sub(start).Round(time.Millisecond), why))
-		}
 		// The pause asked for (or drawn) may end past the last useful moment: then the next
 		// attempt starts at that moment. A Retry-After is an estimate of when the answer will
 		// exist; giving up without asking again would lose an answer that came early.
-		delay := min(max(t.backoff(attempt), wait), lastUseful.Sub(now))
+		delay, ok := win.Pause(t.now(), t.sched.Backoff(attempt, t.rand), wait)
+		if !ok {
+			return t.giveUp(ev, resp, fmt.Errorf("%w: no time left for attempt %d within %s: %s", ErrGaveUp, attempt+1, win.Deadline.Sub(win.Start).Round(time.Millisecond), why))
+		}
 		if !t.opt.Budget.take() {
 			return t.giveUp(ev, resp, fmt.Errorf("%w: retry budget exhausted: %s", ErrGaveUp, why))
 		}
@@ -258,14 +231,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-}
-
-// reserve returns the time kept at the end of a budget for the last attempt.
-func (t *Transport) reserve(budget time.Duration) time.Duration {
-	if t.opt.AttemptTimeout > 0 {
-		return min(t.opt.AttemptTimeout, budget/2)
-	}
-	return budget / 10
 }
 
 // maxBuffered is the largest body the Transport reads within an attempt bounded by
@@ -358,21 +323,6 @@ func (t *Transport) emit(ev Event, kind EventKind) {
 		ev.Kind = kind
 		t.opt.OnEvent(ev)
 	}
-}
-
-// backoff returns the full-jitter delay before retry number attempt (1 for the first retry):
-// uniform in [0, min(MaxDelay, BaseDelay·2^(attempt-1))].
-func (t *Transport) backoff(attempt int) time.Duration {
-	ceiling := t.opt.MaxDelay
-	if shift := attempt - 1; shift < 32 {
-		if d := t.opt.BaseDelay << shift; d > 0 && d < ceiling {
-			ceiling = d
-		}
-	}
-	if ceiling <= 0 {
-		return 0
-	}
-	return time.Duration(t.rand(int64(ceiling) + 1))
 }
 
 // shouldRetry decides whether an attempt's outcome is worth another attempt, and the least

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // script is a fake base transport: it answers attempt i with steps[i] and records requests.
@@ -233,7 +235,7 @@ func TestJitterSpread(t *testing.T) {
 	var count [buckets]int
 	var sum float64
 	for range n {
-		d := tr.backoff(3)
+		d := tr.sched.Backoff(3, tr.rand)
 		if d < 0 || d > ceiling {
 			t.Fatalf("delay %v outside [0, %v]", d, ceiling)
 		}
@@ -385,12 +387,13 @@ func TestIntentKey(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	for field, opt := range map[string]Options{
-		"MaxAttempts": {MaxAttempts: -1},
-		"BaseDelay":   {BaseDelay: -1},
-		"MaxDelay":    {BaseDelay: time.Second, MaxDelay: time.Millisecond},
-		"MaxElapsed":  {MaxElapsed: -1},
+		"MaxAttempts":    {MaxAttempts: -1},
+		"BaseDelay":      {BaseDelay: -1},
+		"MaxDelay":       {BaseDelay: time.Second, MaxDelay: time.Millisecond},
+		"MaxElapsed":     {MaxElapsed: -1},
+		"AttemptTimeout": {AttemptTimeout: -1},
 	} {
-		if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "Options."+field) {
+		if _, err := New(opt); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "Options."+field) {
 			t.Errorf("%s: err %v", field, err)
 		}
 	}

@@ -1,13 +1,13 @@
 package idemgrpc
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/retry"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,6 +44,7 @@ type ClientOptions struct {
 
 type client struct {
 	opt     ClientOptions
+	sched   retry.Schedule
 	methods map[string]bool
 	rand    func(n int64) int64
 	sleep   func(ctx context.Context, d time.Duration) error
@@ -64,26 +65,16 @@ type client struct {
 // MaxElapsed). When it gives up, the last attempt's error is returned as it is, so
 // status.Code sees the server's code.
 func UnaryClientInterceptor(opt ClientOptions) (grpc.UnaryClientInterceptor, error) {
-	opt.MaxAttempts = cmp.Or(opt.MaxAttempts, 5)
-	opt.BaseDelay = cmp.Or(opt.BaseDelay, 100*time.Millisecond)
-	opt.MaxDelay = cmp.Or(opt.MaxDelay, 5*time.Second)
-	opt.MaxElapsed = cmp.Or(opt.MaxElapsed, 30*time.Second)
+	sched := retry.Schedule{MaxAttempts: opt.MaxAttempts, BaseDelay: opt.BaseDelay, MaxDelay: opt.MaxDelay,
+		MaxElapsed: opt.MaxElapsed, AttemptTimeout: opt.AttemptTimeout}
+	if err := sched.Init("ClientOptions"); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	opt.MaxAttempts, opt.BaseDelay, opt.MaxDelay, opt.MaxElapsed = sched.MaxAttempts, sched.BaseDelay, sched.MaxDelay, sched.MaxElapsed
 	if opt.NewKey == nil {
 		opt.NewKey = idemclient.NewKey
 	}
-	switch {
-	case opt.MaxAttempts < 1:
-		return nil, fmt.Errorf("%w: ClientOptions.MaxAttempts %d is below 1", ErrOptions, opt.MaxAttempts)
-	case opt.BaseDelay < 0:
-		return nil, fmt.Errorf("%w: ClientOptions.BaseDelay %s is negative", ErrOptions, opt.BaseDelay)
-	case opt.MaxDelay < opt.BaseDelay:
-		return nil, fmt.Errorf("%w: ClientOptions.MaxDelay %s is below ClientOptions.BaseDelay %s", ErrOptions, opt.MaxDelay, opt.BaseDelay)
-	case opt.MaxElapsed < 0:
-		return nil, fmt.Errorf("%w: ClientOptions.MaxElapsed %s is negative", ErrOptions, opt.MaxElapsed)
-	case opt.AttemptTimeout < 0:
-		return nil, fmt.Errorf("%w: ClientOptions.AttemptTimeout %s is negative", ErrOptions, opt.AttemptTimeout)
-	}
-	c := &client{opt: opt, rand: rand.Int64N, sleep: sleepCtx}
+	c := &client{opt: opt, sched: sched, rand: rand.Int64N, sleep: retry.Sleep}
 	if opt.Methods != nil {
 		c.methods = make(map[string]bool, len(opt.Methods))
 		for _, m := range opt.Methods {
@@ -104,12 +95,7 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		}
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 	}
-	start := time.Now()
-	deadline := start.Add(c.opt.MaxElapsed)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	lastUseful := deadline.Add(-c.reserve(deadline.Sub(start)))
+	win := c.sched.Window(ctx, time.Now())
 	for attempt := 1; ; attempt++ {
 		err := c.attempt(ctx, method, req, reply, cc, invoker, opts)
 		if err == nil {
@@ -119,25 +105,14 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		if !again || attempt >= c.opt.MaxAttempts {
 			return err
 		}
-		now := time.Now()
-		if !now.Before(lastUseful) {
+		delay, ok := win.Pause(time.Now(), c.sched.Backoff(attempt, c.rand), wait)
+		if !ok {
 			return err
 		}
-		// A pause that would end past the last useful moment is cut short to it: the server's
-		// delay estimates when the answer will exist, and one more look may find it early.
-		delay := min(max(c.backoff(attempt), wait), lastUseful.Sub(now))
 		if serr := c.sleep(ctx, delay); serr != nil {
 			return err
 		}
 	}
-}
-
-// reserve returns the time kept at the end of a call's budget for its last attempt.
-func (c *client) reserve(budget time.Duration) time.Duration {
-	if c.opt.AttemptTimeout > 0 {
-		return min(c.opt.AttemptTimeout, budget/2)
-	}
-	return budget / 10
 }
 
 func (c *client) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
@@ -176,32 +151,4 @@ func retryDelay(st *status.Status) (time.Duration, bool) {
 		}
 	}
 	return 0, false
-}
-
-// backoff returns the full-jitter delay before retry number attempt (1 for the first retry).
-func (c *client) backoff(attempt int) time.Duration {
-	ceiling := c.opt.MaxDelay
-	if shift := attempt - 1; shift < 32 {
-		if d := c.opt.BaseDelay << shift; d > 0 && d < ceiling {
-			ceiling = d
-		}
-	}
-	if ceiling <= 0 {
-		return 0
-	}
-	return time.Duration(c.rand(int64(ceiling) + 1))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

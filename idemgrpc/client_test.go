@@ -2,6 +2,7 @@ package idemgrpc_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,7 @@ func TestClientAttemptTimeout(t *testing.T) {
 	var att attempts
 	opt := fastRetries
 	opt.AttemptTimeout = 100 * time.Millisecond
+	opt.MaxAttempts = 200 // the handler's 300ms may take far longer on a loaded machine
 	b := setup(t, config{client: &opt, inner: att.intercept, engine: idem.Options{Lease: time.Second}})
 	var runs atomic.Int32
 	b.svc.set(func(context.Context, *structpb.Struct) (*wrapperspb.StringValue, error) {
@@ -202,8 +204,8 @@ func TestClientOptions(t *testing.T) {
 		{MaxAttempts: -1}, {BaseDelay: -1}, {BaseDelay: time.Second, MaxDelay: time.Millisecond},
 		{MaxElapsed: -1}, {AttemptTimeout: -1},
 	} {
-		if _, err := idemgrpc.UnaryClientInterceptor(opt); err == nil {
-			t.Errorf("%+v accepted", opt)
+		if _, err := idemgrpc.UnaryClientInterceptor(opt); !errors.Is(err, idemgrpc.ErrOptions) || !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("%+v: %v, want ErrOptions and idem.ErrInvalidInput", opt, err)
 		}
 	}
 }

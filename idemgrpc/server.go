@@ -105,8 +105,9 @@ type ServerOptions struct {
 	Logger *slog.Logger
 }
 
-// ErrOptions reports an invalid option; the message names the field.
-var ErrOptions = errors.New("idemgrpc: invalid options")
+// ErrOptions reports an invalid option; the message names the field. It matches
+// idem.ErrInvalidInput too.
+var ErrOptions = fmt.Errorf("idemgrpc: invalid options: %w", idem.ErrInvalidInput)
 
 type server struct {
 	opt     ServerOptions
