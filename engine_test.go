@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/storehook"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -35,33 +36,20 @@ type countingStore struct {
 
 var errDown = errors.New("store is down")
 
-func (s *countingStore) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	s.reserves.Add(1)
-	if s.fail.Load() {
-		return idem.Reservation{}, errDown
-	}
-	return s.Store.Reserve(ctx, key, fp, now, lease, window)
-}
-func (s *countingStore) Complete(ctx context.Context, key string, token int64, r idem.Response, now, exp time.Time) error {
-	s.completes.Add(1)
-	if s.fail.Load() {
-		return errDown
-	}
-	return s.Store.Complete(ctx, key, token, r, now, exp)
-}
-func (s *countingStore) Release(ctx context.Context, key string, token int64) error {
-	s.releases.Add(1)
-	if s.fail.Load() {
-		return errDown
-	}
-	return s.Store.Release(ctx, key, token)
-}
-func (s *countingStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	s.extends.Add(1)
-	if s.fail.Load() {
-		return errDown
-	}
-	return s.Store.Extend(ctx, key, token, until)
+func newCountingStore(st idem.Store) *countingStore {
+	s := new(countingStore)
+	counts := map[storehook.Op]*atomic.Int32{storehook.Reserve: &s.reserves, storehook.Complete: &s.completes,
+		storehook.Release: &s.releases, storehook.Extend: &s.extends}
+	s.Store = storehook.Wrap(st, storehook.Hooks{Before: func(_ context.Context, op storehook.Op) error {
+		if n := counts[op]; n != nil {
+			n.Add(1)
+			if s.fail.Load() {
+				return errDown
+			}
+		}
+		return nil
+	}})
+	return s
 }
 
 type bundle struct {
@@ -74,7 +62,7 @@ type bundle struct {
 func setup(t *testing.T, opt idem.Options) *bundle {
 	t.Helper()
 	b := &bundle{mem: memstore.New(), clock: newClock()}
-	b.store = &countingStore{Store: b.mem}
+	b.store = newCountingStore(b.mem)
 	if opt.Now == nil {
 		opt.Now = b.clock.Now
 	}

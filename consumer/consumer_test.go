@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/storehook"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -24,36 +25,20 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// countingStore counts store round trips, to check the bars: one per duplicate, two per new
+// countingStore counts store round trips, to check the costs: one per duplicate, two per new
 // message.
 type countingStore struct {
 	idem.Store
 	calls atomic.Int64
 }
 
-func (s *countingStore) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	s.calls.Add(1)
-	return s.Store.Reserve(ctx, key, fp, now, lease, window)
-}
-
-func (s *countingStore) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, exp time.Time) error {
-	s.calls.Add(1)
-	return s.Store.Complete(ctx, key, token, resp, now, exp)
-}
-
-func (s *countingStore) Release(ctx context.Context, key string, token int64) error {
-	s.calls.Add(1)
-	return s.Store.Release(ctx, key, token)
-}
-
-func (s *countingStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	s.calls.Add(1)
-	return s.Store.Extend(ctx, key, token, until)
-}
-
-func (s *countingStore) Get(ctx context.Context, key string) (idem.Record, error) {
-	s.calls.Add(1)
-	return s.Store.Get(ctx, key)
+func newCountingStore(st idem.Store) *countingStore {
+	s := new(countingStore)
+	s.Store = storehook.Wrap(st, storehook.Hooks{Before: func(context.Context, storehook.Op) error {
+		s.calls.Add(1)
+		return nil
+	}})
+	return s
 }
 
 type bundle struct {
@@ -66,7 +51,7 @@ type bundle struct {
 func setup(t *testing.T, opt idem.Options) *bundle {
 	t.Helper()
 	b := &bundle{mem: memstore.New()}
-	b.store = &countingStore{Store: b.mem}
+	b.store = newCountingStore(b.mem)
 	e, err := idem.New(b.store, opt)
 	if err != nil {
 		t.Fatal(err)

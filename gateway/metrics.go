@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/storehook"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -141,70 +142,20 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	return m, nil
 }
 
-// instrumented wraps a store and times each operation.
-type instrumented struct {
-	idem.Store
-	h *prometheus.HistogramVec
-	// Pre-resolved observers: no label lookup on the request path.
-	obs map[string][2]prometheus.Observer
-}
-
+// instrument wraps a store so that h times each of its operations, by outcome.
 func instrument(st idem.Store, h *prometheus.HistogramVec) idem.Store {
-	in := &instrumented{Store: st, h: h, obs: map[string][2]prometheus.Observer{}}
-	for _, op := range []string{"reserve", "complete", "release", "extend", "get", "sweep"} {
-		in.obs[op] = [2]prometheus.Observer{h.WithLabelValues(op, "ok"), h.WithLabelValues(op, "error")}
+	// Pre-resolved observers: no label lookup on the request path.
+	var obs [storehook.NumOps][2]prometheus.Observer
+	for op := range storehook.NumOps {
+		obs[op] = [2]prometheus.Observer{h.WithLabelValues(op.String(), "ok"), h.WithLabelValues(op.String(), "error")}
 	}
-	return in
-}
-
-func (s *instrumented) observe(op string, start time.Time, err error) {
-	i := 0
-	if err != nil && err != idem.ErrNotFound && err != idem.ErrLeaseLost {
-		i = 1
-	}
-	s.obs[op][i].Observe(time.Since(start).Seconds())
-}
-
-func (s *instrumented) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	start := time.Now()
-	r, err := s.Store.Reserve(ctx, key, fp, now, lease, window)
-	s.observe("reserve", start, err)
-	return r, err
-}
-
-func (s *instrumented) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, exp time.Time) error {
-	start := time.Now()
-	err := s.Store.Complete(ctx, key, token, resp, now, exp)
-	s.observe("complete", start, err)
-	return err
-}
-
-func (s *instrumented) Release(ctx context.Context, key string, token int64) error {
-	start := time.Now()
-	err := s.Store.Release(ctx, key, token)
-	s.observe("release", start, err)
-	return err
-}
-
-func (s *instrumented) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	start := time.Now()
-	err := s.Store.Extend(ctx, key, token, until)
-	s.observe("extend", start, err)
-	return err
-}
-
-func (s *instrumented) Get(ctx context.Context, key string) (idem.Record, error) {
-	start := time.Now()
-	r, err := s.Store.Get(ctx, key)
-	s.observe("get", start, err)
-	return r, err
-}
-
-func (s *instrumented) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	start := time.Now()
-	n, err := s.Store.Sweep(ctx, now, batch)
-	s.observe("sweep", start, err)
-	return n, err
+	return storehook.Wrap(st, storehook.Hooks{After: func(op storehook.Op, start time.Time, err error) {
+		i := 0
+		if err != nil && err != idem.ErrNotFound && err != idem.ErrLeaseLost {
+			i = 1
+		}
+		obs[op][i].Observe(time.Since(start).Seconds())
+	}})
 }
 
 // claimObserver counts the engines' effects in ClaimsInFlight, and passes every stage on to

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/storehook"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -58,45 +59,18 @@ func (direct) Do(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, e
 	return idem.Result{Response: resp}, err
 }
 
-// roundTrips counts store calls.
-type roundTrips struct {
-	idem.Store
-	n atomic.Int64
-}
-
-func (s *roundTrips) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	s.n.Add(1)
-	return s.Store.Reserve(ctx, key, fp, now, lease, window)
-}
-
-func (s *roundTrips) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, exp time.Time) error {
-	s.n.Add(1)
-	return s.Store.Complete(ctx, key, token, resp, now, exp)
-}
-
-func (s *roundTrips) Release(ctx context.Context, key string, token int64) error {
-	s.n.Add(1)
-	return s.Store.Release(ctx, key, token)
-}
-
-func (s *roundTrips) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	s.n.Add(1)
-	return s.Store.Extend(ctx, key, token, until)
-}
-
-func (s *roundTrips) Get(ctx context.Context, key string) (idem.Record, error) {
-	s.n.Add(1)
-	return s.Store.Get(ctx, key)
-}
-
 func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, dups bool) {
 	ctx := context.Background()
 	q := broker.NewQueue(b)
 	var runner consumer.Runner = direct{}
-	var rt *roundTrips
+	var roundTrips *atomic.Int64 // store calls
 	if st != nil {
-		rt = &roundTrips{Store: st}
-		e, err := idem.New(rt, idem.Options{Logger: quiet()})
+		roundTrips = new(atomic.Int64)
+		counted := storehook.Wrap(st, storehook.Hooks{Before: func(context.Context, storehook.Op) error {
+			roundTrips.Add(1)
+			return nil
+		}})
+		e, err := idem.New(counted, idem.Options{Logger: quiet()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -154,8 +128,8 @@ func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, du
 		publish()
 		consume(int64(b.N))
 		acked.Store(0)
-		if rt != nil {
-			rt.n.Store(0)
+		if roundTrips != nil {
+			roundTrips.Store(0)
 		}
 	}
 	publish()
@@ -163,8 +137,8 @@ func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, du
 	b.StartTimer()
 	consume(int64(b.N))
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	if rt != nil {
-		b.ReportMetric(float64(rt.n.Load())/float64(b.N), "store-rt/msg")
+	if roundTrips != nil {
+		b.ReportMetric(float64(roundTrips.Load())/float64(b.N), "store-rt/msg")
 	}
 	if want := int64(b.N); effects.Load() != want {
 		b.Fatalf("%d effects for %d events", effects.Load(), want)
