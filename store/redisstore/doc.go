@@ -12,18 +12,19 @@
 //
 // # Round trips
 //
-// Reserve of a new key is one SET <record> PX <ttl> NX GET: Redis writes the claim if the key
-// has no record and otherwise returns the record untouched, so a new key, a duplicate in
-// flight and a replay of a completed key (the response comes back with the record) each cost
-// one round trip and no script. Only when that record may be claimable (past its expires_at,
-// released, or a stale lease of the same fingerprint to take over) does Reserve make a second
-// round trip, the reserve script, which decides atomically on the record it finds then; those
-// cases are a retry after a failure, a key reused after its window, and a takeover.
+// Reserve of a new key is one script, claimScript, around SET <record> PX <ttl> NX GET: Redis
+// writes the claim if the key has no record, and adds the key to the listing index in the same
+// step, and otherwise returns the record untouched, so a new key, a duplicate in flight and a
+// replay of a completed key (the response comes back with the record) each cost one round
+// trip. Only when that record may be claimable (past its expires_at, released, or a stale
+// lease of the same fingerprint to take over) does Reserve make a second round trip, the
+// reserve script, which decides atomically on the record it finds then; those cases are a
+// retry after a failure, a key reused after its window, and a takeover.
 //
 // Complete, Release and Extend are each one Lua script (EVALSHA, falling back to EVAL once
 // when Redis does not know the script yet), so the token check and the write are one atomic
 // step on the server and cannot interleave with another client's claim or takeover. Get is one
-// GET and Delete one DEL.
+// GET and Delete one script (the record and its index member).
 //
 // # Automatic pipelining
 //
@@ -61,6 +62,26 @@
 // groups spread over the cluster's slots, and so over its masters. Every command and script
 // touches that one key, so all run unchanged on a Cluster. MOVED and ASK redirects during
 // resharding are followed by go-redis (raise ClusterOptions.MaxRedirects for long migrations).
+//
+// # Listing
+//
+// The store implements idem.Lister (idem list) through an index of its own, never KEYS or a
+// SCAN of the key space: each shard has a sorted set <Prefix>{sss}i of its records' keys (all
+// with score 0, so ZRANGE … BYLEX reads them in key order), in the record's hash slot, so the
+// scripts that write a record update its index atomically, on Redis Cluster too. A page merges
+// the key ranges of all Shards indexes (one pipelined ZRANGE of a few keys per shard, sent to
+// every master at once) and reads the head of each candidate record, never its body: two round
+// trips for most pages, plus one per shard whose keys a page used up, rarely.
+//
+// Records that Redis deletes by their storage TTL leave their key in the index. Each new key
+// checks three random members of its shard's index and removes those whose record is gone, so
+// at a steady rate about a third of an index is such leftovers at most; List skips and removes
+// those it meets; Sweep and Delete remove the member with the record. The index key itself
+// carries a TTL that covers its records', so the index of a prefix nobody writes any more
+// expires with its last record. Each member costs about the key's length plus 10 to 60
+// bytes of Redis memory, and a new key one script instead of one command (see
+// docs/benchmarks.md). Records written by a version of the store without the index are listed
+// once a Complete or a new claim rewrites them.
 //
 // # Sweep
 //

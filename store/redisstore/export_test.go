@@ -11,3 +11,6 @@ func Tag(sh int) string { return tag(sh) }
 
 // PrefixOf returns the store's Options.Prefix.
 func PrefixOf(s *Store) string { return s.opt.Prefix }
+
+// IndexKey exposes the Redis key of key's shard's index to the tests.
+func IndexKey(s *Store, key string) string { return s.indexKey(shard(key)) }

@@ -134,19 +134,25 @@ func (s *Store) exec(ctx context.Context, cmd redis.Cmder) error {
 	return s.ap.Submit(ctx, cmd).WaitContext(ctx)
 }
 
-// eval runs script on key: EVALSHA, and EVAL when the node does not have the script yet.
-func (s *Store) eval(ctx context.Context, script *redis.Script, key string, args ...any) (any, error) {
+// eval runs script on keys (a record and its shard's index): EVALSHA, and EVAL when the node
+// does not have the script yet.
+func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	if s.ap == nil {
-		return script.Run(ctx, s.rdb, []string{key}, args...).Result()
+		return script.Run(ctx, s.rdb, keys, args...).Result()
 	}
-	cmd := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash(), 1, key}, args...)...)
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
 	err := s.exec(ctx, cmd)
 	switch {
 	case err == nil:
 		return cmd.Val(), nil
 	case redis.HasErrorPrefix(err, "NOSCRIPT"):
 		// Once per node and script (or after SCRIPT FLUSH): sent directly, not pipelined.
-		return script.Eval(ctx, s.rdb, []string{key}, args...).Result()
+		return script.Eval(ctx, s.rdb, keys, args...).Result()
 	}
 	return nil, err
 }
@@ -214,6 +220,21 @@ func (s *Store) recordKey(sh int, key string) string {
 	return s.opt.Prefix + tag(sh) + "r:" + key
 }
 
+// indexKey is the Redis key of a shard's index: <prefix>{sss}i (see scripts.go).
+func (s *Store) indexKey(sh int) string {
+	return s.opt.Prefix + tag(sh) + "i"
+}
+
+// keys returns the record key of key and its shard's index key, as the scripts take them.
+func (s *Store) keys(key string) []string {
+	sh := shard(key)
+	return []string{s.recordKey(sh, key), s.indexKey(sh)}
+}
+
+// base is the length of a record key before the store key (<prefix>{sss}r:), as the scripts
+// take it to find the store key in the record key.
+func (s *Store) base() string { return strconv.Itoa(len(s.opt.Prefix) + len("{sss}r:")) }
+
 func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
 // ttl is the storage TTL of a record whose business window ends d from now, in whole
@@ -248,7 +269,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	now = now.Truncate(time.Microsecond)
 	leaseUntil := now.Add(lease).Truncate(time.Microsecond)
 	expires := now.Add(window).Truncate(time.Microsecond)
-	rk := s.recordKey(shard(key), key)
+	keys := s.keys(key)
 	op := opID()
 	claim := idem.Reservation{
 		Claimed: true,
@@ -263,15 +284,18 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			ExpiresAt:   expires,
 		},
 	}
-	set := redis.NewStringCmd(ctx, "set", rk, encodeClaim(claim.Record, op), "px", s.ttlMillis(window), "nx", "get")
-	err := s.exec(ctx, set)
+	reply, err := s.eval(ctx, claimScript, keys, encodeClaim(claim.Record, op), s.ttlMillis(window), s.base())
 	switch {
 	case errors.Is(err, redis.Nil):
 		return claim, nil // there was no record: the claim is written
 	case err != nil:
 		return idem.Reservation{}, wrap("reserve", err)
 	}
-	rec, recOp, err := decode(key, set.Val())
+	old, ok := reply.(string)
+	if !ok {
+		return idem.Reservation{}, wrap("reserve", fmt.Errorf("unexpected reply %T", reply))
+	}
+	rec, recOp, err := decode(key, old)
 	if err != nil {
 		return idem.Reservation{}, wrap("reserve", err)
 	}
@@ -284,13 +308,13 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			return idem.Reservation{Record: rec}, nil
 		}
 	}
-	return s.reserveScript(ctx, rk, key, fingerprint, now, leaseUntil, expires, window, op)
+	return s.reserveScript(ctx, keys, key, fingerprint, now, leaseUntil, expires, window, op)
 }
 
 // reserveScript is the second round trip of a Reserve that met a record it may claim.
-func (s *Store) reserveScript(ctx context.Context, rk, key, fingerprint string, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
-	reply, err := s.eval(ctx, reserveScript, rk,
-		fingerprint, micros(now), micros(leaseUntil), micros(expires), s.ttlMillis(window), op)
+func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerprint string, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
+	reply, err := s.eval(ctx, reserveScript, keys,
+		fingerprint, micros(now), micros(leaseUntil), micros(expires), s.ttlMillis(window), op, s.base())
 	v, ok := reply.([]any)
 	if err == nil && !ok {
 		err = fmt.Errorf("unexpected reply %T", reply)
@@ -336,7 +360,7 @@ func (s *Store) reserveScript(ctx context.Context, rk, key, fingerprint string, 
 
 // fenced runs a token-fenced script and maps its 0 answer to idem.ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, op string, script *redis.Script, key string, args ...any) error {
-	reply, err := s.eval(ctx, script, s.recordKey(shard(key), key), args...)
+	reply, err := s.eval(ctx, script, s.keys(key), args...)
 	n, ok := reply.(int64)
 	switch {
 	case err != nil:
@@ -358,7 +382,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	expiresAt = expiresAt.Truncate(time.Microsecond)
 	return s.fenced(ctx, "complete", completeScript, key,
 		strconv.FormatInt(token, 10), idem.EncodeResponse(resp), micros(now), micros(expiresAt),
-		s.ttlMillis(expiresAt.Sub(now)), opID())
+		s.ttlMillis(expiresAt.Sub(now)), opID(), s.base())
 }
 
 // Release implements idem.Store in one round trip (one script). The record stays, expired,
@@ -398,12 +422,14 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	return rec, nil
 }
 
-// Delete removes key's record whatever its state (idem.Deleter), with one DEL.
+// Delete removes key's record whatever its state, and its index member (idem.Deleter), with
+// one script.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
-	return wrap("delete", s.exec(ctx, redis.NewIntCmd(ctx, "del", s.recordKey(shard(key), key))))
+	_, err := s.eval(ctx, deleteScript, s.keys(key), s.base())
+	return wrap("delete", err)
 }
 
 // encodeClaim is the stored form of a new claim (see scripts.go for the layout).
@@ -428,15 +454,37 @@ func encodeClaim(rec idem.Record, op string) []byte {
 // decode reads a stored record, and the id of the call that last wrote it. Anything else is
 // an error wrapping idem.ErrCorruptRecord, never a half-filled record.
 func decode(key, v string) (idem.Record, string, error) {
+	rec, st, op, rest, _, err := decodeFields(key, v)
+	if err != nil {
+		return idem.Record{}, "", err
+	}
+	rec.State = st
+	if st == idem.StateCompleted {
+		r, err := idem.DecodeResponse([]byte(rest))
+		if err != nil {
+			return idem.Record{}, "", err
+		}
+		rec.Response = &r
+	}
+	return rec, op, nil
+}
+
+// errShort is decodeFields' answer to a value that ends within the fingerprint.
+var errShort = fmt.Errorf("%w: value ends within the fingerprint", idem.ErrCorruptRecord)
+
+// decodeFields reads a stored record's fields and fingerprint; rest is what follows (the
+// response of a completed record), op the id of the call that last wrote it, and fpEnd the
+// offset in v where the fingerprint ends (also with errShort). Anything else is an error
+// wrapping idem.ErrCorruptRecord.
+func decodeFields(key, v string) (rec idem.Record, st idem.State, op, rest string, fpEnd int, err error) {
 	var f [9]string
-	rest := v
+	rest = v
 	for i := range f {
 		var ok bool
 		if f[i], rest, ok = strings.Cut(rest, "|"); !ok {
-			return idem.Record{}, "", fmt.Errorf("%w: %d fields, want 9 and the fingerprint", idem.ErrCorruptRecord, i)
+			return idem.Record{}, 0, "", "", 0, fmt.Errorf("%w: %d fields, want 9 and the fingerprint", idem.ErrCorruptRecord, i)
 		}
 	}
-	var err error
 	num := func(i int, name string, empty bool) int64 {
 		if empty && f[i] == "" {
 			return 0
@@ -447,38 +495,32 @@ func decode(key, v string) (idem.Record, string, error) {
 		}
 		return n
 	}
-	rec := idem.Record{
-		Key:         key,
-		Token:       num(1, "token", false),
-		LeaseUntil:  time.UnixMicro(num(2, "lease_until", false)),
-		Attempts:    int(num(3, "attempts", false)),
-		CreatedAt:   time.UnixMicro(num(4, "created_at", false)),
-		CompletedAt: time.UnixMicro(num(5, "completed_at", true)),
-		ExpiresAt:   time.UnixMicro(num(6, "expires_at", false)),
+	rec = idem.Record{
+		Key:        key,
+		Token:      num(1, "token", false),
+		LeaseUntil: time.UnixMicro(num(2, "lease_until", false)),
+		Attempts:   int(num(3, "attempts", false)),
+		CreatedAt:  time.UnixMicro(num(4, "created_at", false)),
+		ExpiresAt:  time.UnixMicro(num(6, "expires_at", false)),
+	}
+	if c := num(5, "completed_at", true); f[5] != "" {
+		rec.CompletedAt = time.UnixMicro(c)
 	}
 	fpLen := num(8, "fingerprint length", false)
 	switch {
 	case err != nil:
-		return idem.Record{}, "", err
+		return idem.Record{}, 0, "", "", 0, err
 	case fpLen > int64(len(rest)):
-		return idem.Record{}, "", fmt.Errorf("%w: fingerprint of %d bytes in %d", idem.ErrCorruptRecord, fpLen, len(rest))
+		return idem.Record{}, 0, "", "", len(v) - len(rest) + int(min(fpLen, 1<<30)), fmt.Errorf("%w (%d bytes in %d)", errShort, fpLen, len(rest))
 	}
 	rec.Fingerprint, rest = rest[:fpLen], rest[fpLen:]
 	switch f[0] {
 	case "1":
-		rec.State = idem.StateInProgress
+		st = idem.StateInProgress
 	case "2":
-		rec.State = idem.StateCompleted
-		r, err := idem.DecodeResponse([]byte(rest))
-		if err != nil {
-			return idem.Record{}, "", err
-		}
-		rec.Response = &r
+		st = idem.StateCompleted
 	default:
-		return idem.Record{}, "", fmt.Errorf("%w: state %.40q", idem.ErrCorruptRecord, f[0])
+		return idem.Record{}, 0, "", "", 0, fmt.Errorf("%w: state %.40q", idem.ErrCorruptRecord, f[0])
 	}
-	if f[5] == "" {
-		rec.CompletedAt = time.Time{}
-	}
-	return rec, f[7], nil
+	return rec, st, f[7], rest, len(v) - len(rest), nil
 }

@@ -20,8 +20,18 @@ import "github.com/redis/go-redis/v9"
 // The op field makes a call that the client retried after a lost reply (go-redis retries on
 // network errors) answer as its first execution did, rather than as a second call.
 //
-// The scripts run atomically on the node that owns the slot of their one key, so they run
-// unchanged on Redis Cluster.
+// Every record is also a member of its shard's index, a sorted set <Prefix>{sss}i whose
+// members are the keys of the shard's records, all with score 0, so ZRANGE … BYLEX reads them
+// in key order (see list.go). The index shares the record's hash tag, so a script that writes
+// a record updates its index in the same atomic step, also on Redis Cluster. Members are
+// added when a record is written (luaIndex) and removed when a script deletes one; records
+// that Redis deleted by their TTL leave their member behind, which luaTrim and List remove
+// later, each only after checking, in the same script, that the record is gone. The index
+// key carries a TTL at least as long as every record's it lists, so the index of a prefix
+// nobody writes any more goes away by itself.
+//
+// The scripts run atomically on the node that owns the slot of their keys (one record and its
+// shard's index, which share a hash tag), so they run unchanged on Redis Cluster.
 
 // luaParse splits a record. It returns nil when the value is not a record.
 const luaParse = `
@@ -35,17 +45,58 @@ local function parse(v)
 end
 `
 
+// luaIndex makes the record KEYS[1] a member of the index KEYS[2] and makes the index live
+// at least ttl milliseconds (twice that when it has to be extended, so that it is extended
+// about once per TTL and not on every write). base is the length of the record key's part
+// before the store key (<Prefix>{sss}r:).
+const luaIndex = `
+local function index(base, ttl)
+  redis.call('ZADD', KEYS[2], 0, string.sub(KEYS[1], base + 1))
+  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], 2 * ttl) end
+end
+`
+
+// luaTrim removes from the index KEYS[2] those of a few random members whose record is gone
+// (deleted by its storage TTL): three of them. Run on every new key, it keeps the members
+// left behind by deleted records to a fraction of the index: about one in three when records
+// come and go at a steady rate (each new key removes 3 × that fraction of them, one on average).
+const luaTrim = `
+local function trim(base)
+  local pre = string.sub(KEYS[1], 1, base)
+  for _, m in ipairs(redis.call('ZRANDMEMBER', KEYS[2], 3)) do
+    if redis.call('EXISTS', pre .. m) == 0 then redis.call('ZREM', KEYS[2], m) end
+  end
+end
+`
+
 // luaUnreadable is the error a script answers for a value that is not a record.
 const luaUnreadable = `redis.error_reply('ERR redisstore: unreadable record')`
+
+// claimScript is the new-key path of Reserve: SET … NX GET writes the claim when the key has
+// no record and otherwise returns the record untouched; a new record joins the index.
+//
+//	KEYS: 1 record, 2 index
+//	ARGV: 1 claim, 2 storage TTL in ms, 3 base (see luaIndex)
+//	→ nil                                     claimed
+//	→ record                                  not claimed: the existing record, untouched
+var claimScript = redis.NewScript(luaIndex + luaTrim + `
+local v = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX', 'GET')
+if v then return v end
+local base = tonumber(ARGV[3])
+index(base, tonumber(ARGV[2]))
+trim(base)
+return false
+`)
 
 // reserveScript claims KEYS[1] or returns it. Reserve runs it only when its SET … NX GET met a
 // record that may be claimable (expired, released, or a stale lease of the same fingerprint).
 //
-//	KEYS: 1 record
-//	ARGV: 1 fingerprint, 2 now, 3 lease_until, 4 expires_at, 5 storage TTL in ms, 6 op id
+//	KEYS: 1 record, 2 index
+//	ARGV: 1 fingerprint, 2 now, 3 lease_until, 4 expires_at, 5 storage TTL in ms, 6 op id,
+//	      7 base (see luaIndex)
 //	→ {0, record}                             not claimed: the existing record, untouched
 //	→ {1 or 2, token, attempts, created_at}   claimed (2: a takeover)
-var reserveScript = redis.NewScript(luaParse + `
+var reserveScript = redis.NewScript(luaParse + luaIndex + `
 local now = tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
 local prev, att, crt, kind = 0, 1, ARGV[2], 1
@@ -71,15 +122,19 @@ local tok = string.format('%d', math.max(prev + 1, now))
 att = string.format('%d', att)
 redis.call('SET', KEYS[1], '1|' .. tok .. '|' .. ARGV[3] .. '|' .. att .. '|' .. crt .. '||' ..
   ARGV[4] .. '|' .. ARGV[6] .. '|' .. #ARGV[1] .. '|' .. ARGV[1], 'PX', ARGV[5])
+index(tonumber(ARGV[7]), tonumber(ARGV[5]))
 return {kind, tok, att, crt}
 `)
 
-// completeScript stores a response under a held claim.
+// completeScript stores a response under a held claim. It indexes the record again, which
+// costs nothing when it is indexed already and indexes a record claimed by a version of the
+// store that had no index.
 //
-//	KEYS: 1 record
-//	ARGV: 1 token, 2 response, 3 completed_at, 4 expires_at, 5 storage TTL in ms, 6 op id
+//	KEYS: 1 record, 2 index
+//	ARGV: 1 token, 2 response, 3 completed_at, 4 expires_at, 5 storage TTL in ms, 6 op id,
+//	      7 base (see luaIndex)
 //	→ 1 done, 0 not held (lease lost)
-var completeScript = redis.NewScript(luaParse + `
+var completeScript = redis.NewScript(luaParse + luaIndex + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local st, tok, lease, att, crt, cmp, exp, op, fp = parse(v)
@@ -89,13 +144,14 @@ if st == '2' and op == ARGV[6] then return 1 end
 if st ~= '1' or exp == '0' then return 0 end
 redis.call('SET', KEYS[1], '2|' .. tok .. '|' .. lease .. '|' .. att .. '|' .. crt .. '|' ..
   ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. #fp .. '|' .. fp .. ARGV[2], 'PX', ARGV[5])
+index(tonumber(ARGV[7]), tonumber(ARGV[5]))
 return 1
 `)
 
 // releaseScript gives up a held claim: the record expires at once and keeps its token (and its
 // storage TTL).
 //
-//	KEYS: 1 record
+//	KEYS: 1 record, 2 index (unused)
 //	ARGV: 1 token, 2 op id
 //	→ 1 done, 0 not held
 var releaseScript = redis.NewScript(luaParse + `
@@ -112,9 +168,10 @@ return 1
 `)
 
 // extendScript moves the lease of a held claim, and expires_at with it when it is later. The
-// storage TTL moves by as much as expires_at does. Running it twice is the same as once.
+// storage TTL moves by as much as expires_at does, and the index's TTL covers it. Running it
+// twice is the same as once.
 //
-//	KEYS: 1 record
+//	KEYS: 1 record, 2 index
 //	ARGV: 1 token, 2 until
 //	→ 1 done, 0 not held
 var extendScript = redis.NewScript(luaParse + `
@@ -129,7 +186,9 @@ if untl > e then
   rec = rec .. ARGV[2] .. '|' .. op .. '|' .. #fp .. '|' .. fp
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
-    redis.call('SET', KEYS[1], rec, 'PX', string.format('%d', pttl + math.ceil((untl - e) / 1000)))
+    local ttl = pttl + math.ceil((untl - e) / 1000)
+    redis.call('SET', KEYS[1], rec, 'PX', string.format('%d', ttl))
+    if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], string.format('%d', 2 * ttl)) end
     return 1
   end
 else
@@ -140,17 +199,40 @@ return 1
 `)
 
 // sweepScript deletes the record KEYS[1] if it expired at ARGV[1] (it may have been claimed
-// again since Sweep read it).
+// again since Sweep read it), and its index member.
 //
-//	KEYS: 1 record
-//	ARGV: 1 now
+//	KEYS: 1 record, 2 index
+//	ARGV: 1 now, 2 base (see luaIndex)
 //	→ 1 deleted, 0 kept or already gone
 var sweepScript = redis.NewScript(`
 local v = redis.call('GETRANGE', KEYS[1], 0, 127)
 local exp = string.match(v, '^[12]|%d+|%d+|%d+|%d+|%d*|(%d+)|')
 if exp and tonumber(exp) <= tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], string.sub(KEYS[1], tonumber(ARGV[2]) + 1))
   return 1
 end
 return 0
+`)
+
+// deleteScript deletes the record KEYS[1] and its index member.
+//
+//	KEYS: 1 record, 2 index
+//	ARGV: 1 base (see luaIndex)
+//	→ 1
+var deleteScript = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], string.sub(KEYS[1], tonumber(ARGV[1]) + 1))
+return 1
+`)
+
+// unindexScript removes the member of the record KEYS[1] from the index KEYS[2] if the record
+// is gone: List found it missing, and it may have been claimed again since.
+//
+//	KEYS: 1 record, 2 index
+//	ARGV: 1 base (see luaIndex)
+//	→ 1 removed, 0 the record exists (or the member was gone)
+var unindexScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return redis.call('ZREM', KEYS[2], string.sub(KEYS[1], tonumber(ARGV[1]) + 1))
 `)

@@ -20,8 +20,8 @@ const sweepPage = 1000
 // Records are not indexed by expiry (that would cost a write on every call of the hot path):
 // Sweep walks the key space with SCAN MATCH <Prefix>{???}r:* on every master, reads the
 // expires_at of each page's records with one pipelined GETRANGE of their first bytes per page, and deletes the expired
-// ones with one pipelined script per page that re-checks expires_at before deleting, so a
-// record claimed again in between is kept. A call stops as soon as it has deleted batch
+// ones (and their index members) with one pipelined script per page that re-checks expires_at
+// before deleting, so a record claimed again in between is kept. A call stops as soon as it has deleted batch
 // records, and the next call resumes each node's SCAN at the page where it stopped; a call
 // that returns fewer than batch has walked every node's key space to its end. Its cost is in
 // proportion to the number of keys in Redis, not of expired records.
@@ -125,7 +125,9 @@ func (sw *sweeper) page(ctx context.Context, keys []string) (bool, error) {
 	dels := make([]*redis.Cmd, take)
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range expired[:take] {
-			dels[i] = sweepScript.Eval(ctx, p, []string{k}, sw.now)
+			// k is <prefix>{sss}r:<key>; its index is <prefix>{sss}i.
+			ik := k[:len(s.opt.Prefix)+len("{sss}")] + "i"
+			dels[i] = sweepScript.Eval(ctx, p, []string{k, ik}, sw.now, s.base())
 		}
 		return nil
 	})

@@ -1,0 +1,271 @@
+package redisstore
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.Lister = (*Store)(nil)
+
+// listHead is how many bytes of a record List reads first: every field before the
+// fingerprint, a fingerprint of up to a few hundred bytes and the head of the response.
+const listHead = 512
+
+// List returns a page of records in key order (idem.Lister), for operators, through the
+// store's index: never KEYS or a SCAN of the key space.
+//
+// Every shard (Shards of them) keeps the keys of its records in a sorted set that the scripts
+// update with the records themselves (see scripts.go), so a key prefix and a cursor are a
+// range of each. A page reads the first keys of that range from every shard's index (one
+// pipelined ZRANGE … BYLEX per shard, a few keys each), merges them in key order, and reads
+// the head of each candidate record (one pipelined GETRANGE of its first bytes, never a
+// stored body), reading more keys from a shard only when the merge has used up what it read
+// of it; the state and age filters are checked record by record. An unfiltered page
+// therefore costs two round trips plus, rarely, one more per shard whose keys it used up,
+// and Shards small ZRANGEs whatever the page size. On Redis Cluster the pipelines go to every
+// master at once.
+//
+// A key whose record Redis has deleted by its TTL is skipped, and its member removed from the
+// index by a script that first checks the record is still gone. Records written by a version
+// of the store without the index are listed once a later Complete or claim rewrites them.
+func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
+	b, err := q.Bounds()
+	if err != nil {
+		return idem.ListPage{}, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return idem.ListPage{}, err
+	}
+	l := &lister{s: s, b: b, need: b.Limit + 1}
+	l.start, l.stop = "-", "+"
+	if b.From != "" {
+		l.start = "[" + b.From
+	}
+	if b.HasAfter && b.After >= b.From {
+		l.start = "(" + b.After
+	}
+	if b.To != "" {
+		l.stop = "(" + b.To
+		if b.HasAfter && b.After >= b.To {
+			return idem.ListPage{}, nil
+		}
+	}
+	if err := l.run(ctx); err != nil {
+		return idem.ListPage{}, wrap("list", err)
+	}
+	return b.Page(l.recs), nil
+}
+
+// lister is one List call: a k-way merge of the shards' index ranges.
+type lister struct {
+	s           *Store
+	b           idem.ListBounds
+	need        int    // records to find: Limit+1
+	start, stop string // the range of every index, as ZRANGE BYLEX bounds
+	shards      []shardRange
+	heap        shardHeap // the shards with keys in hand, by their next key
+	blocked     []int     // shards whose keys in hand ran out but whose range has more
+	recs        []idem.Record
+	gone        []string // keys whose record is gone, to remove from the index
+}
+
+// shardRange is what a List call read of one shard's index range.
+type shardRange struct {
+	keys []string // read and not yet merged, in key order
+	last string   // the last key read, where the next read starts (after it)
+	n    int      // how many keys the next read asks for
+}
+
+func (l *lister) run(ctx context.Context) error {
+	l.shards = make([]shardRange, Shards)
+	all := make([]int, Shards)
+	// Enough keys per shard that, keys being spread evenly, a page rarely uses up a shard's.
+	per := 2*l.need/Shards + 2
+	for i := range all {
+		all[i] = i
+		l.shards[i].n = per
+	}
+	if err := l.read(ctx, all); err != nil {
+		return err
+	}
+	for len(l.recs) < l.need {
+		var batch []string
+		for len(l.blocked) == 0 && l.heap.Len() > 0 && len(batch) < l.need-len(l.recs) {
+			batch = append(batch, l.pop())
+		}
+		if len(batch) > 0 {
+			if err := l.check(ctx, batch); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(l.blocked) == 0 {
+			break // every shard's range is read to its end
+		}
+		if err := l.read(ctx, l.blocked); err != nil {
+			return err
+		}
+	}
+	return l.unindex(ctx)
+}
+
+// read reads the next keys of the given shards' ranges, in one pipeline.
+func (l *lister) read(ctx context.Context, shards []int) error {
+	s := l.s
+	cmds := make([]*redis.StringSliceCmd, len(shards))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sh := range shards {
+			r := &l.shards[sh]
+			start := l.start
+			if r.last != "" {
+				start = "(" + r.last
+			}
+			cmds[i] = p.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.indexKey(sh), Start: start, Stop: l.stop, ByLex: true, Count: int64(r.n)})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l.blocked = l.blocked[:0]
+	for i, sh := range shards {
+		r := &l.shards[sh]
+		keys := cmds[i].Val()
+		if len(keys) == 0 {
+			continue // the shard's range is read to its end
+		}
+		r.keys, r.last = keys, keys[len(keys)-1]
+		if len(keys) < r.n {
+			r.n = 0 // nothing after these
+		} else {
+			r.n = min(2*r.n, l.need)
+		}
+		heap.Push(&l.heap, shardHead{key: keys[0], shard: sh})
+	}
+	return nil
+}
+
+// pop takes the smallest key in hand. A shard whose keys in hand run out leaves the heap,
+// and blocks the merge if its range has more: its next key might come before any other's.
+func (l *lister) pop() string {
+	h := heap.Pop(&l.heap).(shardHead)
+	r := &l.shards[h.shard]
+	r.keys = r.keys[1:]
+	switch {
+	case len(r.keys) > 0:
+		heap.Push(&l.heap, shardHead{key: r.keys[0], shard: h.shard})
+	case r.n > 0:
+		l.blocked = append(l.blocked, h.shard)
+	}
+	return h.key
+}
+
+// check reads the head of each record of keys (in key order) and keeps those that match.
+func (l *lister) check(ctx context.Context, keys []string) error {
+	s := l.s
+	heads := make([]*redis.StringCmd, len(keys))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			heads[i] = p.GetRange(ctx, s.recordKey(shard(k), k), 0, listHead-1)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, k := range keys {
+		v := heads[i].Val()
+		if v == "" {
+			l.gone = append(l.gone, k) // deleted by its TTL, or by Delete since the ZRANGE
+			continue
+		}
+		rec, more, err := decodeHead(k, v, len(v) < listHead)
+		if more > 0 {
+			// A long fingerprint: read as far as the response's head.
+			v, err = s.rdb.GetRange(ctx, s.recordKey(shard(k), k), 0, int64(more-1)).Result()
+			if err != nil {
+				return err
+			}
+			if v == "" {
+				l.gone = append(l.gone, k)
+				continue
+			}
+			rec, _, err = decodeHead(k, v, true)
+		}
+		if err != nil {
+			return err
+		}
+		if l.b.Match(k, rec.State, rec.CreatedAt.UnixMicro()) && len(l.recs) < l.need {
+			l.recs = append(l.recs, rec)
+		}
+	}
+	return nil
+}
+
+// unindex removes the members of the records found gone, each only if its record is still
+// gone (it may have been claimed again since).
+func (l *lister) unindex(ctx context.Context) error {
+	if len(l.gone) == 0 {
+		return nil
+	}
+	s := l.s
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range l.gone {
+			unindexScript.Eval(ctx, p, s.keys(k), s.base())
+		}
+		return nil
+	})
+	return err
+}
+
+// shardHead is a shard in the merge's heap, with its smallest key in hand.
+type shardHead struct {
+	key   string
+	shard int
+}
+
+type shardHeap []shardHead
+
+func (h shardHeap) Len() int           { return len(h) }
+func (h shardHeap) Less(i, j int) bool { return h[i].key < h[j].key }
+func (h shardHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *shardHeap) Push(x any)        { *h = append(*h, x.(shardHead)) }
+func (h *shardHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// decodeHead reads a listed record from the first bytes of its stored value (all of it when
+// whole): its fields, its fingerprint and, for a completed record, the head of its response
+// (idem.DecodeResponseHead). When the bytes end before that head and the value is not whole,
+// it returns how many bytes it needs instead.
+func decodeHead(key, v string, whole bool) (idem.Record, int, error) {
+	rec, st, _, rest, fpEnd, err := decodeFields(key, v)
+	if errors.Is(err, errShort) && !whole {
+		return idem.Record{}, fpEnd + idem.ListResponseHeadLen, nil // a long fingerprint
+	}
+	if err != nil {
+		return idem.Record{}, 0, err
+	}
+	rec.State = st
+	if st != idem.StateCompleted {
+		return rec, 0, nil
+	}
+	if len(rest) < idem.ListResponseHeadLen && !whole {
+		return idem.Record{}, len(v) - len(rest) + idem.ListResponseHeadLen, nil
+	}
+	resp, err := idem.DecodeResponseHead([]byte(rest[:min(len(rest), idem.ListResponseHeadLen)]))
+	if err != nil {
+		return idem.Record{}, 0, fmt.Errorf("record %.80q: %w", key, err)
+	}
+	rec.Response = &resp
+	return rec, 0, nil
+}

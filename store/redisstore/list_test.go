@@ -1,0 +1,253 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// indexSize returns the members of the store's indexes, over every shard.
+func indexSize(t *testing.T, rdb redis.UniversalClient, st *redisstore.Store) int64 {
+	t.Helper()
+	ctx := context.Background()
+	cmds := make([]*redis.IntCmd, redisstore.Shards)
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for sh := range redisstore.Shards {
+			cmds[sh] = p.ZCard(ctx, redisstore.PrefixOf(st)+redisstore.Tag(sh)+"i")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n
+}
+
+// The index of records deleted by their storage TTL is trimmed by later claims: after
+// several generations of short-lived records in one shard, its index holds about the live
+// records and a fraction more, not every record ever written. A listing that meets the gone
+// ones removes them.
+func TestIndexTrimmedAfterTTL(t *testing.T) {
+	t.Parallel()
+	for name, rdb := range map[string]redis.UniversalClient{"standalone": standalone(t), "cluster": cluster(t)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := newStoreWith(t, redisstore.Options{Client: rdb, TTLMargin: time.Millisecond})
+			ctx := context.Background()
+			fp := idem.Fingerprint([]byte("x"))
+			const gen, perGen = 5, 200
+			// Keys of one shard, so that its index meets every generation; an anchor record
+			// that lives for an hour keeps the index itself alive meanwhile.
+			var keys []string
+			for i := 0; len(keys) < gen*perGen+1; i++ {
+				if k := fmt.Sprintf("k%d", i); redisstore.Shard(k) == 7 {
+					keys = append(keys, k)
+				}
+			}
+			anchor, keys := keys[0], keys[1:]
+			if _, err := st.Reserve(ctx, anchor, fp, time.Now(), time.Minute, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			ik := redisstore.IndexKey(st, anchor)
+			for g := range gen {
+				if g > 0 {
+					time.Sleep(150 * time.Millisecond) // the previous generation is gone
+				}
+				for _, k := range keys[g*perGen : (g+1)*perGen] {
+					if _, err := st.Reserve(ctx, k, fp, time.Now(), 10*time.Millisecond, 100*time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			n := rdb.ZCard(ctx, ik).Val()
+			t.Logf("index members after %d generations of %d records, the last one live: %d", gen, perGen, n)
+			if n > 1+2*perGen {
+				t.Errorf("index holds %d members after %d generations of %d short-lived records; not trimmed", n, gen, perGen)
+			}
+			time.Sleep(150 * time.Millisecond)
+			page, err := st.List(ctx, idem.ListQuery{Limit: idem.MaxListLimit})
+			if err != nil || len(page.Records) != 1 || page.Records[0].Key != anchor || page.Next != "" {
+				t.Fatalf("List after every other record expired = %+v, %v; want the anchor alone", page, err)
+			}
+			if n := rdb.ZCard(ctx, ik).Val(); n != 1 {
+				t.Errorf("index holds %d members after a listing met every record but one gone", n)
+			}
+		})
+	}
+}
+
+// A record deleted behind the store's back (by its TTL, or here by a DEL) is not listed, and
+// its member leaves the index; Delete and Sweep remove the member with the record; the index
+// lives at least as long as its records.
+func TestIndexFollowsRecords(t *testing.T) {
+	t.Parallel()
+	rdb := standalone(t)
+	st := newStore(t, rdb)
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("x"))
+	now := time.Now()
+	for _, k := range []string{"a", "b", "d"} {
+		if _, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ttl, rttl := rdb.PTTL(ctx, redisstore.IndexKey(st, "a")).Val(), rdb.PTTL(ctx, redisstore.RecordKey(st, "a")).Val(); ttl < rttl {
+		t.Errorf("index TTL %v shorter than its record's %v", ttl, rttl)
+	}
+	member := func(k string) bool {
+		return rdb.ZScore(ctx, redisstore.IndexKey(st, k), k).Err() == nil
+	}
+	rdb.Del(ctx, redisstore.RecordKey(st, "a"))
+	if err := st.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if member("b") {
+		t.Error("Delete left the record's index member")
+	}
+	res, err := st.Reserve(ctx, "c", fp, now.Add(-2*time.Hour), time.Minute, time.Hour) // expired at once
+	if err != nil || !res.Claimed || !member("c") {
+		t.Fatalf("Reserve(c) = %+v, %v; indexed %v", res, err, member("c"))
+	}
+	if n, err := st.Sweep(ctx, now, 10); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want the one expired record", n, err)
+	}
+	if member("c") {
+		t.Error("Sweep left the record's index member")
+	}
+	page, err := st.List(ctx, idem.ListQuery{})
+	if err != nil || len(page.Records) != 1 || page.Records[0].Key != "d" {
+		t.Fatalf("List = %+v, %v; want d alone", page, err)
+	}
+	if member("a") {
+		t.Error("List met a's record gone but left its index member")
+	}
+	// Extend past the window moves the record's TTL; the index's covers it.
+	res, err = st.Reserve(ctx, "e", fp, now, time.Minute, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Extend(ctx, "e", res.Record.Token, now.Add(72*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, rttl := rdb.PTTL(ctx, redisstore.IndexKey(st, "e")).Val(), rdb.PTTL(ctx, redisstore.RecordKey(st, "e")).Val(); ttl < rttl {
+		t.Errorf("after Extend, index TTL %v shorter than its record's %v", ttl, rttl)
+	}
+}
+
+// A record whose fingerprint is longer than the first bytes List reads is listed with its
+// response's status all the same (a second read).
+func TestListLongFingerprint(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, standalone(t))
+	ctx := context.Background()
+	now := time.Now()
+	fp := strings.Repeat("f", 2000)
+	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Complete(ctx, "k", res.Record.Token, idem.Response{Status: 207, Body: []byte("body")}, now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	page, err := st.List(ctx, idem.ListQuery{})
+	if err != nil || len(page.Records) != 1 {
+		t.Fatalf("List = %+v, %v", page, err)
+	}
+	r := page.Records[0]
+	if r.Fingerprint != fp || r.Response == nil || r.Response.Status != 207 || r.Response.Body != nil {
+		t.Errorf("listed %q: fingerprint of %d bytes, response %+v", r.Key, len(r.Fingerprint), r.Response)
+	}
+}
+
+// TestIndexMemory reports what the index costs in Redis memory per record (MEMORY USAGE of
+// the index keys against that of the records), for records completed with a small response
+// and keys of a typical length (a 16-byte scope hash, a separator and a UUID: 53 bytes), and
+// of 100 bytes. Few records per shard are stored compactly (a listpack: up to 128 members of
+// at most 64 bytes); 200,000 records (about 200 per shard) take the general encoding.
+//
+// Run with IDEM_REDIS_BENCH=1 go test -run TestIndexMemory -v ./store/redisstore/.
+func TestIndexMemory(t *testing.T) {
+	if os.Getenv("IDEM_REDIS_BENCH") != "1" {
+		t.Skip("set IDEM_REDIS_BENCH=1 to measure the index's memory")
+	}
+	for _, tc := range []struct {
+		n      int
+		keyLen int
+	}{{20000, 53}, {200000, 53}, {20000, 100}} {
+		t.Run(fmt.Sprintf("%d records, %d-byte keys", tc.n, tc.keyLen), func(t *testing.T) { indexMemory(t, tc.n, tc.keyLen) })
+	}
+}
+
+func indexMemory(t *testing.T, n, keyLen int) {
+	rdb := standalone(t)
+	st := newStore(t, rdb)
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("x"))
+	now := time.Now()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("3f2a9c0b7d1e4f56|%08x-1b2c-4d3e-8f90-%012x", uint32(i*2654435761), i)
+		keys[i] += strings.Repeat("k", keyLen-len(keys[i]))
+	}
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := w; i < n; i += 32 {
+				k := keys[i]
+				res, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour)
+				if err == nil {
+					err = st.Complete(ctx, k, res.Record.Token, idem.Response{Status: 201, Body: []byte(`{"id":"0123456789"}`)}, now, now.Add(time.Hour))
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	usage := func(keys []string) int64 {
+		cmds := make([]*redis.IntCmd, len(keys))
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = p.MemoryUsage(ctx, k, 0)
+			}
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, c := range cmds {
+			total += c.Val()
+		}
+		return total
+	}
+	recKeys := make([]string, n)
+	for i, k := range keys {
+		recKeys[i] = redisstore.RecordKey(st, k)
+	}
+	idxKeys := make([]string, redisstore.Shards)
+	for sh := range idxKeys {
+		idxKeys[sh] = redisstore.PrefixOf(st) + redisstore.Tag(sh) + "i"
+	}
+	rec, idx := usage(recKeys), usage(idxKeys)
+	t.Logf("%d records with %d-byte keys: records %d B each, index %d B each (+%.0f%%)",
+		n, len(keys[0]), rec/int64(n), idx/int64(n), 100*float64(idx)/float64(rec))
+	if idx > rec {
+		t.Errorf("the index takes %d B per record, more than the record itself (%d B)", idx/int64(n), rec/int64(n))
+	}
+}
