@@ -24,6 +24,12 @@ const (
 	attrCompletedAt = "completed_at"
 	attrExpiresAt   = "expires_at"
 	attrPart        = "part" // on part items only: the part's index (1…parts-1)
+	// attrListShard, on records only, is the partition key of the listing index: one of
+	// ListShards groups (listShard). The index's sort key is the table's partition key.
+	attrListShard = "list_shard"
+	// attrResponseHead, on completed records, holds the first idem.ListResponseHeadLen bytes
+	// of the encoded response: what a listing shows of it (status, body omitted).
+	attrResponseHead = "response_head"
 
 	stateInProgress = "in_progress"
 	stateCompleted  = "completed"
@@ -95,6 +101,10 @@ func (s *Store) attrName(placeholder string) string {
 		return attrExpiresAt
 	case "#part":
 		return attrPart
+	case "#shard":
+		return attrListShard
+	case "#rhead":
+		return attrResponseHead
 	}
 	panic("dynamostore: unknown placeholder " + placeholder) // a bug in this file, not input
 }
@@ -103,9 +113,40 @@ func (s *Store) attrName(placeholder string) string {
 // it returns the number of parts and leaves the raw first part in Response.Body for
 // loadParts to finish.
 func (s *Store) decode(key string, it map[string]types.AttributeValue) (idem.Record, int, error) {
-	rec := idem.Record{Key: key}
+	rec, err := decodeMeta(key, it)
+	if err != nil || rec.State != idem.StateCompleted {
+		return rec, 0, err
+	}
 	bad := func(what string) (idem.Record, int, error) {
 		return idem.Record{}, 0, fmt.Errorf("%w: record %q: %s", idem.ErrCorruptRecord, key, what)
+	}
+	raw, ok := it[attrResponse].(*types.AttributeValueMemberB)
+	if !ok {
+		return bad("completed without a response")
+	}
+	parts := int64(1)
+	if _, present := it[attrParts]; present {
+		if parts, err = getNum(it, attrParts); err != nil || parts < 1 || parts > MaxParts {
+			return bad("bad parts")
+		}
+	}
+	if parts > 1 {
+		rec.Response = &idem.Response{Body: raw.Value}
+		return rec, int(parts), nil
+	}
+	resp, err := idem.DecodeResponse(raw.Value)
+	if err != nil {
+		return idem.Record{}, 0, fmt.Errorf("record %q: %w", key, err)
+	}
+	rec.Response = &resp
+	return rec, 1, nil
+}
+
+// decodeMeta reads a record item's attributes other than its response.
+func decodeMeta(key string, it map[string]types.AttributeValue) (idem.Record, error) {
+	rec := idem.Record{Key: key}
+	bad := func(what string) (idem.Record, error) {
+		return idem.Record{}, fmt.Errorf("%w: record %q: %s", idem.ErrCorruptRecord, key, what)
 	}
 	fp, ok := it[attrFingerprint].(*types.AttributeValueMemberS)
 	if !ok {
@@ -145,29 +186,7 @@ func (s *Store) decode(key string, it map[string]types.AttributeValue) (idem.Rec
 		}
 		*f.dst = time.UnixMicro(v)
 	}
-	if rec.State != idem.StateCompleted {
-		return rec, 0, nil
-	}
-	raw, ok := it[attrResponse].(*types.AttributeValueMemberB)
-	if !ok {
-		return bad("completed without a response")
-	}
-	parts := int64(1)
-	if _, present := it[attrParts]; present {
-		if parts, err = getNum(it, attrParts); err != nil || parts < 1 || parts > MaxParts {
-			return bad("bad parts")
-		}
-	}
-	if parts > 1 {
-		rec.Response = &idem.Response{Body: raw.Value}
-		return rec, int(parts), nil
-	}
-	resp, err := idem.DecodeResponse(raw.Value)
-	if err != nil {
-		return idem.Record{}, 0, fmt.Errorf("record %q: %w", key, err)
-	}
-	rec.Response = &resp
-	return rec, 1, nil
+	return rec, nil
 }
 
 func getNum(it map[string]types.AttributeValue, name string) (int64, error) {

@@ -40,9 +40,13 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		":now":  num(micros(now)),
 		":exp":  num(exp),
 		":ttl":  num(s.ttl(exp)),
+		// What a listing reads of the response, and the record's listing shard (already
+		// there unless it was claimed by a version of the store without the listing index).
+		":rhead": bin(enc[:min(len(enc), idem.ListResponseHeadLen)]),
+		":shard": num(listShard(key)),
 	}
-	update := "SET #st = :done, #resp = :resp, #completed = :now, #exp = :exp, #ttl = :ttl"
-	names := []string{"#tok", "#st", "#exp", "#resp", "#completed", "#ttl"}
+	update := "SET #st = :done, #resp = :resp, #completed = :now, #exp = :exp, #ttl = :ttl, #rhead = :rhead, #shard = :shard"
+	names := []string{"#tok", "#st", "#exp", "#resp", "#completed", "#ttl", "#rhead", "#shard"}
 	if parts > 1 {
 		update += ", #parts = :parts"
 		values[":parts"] = num(int64(parts))

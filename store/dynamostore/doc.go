@@ -57,7 +57,8 @@
 // value (Options.SortKey, Options.SortKeyValue). Attributes: fingerprint (S), state (S:
 // in_progress or completed), token (N), lease_until, created_at, completed_at, expires_at (N,
 // Unix microseconds), attempts (N), response (B, idem.EncodeResponse) and the TTL attribute
-// (N, Unix seconds, Options.TTLMargin beyond expires_at). Keys pass idem.CheckKey (UTF-8
+// (N, Unix seconds, Options.TTLMargin beyond expires_at), and for the listing index list_shard
+// (N) and, once completed, response_head (B, the first bytes of the response). Keys pass idem.CheckKey (UTF-8
 // without NUL, at most idem.MaxStorageKeyLen bytes) and are at most MaxKeyBytes with the prefix.
 //
 // A response whose encoding exceeds PartSize (384 KiB; DynamoDB items hold 400 KiB) is split:
@@ -66,6 +67,26 @@
 // its parts in one transaction, so a reader never sees half of it; a replay checks that every
 // part carries the record's token. Responses above MaxResponseBytes (3.75 MiB) are refused
 // with idem.ErrInvalidInput; keep HTTP body limits below.
+//
+// # Listing
+//
+// The store implements idem.Lister (idem list) with Queries on the table's listing index,
+// ListIndex, never a Scan: a global secondary index, projecting keys only, whose partition key
+// is list_shard, a Number each record carries (one of ListShards groups, a hash of its key,
+// so the index's writes spread over several partition keys), and whose sort key is the table's
+// partition key. A page merges the key ranges of the ListShards partitions (one Query each, in
+// parallel) and reads the candidates' attributes, never their responses, with strongly
+// consistent BatchGetItems: a completed record keeps the first bytes of its response in
+// response_head (B) for this. The index costs one index write when a record is created and one
+// when it is deleted (its keys never change; updates of other attributes do not touch a
+// keys-only index), and its storage, about the key's length plus 100 bytes per record.
+// The index is eventually consistent, so a record claimed a moment ago may be missing from a
+// page; what a page shows of each record is read from the table itself.
+//
+// CreateTable creates the index with the table, and adds it to an existing table that lacks
+// it (UpdateTable; DynamoDB builds it in the background and CreateTable waits for it).
+// Records written before carry no list_shard: they appear once a Complete or a new claim
+// rewrites them, and otherwise age out by their TTL.
 //
 // # Expiry, TTL and Sweep
 //

@@ -137,7 +137,8 @@ func New(opt Options) (*Store, error) {
 	}
 	names := map[string]bool{}
 	for _, n := range []string{opt.PartitionKey, opt.SortKey, opt.TTLAttribute, attrFingerprint, attrState, attrToken,
-		attrLeaseUntil, attrAttempts, attrResponse, attrParts, attrCreatedAt, attrCompletedAt, attrExpiresAt, attrPart} {
+		attrLeaseUntil, attrAttempts, attrResponse, attrParts, attrCreatedAt, attrCompletedAt, attrExpiresAt, attrPart,
+		attrListShard, attrResponseHead} {
 		if n == "" {
 			continue
 		}

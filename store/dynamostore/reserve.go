@@ -58,6 +58,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		item[attrCreatedAt] = num(micros(claim.CreatedAt))
 		item[attrExpiresAt] = num(expires)
 		item[s.opt.TTLAttribute] = num(s.ttl(expires))
+		item[attrListShard] = num(listShard(key))
 		_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           &s.opt.Table,
 			Item:                                item,

@@ -1,0 +1,343 @@
+package dynamostore
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.Lister = (*Store)(nil)
+
+// QueryAPI is the part of the DynamoDB client that List needs beyond API. *dynamodb.Client
+// implements it.
+type QueryAPI interface {
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+// List returns a page of records in key order (idem.Lister), for operators, through the
+// table's listing index (ListIndex, which CreateTable creates or adds): never a Scan.
+//
+// The index keeps every record's key, sorted, in each of ListShards partitions. A page reads
+// the start of the key range (the prefix, after the cursor) in every partition (ListShards
+// Queries of a few keys each), merges them in key order, and reads the candidate records
+// with strongly consistent BatchGetItems of their attributes other than the response (a
+// completed record keeps the head of its response apart for this), reading further in a
+// partition only when the merge has used up what it read of it; the state and age filters
+// are checked record by record. DynamoDB bills the Queries by the size of the keys they read
+// and the reads by the size of the attributes read, never a stored body.
+//
+// A global secondary index is eventually consistent: a record claimed a moment ago may be
+// missing from a page (usually for well under a second), and a deleted one is skipped. The
+// records listed are read from the table itself. The client must implement QueryAPI (a
+// *dynamodb.Client does); otherwise List fails with an error wrapping idem.ErrInvalidInput.
+func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
+	b, err := q.Bounds()
+	if err != nil {
+		return idem.ListPage{}, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return idem.ListPage{}, err
+	}
+	api, ok := s.api.(QueryAPI)
+	if !ok {
+		return idem.ListPage{}, invalid("Options.Client does not implement QueryAPI (Query), which List needs")
+	}
+	l := &lister{s: s, api: api, b: b, need: b.Limit + 1}
+	// The range of partition keys to read: KeyPrefix + the listing's range, or every key
+	// with KeyPrefix.
+	l.lo = s.opt.KeyPrefix + b.From
+	if b.HasAfter && b.After >= b.From {
+		l.lo = s.opt.KeyPrefix + b.After // inclusive here; Match leaves the cursor's key out
+	}
+	switch {
+	case b.To != "":
+		l.hi = s.opt.KeyPrefix + b.To
+	case s.opt.KeyPrefix != "":
+		end, _ := idem.ListQuery{Prefix: s.opt.KeyPrefix}.Bounds()
+		l.hi = end.To
+	}
+	if l.hi != "" && l.lo >= l.hi {
+		return idem.ListPage{}, nil
+	}
+	if err := l.run(ctx); err != nil {
+		return idem.ListPage{}, wrap("list", err)
+	}
+	return b.Page(l.recs), nil
+}
+
+// lister is one List call: a k-way merge of the index partitions' key ranges.
+type lister struct {
+	s       *Store
+	api     QueryAPI
+	b       idem.ListBounds
+	need    int    // records to find: Limit+1
+	lo, hi  string // partition keys k with lo <= k (and k < hi when hi is not "")
+	shards  [ListShards]shardRange
+	heap    shardHeap
+	blocked []int
+	recs    []idem.Record
+}
+
+// shardRange is what a List call read of one index partition.
+type shardRange struct {
+	keys []string                        // keys read and not yet merged, in order
+	from map[string]types.AttributeValue // where the next Query starts (its ExclusiveStartKey)
+	n    int32                           // how many keys the next Query asks for; 0: no more
+}
+
+func (l *lister) run(ctx context.Context) error {
+	all := make([]int, ListShards)
+	for i := range all {
+		all[i] = i
+		l.shards[i].n = int32(min(2*l.need/ListShards+4, idem.MaxListLimit))
+	}
+	if err := l.read(ctx, all); err != nil {
+		return err
+	}
+	for len(l.recs) < l.need {
+		var batch []string
+		for len(l.blocked) == 0 && l.heap.Len() > 0 && len(batch) < l.need-len(l.recs) {
+			batch = append(batch, l.pop())
+		}
+		if len(batch) > 0 {
+			if err := l.check(ctx, batch); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(l.blocked) == 0 {
+			return nil // every partition's range is read to its end
+		}
+		if err := l.read(ctx, l.blocked); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read reads the next keys of the given partitions' ranges, one Query each, concurrently.
+func (l *lister) read(ctx context.Context, shards []int) error {
+	s := l.s
+	cond := "#shard = :shard"
+	names := []string{"#shard", "#pk"}
+	values := map[string]types.AttributeValue{}
+	switch {
+	case l.lo != "" && l.hi != "":
+		cond += " AND #pk BETWEEN :lo AND :hi" // hi is inclusive here; Match leaves it out
+		values[":lo"], values[":hi"] = str(l.lo), str(l.hi)
+	case l.lo != "":
+		cond += " AND #pk >= :lo"
+		values[":lo"] = str(l.lo)
+	case l.hi != "":
+		cond += " AND #pk < :hi"
+		values[":hi"] = str(l.hi)
+	default:
+		names = names[:1] // every key
+	}
+	outs := make([]*dynamodb.QueryOutput, len(shards))
+	errs := make(chan error, len(shards))
+	for i, sh := range shards {
+		vals := make(map[string]types.AttributeValue, len(values)+1)
+		for k, v := range values {
+			vals[k] = v
+		}
+		vals[":shard"] = num(int64(sh))
+		in := &dynamodb.QueryInput{
+			TableName:                 &s.opt.Table,
+			IndexName:                 aws.String(ListIndex),
+			KeyConditionExpression:    &cond,
+			ExpressionAttributeNames:  s.names(names...),
+			ExpressionAttributeValues: vals,
+			ExclusiveStartKey:         l.shards[sh].from,
+			Limit:                     aws.Int32(l.shards[sh].n),
+		}
+		go func() {
+			var err error
+			outs[i], err = l.api.Query(ctx, in)
+			errs <- err
+		}()
+	}
+	var err error
+	for range shards {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return err
+	}
+	l.blocked = l.blocked[:0]
+	pk := s.opt.PartitionKey
+	for i, sh := range shards {
+		r := &l.shards[sh]
+		r.keys = r.keys[:0]
+		for _, it := range outs[i].Items {
+			k, _ := it[pk].(*types.AttributeValueMemberS)
+			if k == nil || len(k.Value) < len(s.opt.KeyPrefix) || k.Value[:len(s.opt.KeyPrefix)] != s.opt.KeyPrefix {
+				continue // not one of this store's records
+			}
+			if s.opt.SortKey != "" {
+				if sk, _ := it[s.opt.SortKey].(*types.AttributeValueMemberS); sk == nil || sk.Value != s.opt.SortKeyValue {
+					continue
+				}
+			}
+			r.keys = append(r.keys, k.Value[len(s.opt.KeyPrefix):])
+		}
+		r.from = outs[i].LastEvaluatedKey
+		if r.from == nil {
+			r.n = 0
+		} else {
+			r.n = min(2*r.n, idem.MaxListLimit)
+		}
+		switch {
+		case len(r.keys) > 0:
+			heap.Push(&l.heap, shardHead{key: r.keys[0], shard: sh})
+		case r.n > 0:
+			l.blocked = append(l.blocked, sh) // a page of other items only: read on
+		}
+	}
+	return nil
+}
+
+// pop takes the smallest key in hand. A partition whose keys in hand run out leaves the
+// heap, and blocks the merge if its range has more.
+func (l *lister) pop() string {
+	h := heap.Pop(&l.heap).(shardHead)
+	r := &l.shards[h.shard]
+	r.keys = r.keys[1:]
+	switch {
+	case len(r.keys) > 0:
+		heap.Push(&l.heap, shardHead{key: r.keys[0], shard: h.shard})
+	case r.n > 0:
+		l.blocked = append(l.blocked, h.shard)
+	}
+	return h.key
+}
+
+// listAttrs are the attributes List reads of a record: all but the response.
+var listAttrs = []string{"#pk", "#fp", "#st", "#tok", "#lease", "#att", "#created", "#completed", "#exp", "#rhead"}
+
+// check reads the records of keys (in key order) and keeps those that match.
+func (l *lister) check(ctx context.Context, keys []string) error {
+	items, err := l.get(ctx, keys, listAttrs)
+	if err != nil {
+		return err
+	}
+	// Completed records without a response head (completed by a version of the store that
+	// did not keep one) need their response read.
+	var old []string
+	for _, k := range keys {
+		if it := items[k]; it != nil && it[attrResponseHead] == nil {
+			if st, _ := it[attrState].(*types.AttributeValueMemberS); st != nil && st.Value == stateCompleted {
+				old = append(old, k)
+			}
+		}
+	}
+	if len(old) > 0 {
+		resps, err := l.get(ctx, old, []string{"#pk", "#resp"})
+		if err != nil {
+			return err
+		}
+		for _, k := range old {
+			if r, ok := resps[k][attrResponse].(*types.AttributeValueMemberB); ok && items[k] != nil {
+				items[k][attrResponseHead] = bin(r.Value[:min(len(r.Value), idem.ListResponseHeadLen)])
+			}
+		}
+	}
+	for _, k := range keys {
+		it := items[k]
+		if it == nil {
+			continue // deleted since the index listed it
+		}
+		rec, err := decodeMeta(k, it)
+		if err != nil {
+			return err
+		}
+		if rec.State == idem.StateCompleted {
+			head, _ := it[attrResponseHead].(*types.AttributeValueMemberB)
+			if head == nil {
+				return fmt.Errorf("%w: record %q: completed without a response", idem.ErrCorruptRecord, k)
+			}
+			resp, err := idem.DecodeResponseHead(head.Value)
+			if err != nil {
+				return fmt.Errorf("record %q: %w", k, err)
+			}
+			rec.Response = &resp
+		}
+		if l.b.Match(k, rec.State, rec.CreatedAt.UnixMicro()) && len(l.recs) < l.need {
+			l.recs = append(l.recs, rec)
+		}
+	}
+	return nil
+}
+
+// get reads the given attributes of the records of keys with strongly consistent
+// BatchGetItems of at most 100 keys, and returns them by key.
+func (l *lister) get(ctx context.Context, keys []string, attrs []string) (map[string]map[string]types.AttributeValue, error) {
+	s := l.s
+	proj := ""
+	for i, a := range attrs {
+		if i > 0 {
+			proj += ", "
+		}
+		proj += a
+	}
+	names := s.names(attrs...)
+	items := make(map[string]map[string]types.AttributeValue, len(keys))
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		req := make([]map[string]types.AttributeValue, n)
+		for i, k := range keys[:n] {
+			req[i] = s.itemKey(k, 0)
+		}
+		keys = keys[n:]
+		for tries := 0; len(req) > 0; tries++ {
+			out, err := s.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				s.opt.Table: {Keys: req, ConsistentRead: aws.Bool(true), ProjectionExpression: &proj, ExpressionAttributeNames: names},
+			}})
+			if err != nil {
+				return nil, err
+			}
+			for _, it := range out.Responses[s.opt.Table] {
+				if pk, ok := it[s.opt.PartitionKey].(*types.AttributeValueMemberS); ok && len(pk.Value) >= len(s.opt.KeyPrefix) {
+					items[pk.Value[len(s.opt.KeyPrefix):]] = it
+				}
+			}
+			req = out.UnprocessedKeys[s.opt.Table].Keys
+			if len(req) > 0 {
+				select { // DynamoDB asks us to slow down
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(time.Duration(20*(tries+1)) * time.Millisecond):
+				}
+			}
+		}
+	}
+	return items, nil
+}
+
+// shardHead is a partition in the merge's heap, with its smallest key in hand.
+type shardHead struct {
+	key   string
+	shard int
+}
+
+type shardHeap []shardHead
+
+func (h shardHeap) Len() int           { return len(h) }
+func (h shardHeap) Less(i, j int) bool { return h[i].key < h[j].key }
+func (h shardHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *shardHeap) Push(x any)        { *h = append(*h, x.(shardHead)) }
+func (h *shardHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
