@@ -51,7 +51,9 @@ func TestListIndexAddedToExistingTable(t *testing.T) {
 	}
 	// A claim as a store without the index wrote it: no list_shard.
 	tok := now.UnixMicro()
-	n := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+	n := func(v int64) types.AttributeValue {
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+	}
 	_, err = client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
 		"pk": &types.AttributeValueMemberS{Value: "old"}, "fingerprint": &types.AttributeValueMemberS{Value: fp},
 		"state": &types.AttributeValueMemberS{Value: "in_progress"}, "token": n(tok), "lease_until": n(now.Add(time.Minute).UnixMicro()),
