@@ -95,7 +95,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	defer st.Close()
 	l, ok := st.(idem.Lister)
 	if !ok {
-		return fmt.Errorf("this store cannot list its records (listing is supported by memory://, sqlite://, postgres:// and mysql://)")
+		return fmt.Errorf("this store cannot list its records (listing is supported by memory://, sqlite://, postgres://, mysql://, redis:// and dynamodb://)")
 	}
 	var tw *tabwriter.Writer
 	if !*asJSON {
