@@ -15,27 +15,6 @@ import (
 	"github.com/idemkit/idem/store/redisstore"
 )
 
-// indexSize returns the members of the store's indexes, over every shard.
-func indexSize(t *testing.T, rdb redis.UniversalClient, st *redisstore.Store) int64 {
-	t.Helper()
-	ctx := context.Background()
-	cmds := make([]*redis.IntCmd, redisstore.Shards)
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for sh := range redisstore.Shards {
-			cmds[sh] = p.ZCard(ctx, redisstore.PrefixOf(st)+redisstore.Tag(sh)+"i")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
-	}
-	return n
-}
-
 // The index of records deleted by their storage TTL is trimmed by later claims: after
 // several generations of short-lived records in one shard, its index holds about the live
 // records and a fraction more, not every record ever written. A listing that meets the gone
