@@ -70,12 +70,17 @@ type Config struct {
 	Wait Duration `yaml:"wait"`
 	// MetricsListen serves /metrics (Prometheus) on its own address. Default: no metrics.
 	MetricsListen string `yaml:"metrics_listen"`
-	// OTLPEndpoint sends OpenTelemetry traces over OTLP/HTTP to this URL (a collector's,
-	// such as http://collector:4318; a URL without a path gets /v1/traces): a span per request
+	// OTLPEndpoint sends OpenTelemetry traces and metrics over OTLP/HTTP to this collector
+	// URL, such as http://collector:4318 (/v1/traces and /v1/metrics are added; a URL ending in
+	// one of them names that signal's URL, the other's beside it). Traces: a span per request
 	// that continues the caller's traceparent, with the engine's spans (idem.claim,
-	// idem.effect, ...) under it. Default: none, unless the standard
-	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; the other
-	// OTEL_EXPORTER_OTLP_* and OTEL_* variables apply either way.
+	// idem.effect, ...) under it. Metrics: the engine's (idem.outcomes, idem.store.duration,
+	// idem.claims.in_flight, ...), exported every OTEL_METRIC_EXPORT_INTERVAL (default 60s)
+	// and on shutdown; /metrics (Prometheus) is served as before. Default: none, unless the
+	// standard OTEL_EXPORTER_OTLP_ENDPOINT is set (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, for that signal alone); OTEL_TRACES_EXPORTER=none or
+	// OTEL_METRICS_EXPORTER=none turns a signal off; the other OTEL_EXPORTER_OTLP_* and OTEL_*
+	// variables (headers, OTEL_SERVICE_NAME, ...) apply either way.
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
 	// LogFormat is text or json. Default text.
 	LogFormat string `yaml:"log_format"`
@@ -297,7 +302,7 @@ func (c Config) WithDefaults() Config {
 // Validate reports the first problem in c (with defaults applied), naming the field.
 func (c Config) Validate() error {
 	if c.OTLPEndpoint != "" {
-		if _, err := otlpTracesURL(c.OTLPEndpoint); err != nil {
+		if _, err := otlpURL(c.OTLPEndpoint, "traces"); err != nil {
 			return err
 		}
 	}

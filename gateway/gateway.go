@@ -35,10 +35,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/idemotel"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -78,9 +78,11 @@ type Gateway struct {
 
 	draining atomic.Bool // Drain was called: /readyz answers 503
 
-	// With tracing (Config.OTLPEndpoint): the provider flushed by Close, the engines'
-	// observer, and the gateway's handler under a server span continuing the caller's trace.
+	// With OTLP export (Config.OTLPEndpoint): the providers flushed by Close, the engines'
+	// observer, and, with tracing, the gateway's handler under a server span continuing the
+	// caller's trace.
 	tracer   *sdktrace.TracerProvider
+	meter    *sdkmetric.MeterProvider
 	observer idem.Observer
 	traced   http.Handler
 }
@@ -142,19 +144,11 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	g.gatherer = gat
-	if cfg.tracingEnabled() {
-		if g.tracer, err = newTracerProvider(ctx, cfg); err != nil {
+	if tracing, metering := cfg.tracingEnabled(), cfg.metricsEnabled(); tracing || metering {
+		if err := g.openTelemetry(ctx, cfg, opt, tracing, metering); err != nil {
+			g.Close()
 			return nil, err
 		}
-		otelOpt := idemotel.Options{TracerProvider: g.tracer, Propagator: tracePropagator}
-		if opt.Store == nil {
-			otelOpt.Store, _, _ = strings.Cut(cfg.Store, "://")
-		}
-		if g.observer, err = idemotel.Observer(otelOpt); err != nil {
-			g.Close()
-			return nil, fmt.Errorf("gateway: tracing: %w", err)
-		}
-		g.traced = idemotel.Handler(http.HandlerFunc(g.serveHTTP), otelOpt)
 	}
 	if opt.Store != nil {
 		g.store = opt.Store
@@ -553,11 +547,17 @@ func (g *Gateway) Close() error {
 	var err error
 	if g.tracer != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = g.tracer.Shutdown(ctx)
-		cancel()
-		if err != nil {
-			err = fmt.Errorf("gateway: flushing traces: %w", err)
+		if e := g.tracer.Shutdown(ctx); e != nil {
+			err = fmt.Errorf("gateway: flushing traces: %w", e)
 		}
+		cancel()
+	}
+	if g.meter != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if e := g.meter.Shutdown(ctx); e != nil {
+			err = errors.Join(err, fmt.Errorf("gateway: flushing metrics: %w", e))
+		}
+		cancel()
 	}
 	if g.closer != nil {
 		err = errors.Join(err, g.closer.Close())

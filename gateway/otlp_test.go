@@ -73,6 +73,7 @@ func TestOTLPTraces(t *testing.T) {
 	t.Cleanup(up.Close)
 	// The standard variable points elsewhere: the configured endpoint takes precedence.
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_METRICS_EXPORTER", "none") // traces only here; TestOTLPMetrics has metrics
 	g, err := New(context.Background(), Config{Upstream: up.URL, Scope: ScopeNone, OTLPEndpoint: srv.URL},
 		Options{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -53,7 +53,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&c.ScopeSecret, "scope-secret", "", "key of the scope's HMAC, at least 16 bytes, shared by the gateways of one store and kept apart from it; a command line is visible to other users of the machine: prefer --scope-secret-file or the environment (env IDEM_SCOPE_SECRET)")
 	str(&c.ScopeSecretFile, "scope-secret-file", "file holding the scope secret (a trailing newline is ignored)")
 	str(&c.MetricsListen, "metrics-listen", "address for /metrics, /healthz and /readyz (default: none)")
-	str(&c.OTLPEndpoint, "otlp-endpoint", "send OpenTelemetry traces over OTLP/HTTP to this collector URL, such as http://collector:4318 (/v1/traces added to a URL without a path); the standard OTEL_EXPORTER_OTLP_* and OTEL_* variables also apply (default: none, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
+	str(&c.OTLPEndpoint, "otlp-endpoint", "send OpenTelemetry traces and metrics over OTLP/HTTP to this collector URL, such as http://collector:4318 (/v1/traces and /v1/metrics added); /metrics stays; the standard OTEL_EXPORTER_OTLP_* and OTEL_* variables also apply, such as OTEL_METRIC_EXPORT_INTERVAL (default: none, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	str(&c.LogFormat, "log-format", "text or json (default text)")
 	str(&c.LogLevel, "log-level", "debug, info (default: a line per processed request), warn or error")
 	str(&c.Uncertain, "uncertain", "when the upstream got the request but did not answer: expire (default), release or hold")
