@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemkit/idem"
 )
@@ -66,13 +67,18 @@ func Observer(opt Options) (idem.Observer, error) {
 	if opt.Store != "" {
 		store = []attribute.KeyValue{AttrStore.String(opt.Store)}
 	}
-	o.store = metric.WithAttributeSet(attribute.NewSet(store...))
-	o.byOutcome = make(map[stageOutcome]metric.MeasurementOption)
+	o.store = measure(metric.WithAttributeSet(attribute.NewSet(store...)))
+	o.byOutcome = make(map[stageOutcome]measurement)
 	for stage := idem.StageClaim; stage <= idem.StageRelease; stage++ {
 		for _, out := range outcomes {
-			o.byOutcome[stageOutcome{stage, out}] = metric.WithAttributeSet(attribute.NewSet(append(store,
-				AttrStage.String(stage.String()), AttrOutcome.String(string(out)))...))
+			o.byOutcome[stageOutcome{stage, out}] = measure(metric.WithAttributeSet(attribute.NewSet(append(store,
+				AttrStage.String(stage.String()), AttrOutcome.String(string(out)))...)))
 		}
+	}
+	// With the no-op provider the observer makes no span: starting one would only allocate a
+	// context to carry nothing.
+	if _, ok := opt.TracerProvider.(tracenoop.TracerProvider); ok {
+		o.tracer = nil
 	}
 	return o, nil
 }
@@ -88,13 +94,24 @@ type stageOutcome struct {
 	outcome idem.Outcome
 }
 
-// attrs returns the measurement option for a stage's outcome.
-func (o *observer) attrs(ev idem.Event) metric.MeasurementOption {
-	if opt, ok := o.byOutcome[stageOutcome{ev.Stage, ev.Outcome}]; ok {
-		return opt
+// measurement is the options of a measurement with one attribute set, made once: passed as
+// add... or rec..., they cost no allocation.
+type measurement struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func measure(o metric.MeasurementOption) measurement {
+	return measurement{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+// attrs returns the measurement options for a stage's outcome.
+func (o *observer) attrs(ev idem.Event) measurement {
+	if m, ok := o.byOutcome[stageOutcome{ev.Stage, ev.Outcome}]; ok {
+		return m
 	}
-	return metric.WithAttributes(append(o.storeAttr(),
-		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...)
+	return measure(metric.WithAttributes(append(o.storeAttr(),
+		AttrStage.String(ev.Stage.String()), AttrOutcome.String(string(ev.Outcome)))...))
 }
 
 type observer struct {
@@ -107,8 +124,8 @@ type observer struct {
 	uncertain metric.Int64Counter
 	inFlight  metric.Int64UpDownCounter
 
-	store     metric.MeasurementOption // idem.store
-	byOutcome map[stageOutcome]metric.MeasurementOption
+	store     measurement // idem.store
+	byOutcome map[stageOutcome]measurement
 }
 
 var spanNames = [...]string{
@@ -135,6 +152,12 @@ func (o *observer) storeAttr() []attribute.KeyValue {
 
 // Begin starts the stage's span, and counts an effect under way.
 func (o *observer) Begin(ctx context.Context, stage idem.Stage, key string) context.Context {
+	if o.tracer == nil {
+		if stage == idem.StageEffect {
+			o.inFlight.Add(ctx, 1, o.store.add...)
+		}
+		return ctx
+	}
 	ctx, span := o.tracer.Start(ctx, spanName(stage))
 	if span.IsRecording() {
 		if o.opt.Store != "" {
@@ -145,7 +168,7 @@ func (o *observer) Begin(ctx context.Context, stage idem.Stage, key string) cont
 		}
 	}
 	if stage == idem.StageEffect {
-		o.inFlight.Add(ctx, 1, o.store)
+		o.inFlight.Add(ctx, 1, o.store.add...)
 	}
 	return ctx
 }
@@ -153,28 +176,31 @@ func (o *observer) Begin(ctx context.Context, stage idem.Stage, key string) cont
 // End ends the stage's span with its outcome and records the metrics. Error messages are not
 // put on spans: they may quote the storage key, scope included.
 func (o *observer) End(ctx context.Context, ev idem.Event) {
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() {
-		setOutcome(span, ev)
+	if o.tracer != nil {
+		span := trace.SpanFromContext(ctx)
+		if span.IsRecording() {
+			setOutcome(span, ev)
+		}
+		span.End()
 	}
-	span.End()
-	o.outcomes.Add(ctx, 1, o.attrs(ev))
+	m := o.attrs(ev)
+	o.outcomes.Add(ctx, 1, m.add...)
 	switch ev.Stage {
 	case idem.StageClaim:
 		if ev.Cached {
-			o.cacheHits.Add(ctx, 1, o.store)
+			o.cacheHits.Add(ctx, 1, o.store.add...)
 			break
 		}
-		o.latency.Record(ctx, ev.Duration.Seconds(), o.attrs(ev))
+		o.latency.Record(ctx, ev.Duration.Seconds(), m.rec...)
 		if ev.Takeover {
-			o.takeovers.Add(ctx, 1, o.store)
+			o.takeovers.Add(ctx, 1, o.store.add...)
 		}
 	case idem.StageComplete, idem.StageRelease:
-		o.latency.Record(ctx, ev.Duration.Seconds(), o.attrs(ev))
+		o.latency.Record(ctx, ev.Duration.Seconds(), m.rec...)
 	case idem.StageEffect:
-		o.inFlight.Add(ctx, -1, o.store)
+		o.inFlight.Add(ctx, -1, o.store.add...)
 		if ev.Outcome == idem.OutcomeUncertain {
-			o.uncertain.Add(ctx, 1, o.store)
+			o.uncertain.Add(ctx, 1, o.store.add...)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemkit/idem"
 )
@@ -117,10 +118,22 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // continuation from it and needs no Handler.
 func Handler(h http.Handler, opt Options) http.Handler {
 	tracer, prop := opt.tracer(), opt.propagator()
+	if _, ok := opt.TracerProvider.(tracenoop.TracerProvider); ok {
+		// No span to make: the caller's trace context is still passed on.
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)); ctx != r.Context() {
+				r = r.WithContext(ctx)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	server := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, "idem.request", trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+		ctx, span := tracer.Start(ctx, "idem.request", server...)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("http.request.method", r.Method))
+		}
 		defer span.End()
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
