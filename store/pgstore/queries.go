@@ -67,8 +67,11 @@ SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 		del: `DELETE FROM ` + t + ` WHERE key = $1`,
 		// The inner SELECT walks the expires_at index from the oldest; FOR UPDATE re-checks
 		// each row's latest version (a row reclaimed meanwhile is no longer expired and is
-		// left alone) and SKIP LOCKED passes over rows a claim holds right now.
+		// left alone) and SKIP LOCKED passes over rows a claim holds right now. The DELETE
+		// states the expiry again, so it deletes only rows expired in the version it deletes,
+		// whatever plan the server picks.
 		sweep: `DELETE FROM ` + t + ` WHERE key IN (
-	SELECT key FROM ` + t + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+	SELECT key FROM ` + t + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+	AND expires_at <= $1`,
 	}
 }

@@ -39,8 +39,9 @@ RETURNING token, attempts, created_at`
 
 	deleteRecord = `DELETE FROM "{{table}}" WHERE key = ?1`
 
-	// sweepExpired deletes at most ?2 records expired at ?1, found by the expires_at index.
-	sweepExpired = `DELETE FROM "{{table}}" WHERE rowid IN (SELECT rowid FROM "{{table}}" WHERE expires_at <= ?1 LIMIT ?2)`
+	// sweepExpired deletes at most ?2 records expired at ?1, found by the expires_at index;
+	// the DELETE states the expiry itself too.
+	sweepExpired = `DELETE FROM "{{table}}" WHERE rowid IN (SELECT rowid FROM "{{table}}" WHERE expires_at <= ?1 LIMIT ?2) AND expires_at <= ?1`
 )
 
 // States as stored.

@@ -22,3 +22,19 @@ func ExampleSweep() {
 	fmt.Println(n, err, st.Len())
 	// Output: 3 <nil> 0
 }
+
+// Drain works off a backlog in one paced pass: here it spends at most half of its time in the
+// store, and reports what it did.
+func ExampleDrain() {
+	st := memstore.New()
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 2500 {
+		_, _ = st.Reserve(ctx, fmt.Sprint("k", i), idem.Fingerprint(nil), now, time.Second, time.Minute)
+	}
+	r, err := sweeper.Drain(ctx, st, sweeper.Options{
+		Batch: 1000, MaxShare: 0.5, Now: func() time.Time { return now.Add(time.Hour) },
+	})
+	fmt.Println(r.Deleted, r.Batches, r.CaughtUp, err)
+	// Output: 2500 3 true <nil>
+}

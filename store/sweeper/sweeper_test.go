@@ -3,6 +3,7 @@ package sweeper_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,6 +88,13 @@ func TestSweeperOptions(t *testing.T) {
 		{sweeper.Options{Batch: -1}, "Batch"},
 		{sweeper.Options{MaxBatches: -1}, "MaxBatches"},
 		{sweeper.Options{Timeout: -1}, "Timeout"},
+		{sweeper.Options{MinBatch: -1}, "MinBatch"},
+		{sweeper.Options{Batch: 10, MinBatch: 11}, "MinBatch"},
+		{sweeper.Options{TargetLatency: time.Microsecond}, "TargetLatency"},
+		{sweeper.Options{MaxShare: -0.1}, "MaxShare"},
+		{sweeper.Options{MaxShare: 1.01}, "MaxShare"},
+		{sweeper.Options{MaxShare: math.NaN()}, "MaxShare"},
+		{sweeper.Options{CountLimit: -2}, "CountLimit"},
 	} {
 		if _, err := sweeper.Start(st, tc.opt); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "Options."+tc.field) {
 			t.Errorf("Start(%+v) = %v, want ErrInvalidInput naming %s", tc.opt, err, tc.field)
