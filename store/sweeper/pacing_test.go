@@ -28,7 +28,6 @@ type sim struct {
 	calls   []call
 	parked  chan struct{}
 	counted int // CountExpired calls
-	counter bool
 }
 
 type call struct {
