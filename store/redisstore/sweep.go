@@ -118,30 +118,36 @@ func (sw *sweeper) page(ctx context.Context, keys []string) (bool, error) {
 			expired = append(expired, keys[i])
 		}
 	}
-	take := sw.take(len(expired))
-	if take == 0 {
-		return len(expired) == 0, nil
-	}
-	dels := make([]*redis.Cmd, take)
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range expired[:take] {
-			// k is <prefix>{sss}r:<key>; its index is <prefix>{sss}i.
-			ik := k[:len(s.opt.Prefix)+len("{sss}")] + "i"
-			dels[i] = sweepScript.Eval(ctx, p, []string{k, ik}, sw.now, s.base())
+	// A candidate claimed again since GETRANGE read it is kept, and its deletion goes back to
+	// the budget for the next candidates: a call returns fewer than batch only once it has
+	// walked the key space, never because some of a page's candidates were claimed again.
+	for len(expired) > 0 {
+		take := sw.take(len(expired))
+		if take == 0 {
+			return false, nil
 		}
-		return nil
-	})
-	n := 0
-	for _, d := range dels {
-		if v, e := d.Int(); e == nil && v == 1 {
-			n++
+		dels := make([]*redis.Cmd, take)
+		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range expired[:take] {
+				// k is <prefix>{sss}r:<key>; its index is <prefix>{sss}i.
+				ik := k[:len(s.opt.Prefix)+len("{sss}")] + "i"
+				dels[i] = sweepScript.Eval(ctx, p, []string{k, ik}, sw.now, s.base())
+			}
+			return nil
+		})
+		n := 0
+		for _, d := range dels {
+			if v, e := d.Int(); e == nil && v == 1 {
+				n++
+			}
 		}
+		sw.give(take, n)
+		if err != nil {
+			return false, err
+		}
+		expired = expired[take:]
 	}
-	sw.give(take, n)
-	if err != nil {
-		return false, err
-	}
-	return take == len(expired), nil
+	return true, nil
 }
 
 // expiresAt reads the expires_at field of a stored record from its first bytes.
