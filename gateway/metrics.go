@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/storehook"
+	"github.com/idemkit/idem/store/sweeper"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,6 +34,20 @@ type Metrics struct {
 	// BuildInfo is idem_build_info{version,commit,go_version}, always 1: the running build,
 	// for joins in queries and for spotting a fleet that runs mixed versions.
 	BuildInfo *prometheus.GaugeVec
+	// SweepBacklog is the estimated number of expired records the background sweeper has yet
+	// to delete: counted as each run begins (by the SQL stores), less what the run deleted
+	// since, and 0 once a run caught up.
+	SweepBacklog prometheus.Gauge
+	// SweepDeleted counts the expired records the sweeper deleted.
+	SweepDeleted prometheus.Counter
+	// SweepRate is the records per second the sweeper's current (or last) run deletes, its
+	// pauses included.
+	SweepRate prometheus.Gauge
+	// SweepBatchSeconds is the latency of each sweep statement (one batch).
+	SweepBatchSeconds prometheus.Histogram
+	// SweepRuns counts the sweeper's runs by result: caught_up (nothing expired was left),
+	// behind (it stopped after its most batches, and goes on after a pause), error.
+	SweepRuns *prometheus.CounterVec
 
 	// Pre-resolved children, so a request looks up no label: every outcome's counter (each
 	// series is exported from the start, at 0) and the upstream observers.
@@ -125,6 +140,25 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "idem", Name: "build_info", Help: "The running build: version, VCS commit and Go version; always 1.",
 		}, []string{"version", "commit", "go_version"}),
+		SweepBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "idem", Name: "sweep_backlog_records", Help: "Estimated expired records the sweeper has yet to delete.",
+		}),
+		SweepDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "idem", Name: "sweep_deleted_records_total", Help: "Expired records the sweeper deleted.",
+		}),
+		SweepRate: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "idem", Name: "sweep_records_per_second", Help: "Records per second the sweeper's current or last run deletes, pauses included.",
+		}),
+		SweepBatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "idem", Name: "sweep_batch_seconds", Help: "Latency of each sweep statement (one batch).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		SweepRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "idem", Name: "sweep_runs_total", Help: "Sweeper runs, by result: caught_up, behind or error.",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"caught_up", "behind", "error"} {
+		m.SweepRuns.WithLabelValues(r)
 	}
 	m.BuildInfo.WithLabelValues(buildInfo(version)).Set(1)
 	m.outcomes = make(map[string]prometheus.Counter, len(requestOutcomes))
@@ -133,7 +167,8 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}
 	m.upstreamOK, m.upstreamKO = m.UpstreamSeconds.WithLabelValues("ok"), m.UpstreamSeconds.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.ClaimsInFlight, m.UpstreamSeconds, m.BuildInfo} {
+		for _, c := range []prometheus.Collector{m.Requests, m.StoreSeconds, m.InFlight, m.ClaimsInFlight, m.UpstreamSeconds, m.BuildInfo,
+			m.SweepBacklog, m.SweepDeleted, m.SweepRate, m.SweepBatchSeconds, m.SweepRuns} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -181,5 +216,35 @@ func (o claimObserver) End(ctx context.Context, ev idem.Event) {
 	}
 	if o.next != nil {
 		o.next.End(ctx, ev)
+	}
+}
+
+// SweepObserver returns a sweeper.Observer that records a Sweeper's batches and runs in the
+// idem_sweep_* metrics: give it to sweeper.Options.Observer.
+func (m *Metrics) SweepObserver() sweeper.Observer { return sweepObserver{m} }
+
+type sweepObserver struct{ m *Metrics }
+
+func (o sweepObserver) SweepBatch(b sweeper.Batch) {
+	o.m.SweepBatchSeconds.Observe(b.Took.Seconds())
+	o.m.SweepDeleted.Add(float64(b.Deleted))
+	o.m.SweepRate.Set(b.Rate)
+	if b.Backlog >= 0 {
+		o.m.SweepBacklog.Set(float64(b.Backlog))
+	}
+}
+
+func (o sweepObserver) SweepRun(r sweeper.Run) {
+	result := "behind"
+	switch {
+	case r.Err != nil:
+		result = "error"
+	case r.CaughtUp:
+		result = "caught_up"
+	}
+	o.m.SweepRuns.WithLabelValues(result).Inc()
+	o.m.SweepRate.Set(r.Rate())
+	if r.Backlog >= 0 {
+		o.m.SweepBacklog.Set(float64(r.Backlog))
 	}
 }

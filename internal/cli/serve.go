@@ -340,8 +340,11 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		log.Info("metrics listening", "addr", metricsAddr)
 	}
 	if sweeper.Needed(g.Store()) {
-		// Expired records are deleted every few minutes, with jitter, while the gateway runs.
-		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 5 * time.Minute, Logger: log})
+		// Expired records are deleted while the gateway runs: a run every few minutes (with
+		// jitter) that goes on while there is a backlog, paced to leave the store to requests
+		// (at most a tenth of the time in it), reported in the idem_sweep_* metrics.
+		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 5 * time.Minute, Logger: log,
+			Observer: g.Metrics().SweepObserver()})
 		if err != nil {
 			srv.Close()
 			if admin != nil {
