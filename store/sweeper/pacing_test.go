@@ -187,7 +187,7 @@ func TestPacingShrinksBatchesOnSlowStore(t *testing.T) {
 	s := newSim(120*time.Second, func(time.Time) float64 { return 0 }, cost)
 	t0 = s.now
 	s.expired = 10_000_000 // always behind: every batch full
-	runSim(t, s, s, sweeper.Options{Interval: time.Second, Batch: 1000, TargetLatency: 100 * time.Millisecond, MaxShare: 0.5})
+	runSim(t, s, s, sweeper.Options{Interval: time.Second, Batch: 1000, MinBatch: 10, TargetLatency: 100 * time.Millisecond, MaxShare: 0.5})
 	var before, during, after []call
 	for _, c := range s.calls {
 		switch el := c.at.Sub(t0); {
@@ -257,6 +257,10 @@ func TestPacingMaxShare(t *testing.T) {
 		}
 		overall := total.Seconds() / s.end.Sub(t0).Seconds()
 		t.Logf("MaxShare %g: worst 10s window %.3f, overall %.3f, %d counts", share, worst, overall, s.counted)
+		// Runs end every 7 batches, but the backlog is counted at most once a minute.
+		if s.counted < 1 || s.counted > 6 {
+			t.Errorf("MaxShare %g: the backlog was counted %d times in 5 minutes, want 1 to 6", share, s.counted)
+		}
 		if overall < share*0.8 {
 			t.Errorf("MaxShare %g: only %.3f of the time in the store with a backlog", share, overall)
 		}

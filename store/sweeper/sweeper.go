@@ -57,7 +57,7 @@ type Options struct {
 	// for: each call is one short statement, never a long lock. Default 1000.
 	Batch int
 	// MinBatch is the smallest batch the Sweeper shrinks to when calls are slow. Default
-	// Batch/100, at least 1; it must not exceed Batch.
+	// Batch/10, at least 1; it must not exceed Batch.
 	MinBatch int
 	// TargetLatency is how long one Sweep call should take at most: a call that takes longer
 	// halves the next batch (down to MinBatch). Default 100ms.
@@ -149,7 +149,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.Interval = cmp.Or(o.Interval, time.Minute)
 	o.Jitter = cmp.Or(o.Jitter, o.Interval/5)
 	o.Batch = cmp.Or(o.Batch, 1000)
-	o.MinBatch = cmp.Or(o.MinBatch, max(1, o.Batch/100))
+	o.MinBatch = cmp.Or(o.MinBatch, max(1, o.Batch/10))
 	o.TargetLatency = cmp.Or(o.TargetLatency, 100*time.Millisecond)
 	o.MaxShare = cmp.Or(o.MaxShare, 0.1)
 	o.MaxBatches = cmp.Or(o.MaxBatches, 100)
@@ -298,8 +298,15 @@ func run(ctx context.Context, st Sweepable, o Options, p *pacer, maxBatches int)
 	start := o.clock()
 	var r Run
 	var pause time.Duration
-	backlog := -1
-	if c, ok := st.(ExpiredCounter); ok && o.CountLimit > 0 {
+	// The backlog is counted as a run begins, unless the previous run left an estimate
+	// younger than a minute (a run that stops at MaxBatches does not pay for a count again).
+	backlog := p.backlog
+	if backlog == 0 {
+		backlog = -1 // caught up last time: unknown again until counted or a batch comes back short
+	}
+	if c, ok := st.(ExpiredCounter); ok && o.CountLimit > 0 && (backlog < 0 || start.Sub(p.counted) >= time.Minute) {
+		p.counted = start
+		backlog = -1
 		t := o.clock()
 		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		n, err := c.CountExpired(cctx, o.Now(), o.CountLimit)
@@ -356,7 +363,7 @@ func run(ctx context.Context, st Sweepable, o Options, p *pacer, maxBatches int)
 		}
 	}
 	r.Took = o.clock().Sub(start)
-	r.Backlog = backlog
+	r.Backlog, p.backlog = backlog, backlog
 	if o.Observer != nil && (ctx.Err() == nil || r.Batches > 0) {
 		o.Observer.SweepRun(r)
 	}
@@ -370,11 +377,14 @@ type pacer struct {
 	step            int
 	target          time.Duration
 	maxShare        float64
+	// backlog is the estimate the last run left (-1: none), counted at counted.
+	backlog int
+	counted time.Time
 }
 
 func newPacer(o Options) *pacer {
 	return &pacer{batch: o.Batch, min: o.MinBatch, max: o.Batch, step: max(1, o.Batch/10),
-		target: o.TargetLatency, maxShare: o.MaxShare}
+		target: o.TargetLatency, maxShare: o.MaxShare, backlog: -1}
 }
 
 // done adjusts the batch after a call asked for size records, deleted n and took took, and

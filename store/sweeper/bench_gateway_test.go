@@ -1,0 +1,258 @@
+package sweeper_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/gateway"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/sweeper"
+)
+
+// TestBenchSweepGateway measures the gateway's new-key rate on PostgreSQL while the paced
+// background sweeper (the options idem serve gives it) removes a backlog of expired records,
+// against the rate without a sweep, in alternating windows of one run; then the time the rest
+// of the backlog takes to go; then the same for the unpaced sweep (sweeper.Sweep, batch after
+// batch). It runs with IDEM_SWEEP_BENCH=1 and writes its report to IDEM_SWEEP_BENCH_OUT if set.
+// IDEM_SWEEP_BENCH_RECORDS (default 1000000), _ROUNDS (5) and _WINDOW (8s) size it.
+func TestBenchSweepGateway(t *testing.T) {
+	if os.Getenv("IDEM_SWEEP_BENCH") != "1" {
+		t.Skip("a benchmark: set IDEM_SWEEP_BENCH=1 to run it (scripts/bench.sh does)")
+	}
+	records := envInt("IDEM_SWEEP_BENCH_RECORDS", 1_000_000)
+	rounds := envInt("IDEM_SWEEP_BENCH_ROUNDS", 5)
+	window := time.Duration(envInt("IDEM_SWEEP_BENCH_WINDOW", 8)) * time.Second
+	const clients = 16
+	url := testenv.PostgresURL(t)
+	ctx := context.Background()
+	table := randomName("bench_")
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"ch_1","status":"succeeded"}`))
+	}))
+	defer up.Close()
+	g, err := gateway.New(ctx, gateway.Config{Upstream: up.URL, Scope: gateway.ScopeNone,
+		Store: url + sep + "schema=" + testSchema + "&table=" + table}, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Close() }()
+	defer func() {
+		_, _ = pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %q.%q`, testSchema, table))
+		_, _ = pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %q.idem_migrations WHERE tbl = $1`, testSchema), table)
+	}()
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	qt := fmt.Sprintf(`%q.%q`, testSchema, table)
+
+	// backlog inserts n expired records, expiries spread over the past hour, and vacuums them
+	// as old rows would be.
+	backlog := func(from, n int) time.Duration {
+		start := time.Now()
+		now := time.Now().UnixMicro()
+		if _, err := pool.Exec(ctx, `INSERT INTO `+qt+` (key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
+			SELECT '|old-' || i, repeat('a', 64), 2, 1, $1::bigint - 3600000000 - 1000000, 1, convert_to(repeat('x', 120), 'UTF8'),
+				$1::bigint - 7200000000, $1::bigint - 7200000000, $1::bigint - 3600000000 + (i - $2::bigint) * (3600000000 / $3::bigint)
+			FROM generate_series($2::bigint, $2::bigint + $3::bigint - 1) AS i`, now, from, n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+qt); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	expiredLeft := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+qt+` WHERE expires_at <= $1`, time.Now().UnixMicro()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// The load: clients posting new keys without pause.
+	var done atomic.Int64
+	var failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	body := []byte(`{"amount":1000,"currency":"eur"}`)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/charges", bytes.NewReader(body))
+				req.Header.Set("Idempotency-Key", "new-"+strconv.Itoa(c)+"-"+strconv.Itoa(i)+"-"+table)
+				resp, err := hc.Do(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusCreated {
+					done.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	rate := func(d time.Duration) float64 {
+		n0, t0 := done.Load(), time.Now()
+		time.Sleep(d)
+		return float64(done.Load()-n0) / time.Since(t0).Seconds()
+	}
+	// serve's background sweeper, but starting at once.
+	paced := func() (*sweeper.Sweeper, struct{}) {
+		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			Observer: g.Metrics().SweepObserver()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sw, struct{}{}
+	}
+
+	var rep strings.Builder
+	p := func(format string, args ...any) {
+		fmt.Fprintf(&rep, format+"\n", args...)
+		t.Logf(format, args...)
+	}
+	took := backlog(0, records)
+	p("Backlog: %d expired records inserted with generate_series and vacuumed in %s.", records, took.Round(time.Second))
+	rate(2 * time.Second) // warm up
+	p("")
+	p("| round | without a sweep (new keys/s) | paced sweep running (new keys/s) | ratio | records swept in the window |")
+	p("| --- | --- | --- | --- | --- |")
+	var ratios []float64
+	sweptTime := time.Duration(0)
+	for r := range rounds {
+		base := rate(window)
+		before := expiredLeft()
+		sw, _ := paced()
+		t0 := time.Now()
+		during := rate(window)
+		sw.Stop()
+		sweptTime += time.Since(t0)
+		ratios = append(ratios, during/base)
+		p("| %d | %.0f | %.0f | %.3f | %d |", r+1, base, during, during/base, before-expiredLeft())
+	}
+	left := expiredLeft()
+	sw, _ := paced()
+	t0 := time.Now()
+	for expiredLeft() > 0 && time.Since(t0) < 10*time.Minute {
+		time.Sleep(time.Second)
+	}
+	sw.Stop()
+	sweptTime += time.Since(t0)
+	after := expiredLeft()
+	p("")
+	p("Paced sweep (idem serve's options: MaxShare 0.1, Batch 1000, TargetLatency 100ms): median ratio **%.3f** (min %.3f) over %d rounds.", median(ratios), minOf(ratios), rounds)
+	p("The backlog of %d records was gone after **%s** of paced sweeping under load (%.0f records/s; %d left when the rounds ended, %d at the end).",
+		records, sweptTime.Round(time.Second), float64(records)/sweptTime.Seconds(), left, after)
+
+	// The unpaced sweep, as idem sweep did it: batch after batch until a short one.
+	p("")
+	p("| round | without a sweep (new keys/s) | unpaced sweep running (new keys/s) | ratio | records swept | sweep took |")
+	p("| --- | --- | --- | --- | --- | --- |")
+	var unpaced []float64
+	per := records / 2
+	for r := range 2 {
+		backlog(records+r*per, per)
+		base := rate(window)
+		n0, t0 := done.Load(), time.Now()
+		n, err := sweeper.Sweep(ctx, g.Store(), time.Now(), 1000, math.MaxInt, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(t0)
+		during := float64(done.Load()-n0) / d.Seconds()
+		unpaced = append(unpaced, during/base)
+		p("| %d | %.0f | %.0f | %.3f | %d | %s |", r+1, base, during, during/base, n, d.Round(time.Millisecond))
+	}
+	p("")
+	p("Unpaced sweep: median ratio **%.3f** over %d rounds. Requests that failed during the whole run: %d.", median(unpaced), len(unpaced), failed.Load())
+	if out := os.Getenv("IDEM_SWEEP_BENCH_OUT"); out != "" {
+		doc := "# Sweeping a backlog of expired records while the gateway serves\n\n" +
+			"The gateway (in process, PostgreSQL store, " + strconv.Itoa(clients) + " clients posting new keys to an upstream that answers 201 at once)\n" +
+			"measured in alternating windows of " + window.String() + ": without a sweep, then while idem serve's paced background sweeper\n" +
+			"deletes a backlog of expired records; then the rest of the backlog swept under the same load; then the unpaced sweep\n" +
+			"(`sweeper.Sweep`, batch after batch, as `idem sweep` runs without `--max-share`) on a fresh backlog of half the size, against the\n" +
+			"rate just before it. Ratio = new keys/s during ÷ without. Measured " + time.Now().UTC().Format("2006-01-02 15:04 UTC") +
+			" with `IDEM_SWEEP_BENCH=1 go test -run TestBenchSweepGateway ./store/sweeper/`.\n\n" + rep.String()
+		if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := median(ratios); m < 0.9 {
+		t.Errorf("median ratio while the paced sweeper runs %.3f, want at least 0.9", m)
+	}
+	if after > 0 {
+		t.Errorf("%d expired records left after the paced sweep", after)
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func minOf(xs []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range xs {
+		m = min(m, x)
+	}
+	return m
+}
