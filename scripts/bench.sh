@@ -107,6 +107,8 @@ if command -v valgrind >/dev/null; then
 else
 	echo "bench: valgrind not installed: docs/bench/instructions.md not refreshed" >&2
 fi
+# 5b. The gateway's new-key rate on PostgreSQL while the paced sweeper removes a backlog (docs/bench/sweep.md).
+IDEM_SWEEP_BENCH=1 IDEM_SWEEP_BENCH_OUT=docs/bench/sweep.md timeout --kill-after=30s 15m go test -count=1 -timeout 14m -run TestBenchSweepGateway ./store/sweeper/ >&2 || echo "bench: the sweep benchmark exited with status $?" >&2
 machine "end" >"$work/machine-end.md"
 
 # 6. Assemble docs/benchmarks.md.
