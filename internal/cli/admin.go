@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/console"
 	"github.com/idemkit/idem/store/storeurl"
 	"github.com/idemkit/idem/store/sweeper"
 )
@@ -129,57 +130,6 @@ holder), held (an uncertain outcome kept until expiry), stale (lease ran out: th
 takes over), released (the next request executes), completed (retries get the stored
 response), expired (counts as absent).`
 
-// condition names what a record means now, for an operator: what inspect shows and release
-// decides on.
-type condition string
-
-const (
-	condCompleted condition = "completed" // the stored response is replayed to retries
-	condRunning   condition = "running"   // in progress, its lease live and renewed by its holder
-	condHeld      condition = "held"      // in progress, its lease reaching the record's expiry
-	condStale     condition = "stale"     // in progress, its lease run out: the next retry takes over
-	condReleased  condition = "released"  // released: the next request executes
-	condExpired   condition = "expired"   // past its expiry: counts as absent
-)
-
-// conditionOf classifies rec at now. A released claim keeps its record in some stores, with
-// its expiry set before its creation (0); the hold policy for uncertain outcomes extends the
-// lease to the record's expiry, which a running call's renewals do not reach unless the TTL
-// is as short as the call is long.
-func conditionOf(rec idem.Record, now time.Time) condition {
-	switch {
-	case rec.State == idem.StateInProgress && !rec.ExpiresAt.After(rec.CreatedAt):
-		return condReleased
-	case rec.Expired(now):
-		return condExpired
-	case rec.State == idem.StateCompleted:
-		return condCompleted
-	case !rec.LeaseUntil.After(now):
-		return condStale
-	case !rec.LeaseUntil.Before(rec.ExpiresAt):
-		return condHeld
-	}
-	return condRunning
-}
-
-// explain says what a condition means for the next request with the key.
-func explain(c condition, rec idem.Record, now time.Time) string {
-	left := rec.LeaseUntil.Sub(now).Round(time.Second)
-	switch c {
-	case condRunning:
-		return fmt.Sprintf("running: its holder renews its lease (%s left); retries get 409 until it finishes", left)
-	case condHeld:
-		return fmt.Sprintf("held: the outcome was uncertain and is kept until expiry (%s), or a call that long is still running; retries get 409", left)
-	case condStale:
-		return fmt.Sprintf("stale: its lease ran out %s ago (holder gone, or an uncertain outcome left to expire); the next retry takes over", (-left))
-	case condReleased:
-		return "released: the next request with this key executes"
-	case condExpired:
-		return "expired: counts as absent; the next request with this key executes"
-	}
-	return "completed: retries get the stored response"
-}
-
 func runMigrate(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "migrate", "[--store URL]")
 	store := storeFlag(e, fs)
@@ -271,7 +221,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	defer st.Close()
 	now := time.Now()
-	cond := conditionOf(rec, now)
+	cond := console.ConditionOf(rec, now)
 	in := inspection{
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(), Expired: rec.Expired(now), Fingerprint: rec.Fingerprint,
 		Token: rec.Token, Attempts: rec.Attempts, Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(),
@@ -279,10 +229,10 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if scope, client, ok := splitKey(rec.Key); ok {
 		in.Scope, in.ClientKey = &scope, client
 	}
-	if cond != condReleased {
+	if cond != console.Released {
 		in.ExpiresIn = rec.ExpiresAt.Sub(now).Round(time.Second).String()
 	}
-	if cond == condRunning || cond == condHeld {
+	if cond.Live() {
 		in.LeaseLeft = rec.LeaseUntil.Sub(now).Round(time.Millisecond).String()
 	}
 	if r := rec.Response; r != nil {
@@ -305,7 +255,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if in.Scope != nil {
 		fmt.Fprintf(w, "scope        %s\nclient key   %s\n", cmp.Or(*in.Scope, "(none)"), printable(in.ClientKey))
 	}
-	fmt.Fprintf(w, "state        %s\n", explain(cond, rec, now))
+	fmt.Fprintf(w, "state        %s\n", console.Explain(cond, rec, now))
 	fmt.Fprintf(w, "fingerprint  %s\n", in.Fingerprint)
 	fmt.Fprintf(w, "token        %d\nattempts     %d\nage          %s\n", in.Token, in.Attempts, in.Age)
 	if in.LeaseLeft != "" {
@@ -365,7 +315,7 @@ unless --force:
 	}
 	defer st.Close()
 	now := time.Now()
-	cond := conditionOf(rec, now)
+	cond := console.ConditionOf(rec, now)
 	res, err := release(ctx, st, rec, cond, now, *force)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -382,7 +332,7 @@ unless --force:
 // release acts on rec, whose condition is cond: it releases a stale claim, refuses a live
 // lease or a completed record unless force, and deletes a completed record with force. A
 // refusal is both in the result (action refused) and the error.
-func release(ctx context.Context, st storeurl.Store, rec idem.Record, cond condition, now time.Time, force bool) (releaseResult, error) {
+func release(ctx context.Context, st storeurl.Store, rec idem.Record, cond console.Condition, now time.Time, force bool) (releaseResult, error) {
 	key := rec.Key
 	res := releaseResult{Key: key, Condition: string(cond), Token: rec.Token}
 	refuse := func(format string, args ...any) (releaseResult, error) {
@@ -391,12 +341,12 @@ func release(ctx context.Context, st storeurl.Store, rec idem.Record, cond condi
 		return res, err
 	}
 	switch {
-	case cond == condExpired || cond == condReleased:
+	case cond == console.Expired || cond == console.Released:
 		res.Action, res.Message = "none", fmt.Sprintf("key %q is already %s: nothing to release", key, cond)
 		return res, nil
-	case (cond == condRunning || cond == condHeld) && !force:
+	case cond.Live() && !force:
 		return refuse("key %q is %s: %s; refusing to release it without --force, since a retry would then execute while the first may still act (a second effect)",
-			key, cond, explain(cond, rec, now))
+			key, cond, console.Explain(cond, rec, now))
 	case rec.State == idem.StateInProgress:
 		if err := st.Release(ctx, key, rec.Token); err != nil {
 			if errors.Is(err, idem.ErrLeaseLost) {

@@ -13,26 +13,35 @@ import (
 	"github.com/idemkit/idem/internal/console"
 )
 
-// TestConsoleConditions: the console classifies records exactly as inspect and release do.
-func TestConsoleConditions(t *testing.T) {
+// TestConditions: the condition inspect, list, release and the console show for each kind of
+// record, and what it says of the next request.
+func TestConditions(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	h := time.Hour
-	for _, rec := range []idem.Record{
-		{State: idem.StateCompleted, CreatedAt: now.Add(-h), ExpiresAt: now.Add(h)},
-		{State: idem.StateCompleted, CreatedAt: now.Add(-2 * h), ExpiresAt: now.Add(-h)},
-		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(h)},
-		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(h), ExpiresAt: now.Add(h)},
-		{State: idem.StateInProgress, CreatedAt: now.Add(-h), LeaseUntil: now.Add(-time.Minute), ExpiresAt: now.Add(h)},
-		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now},
-		{State: idem.StateInProgress, CreatedAt: now.Add(-2 * h), LeaseUntil: now.Add(-h), ExpiresAt: now.Add(-h)},
-		{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now, ExpiresAt: now.Add(h)},
+	for _, tc := range []struct {
+		rec     idem.Record
+		want    console.Condition
+		explain string
+	}{
+		{idem.Record{State: idem.StateCompleted, CreatedAt: now.Add(-h), ExpiresAt: now.Add(h)}, console.Completed, "completed: retries get the stored response"},
+		{idem.Record{State: idem.StateCompleted, CreatedAt: now.Add(-2 * h), ExpiresAt: now.Add(-h)}, console.Expired, "expired: counts as absent"},
+		{idem.Record{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(h)}, console.Running, "running: its holder renews its lease (1m0s left)"},
+		{idem.Record{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(h), ExpiresAt: now.Add(h)}, console.Held, "held: the outcome was uncertain"},
+		{idem.Record{State: idem.StateInProgress, CreatedAt: now.Add(-h), LeaseUntil: now.Add(-time.Minute), ExpiresAt: now.Add(h)}, console.Stale, "stale: its lease ran out 1m0s ago"},
+		{idem.Record{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now}, console.Released, "released: the next request with this key executes"},
+		{idem.Record{State: idem.StateInProgress, CreatedAt: now.Add(-2 * h), LeaseUntil: now.Add(-h), ExpiresAt: now.Add(-h)}, console.Expired, "expired: counts as absent"},
+		{idem.Record{State: idem.StateInProgress, CreatedAt: now, LeaseUntil: now, ExpiresAt: now.Add(h)}, console.Stale, "stale:"},
 	} {
-		if got, want := console.ConditionOf(rec, now), conditionOf(rec, now); string(got) != string(want) {
-			t.Errorf("%+v: console says %s, inspect says %s", rec, got, want)
+		got := console.ConditionOf(tc.rec, now)
+		if got != tc.want {
+			t.Errorf("%+v: condition %s, want %s", tc.rec, got, tc.want)
 		}
-		if got, want := console.Explain(console.ConditionOf(rec, now), rec, now), explain(conditionOf(rec, now), rec, now); got != want {
-			t.Errorf("%+v: console explains %q, inspect %q", rec, got, want)
+		if e := console.Explain(got, tc.rec, now); !strings.HasPrefix(e, tc.explain) {
+			t.Errorf("%+v: explained %q, want it to begin %q", tc.rec, e, tc.explain)
+		}
+		if live := got == console.Running || got == console.Held; got.Live() != live {
+			t.Errorf("%s: Live() = %t", got, got.Live())
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/console"
 )
 
 func init() {
@@ -147,7 +148,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 
 // listing describes rec at now.
 func listing(rec idem.Record, now time.Time) listed {
-	cond := conditionOf(rec, now)
+	cond := console.ConditionOf(rec, now)
 	r := listed{
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(),
 		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Second).String(),
@@ -156,7 +157,7 @@ func listing(rec idem.Record, now time.Time) listed {
 	if scope, client, ok := splitKey(rec.Key); ok {
 		r.Scope, r.ClientKey = &scope, client
 	}
-	if cond == condRunning || cond == condHeld {
+	if cond.Live() {
 		r.LeaseLeft = rec.LeaseUntil.Sub(now).Round(time.Second).String()
 	}
 	if rec.Response != nil {
