@@ -1,7 +1,6 @@
 package dynamostore
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/shardmerge"
 )
 
 var _ idem.Lister = (*Store)(nil)
@@ -74,52 +74,28 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 
 // lister is one List call: a k-way merge of the index partitions' key ranges.
 type lister struct {
-	s       *Store
-	api     QueryAPI
-	b       idem.ListBounds
-	need    int    // records to find: Limit+1
-	lo, hi  string // partition keys k with lo <= k (and k < hi when hi is not "")
-	shards  [ListShards]shardRange
-	heap    shardHeap
-	blocked []int
-	recs    []idem.Record
+	s      *Store
+	api    QueryAPI
+	b      idem.ListBounds
+	need   int    // records to find: Limit+1
+	lo, hi string // partition keys k with lo <= k (and k < hi when hi is not "")
+	shards [ListShards]shardRange
+	merge  *shardmerge.Merge
+	recs   []idem.Record
 }
 
-// shardRange is what a List call read of one index partition.
+// shardRange is where a List call stands in one index partition.
 type shardRange struct {
-	keys []string                        // keys read and not yet merged, in order
 	from map[string]types.AttributeValue // where the next Query starts (its ExclusiveStartKey)
-	n    int32                           // how many keys the next Query asks for; 0: no more
+	n    int32                           // how many keys the next Query asks for
 }
 
 func (l *lister) run(ctx context.Context) error {
-	all := make([]int, ListShards)
-	for i := range all {
-		all[i] = i
+	l.merge = shardmerge.New(ListShards)
+	for i := range l.shards {
 		l.shards[i].n = int32(min(2*l.need/ListShards+4, idem.MaxListLimit))
 	}
-	if err := l.read(ctx, all); err != nil {
-		return err
-	}
-	for len(l.recs) < l.need {
-		var batch []string
-		for len(l.blocked) == 0 && l.heap.Len() > 0 && len(batch) < l.need-len(l.recs) {
-			batch = append(batch, l.pop())
-		}
-		if len(batch) > 0 {
-			if err := l.check(ctx, batch); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(l.blocked) == 0 {
-			return nil // every partition's range is read to its end
-		}
-		if err := l.read(ctx, l.blocked); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.merge.Run(ctx, func() int { return l.need - len(l.recs) }, l.read, l.check)
 }
 
 // read reads the next keys of the given partitions' ranges, one Query each, concurrently.
@@ -173,11 +149,10 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 	if err != nil {
 		return err
 	}
-	l.blocked = l.blocked[:0]
 	pk := s.opt.PartitionKey
 	for i, sh := range shards {
 		r := &l.shards[sh]
-		r.keys = r.keys[:0]
+		var keys []string
 		for _, it := range outs[i].Items {
 			k, _ := it[pk].(*types.AttributeValueMemberS)
 			if k == nil || len(k.Value) < len(s.opt.KeyPrefix) || k.Value[:len(s.opt.KeyPrefix)] != s.opt.KeyPrefix {
@@ -188,37 +163,14 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 					continue
 				}
 			}
-			r.keys = append(r.keys, k.Value[len(s.opt.KeyPrefix):])
+			keys = append(keys, k.Value[len(s.opt.KeyPrefix):])
 		}
 		r.from = outs[i].LastEvaluatedKey
-		if r.from == nil {
-			r.n = 0
-		} else {
-			r.n = min(2*r.n, idem.MaxListLimit)
-		}
-		switch {
-		case len(r.keys) > 0:
-			heap.Push(&l.heap, shardHead{key: r.keys[0], shard: sh})
-		case r.n > 0:
-			l.blocked = append(l.blocked, sh) // a page of other items only: read on
-		}
+		r.n = min(2*r.n, idem.MaxListLimit)
+		// A page of other items only, with more after it, blocks the merge until read on.
+		l.merge.Add(sh, keys, r.from != nil)
 	}
 	return nil
-}
-
-// pop takes the smallest key in hand. A partition whose keys in hand run out leaves the
-// heap, and blocks the merge if its range has more.
-func (l *lister) pop() string {
-	h := heap.Pop(&l.heap).(shardHead)
-	r := &l.shards[h.shard]
-	r.keys = r.keys[1:]
-	switch {
-	case len(r.keys) > 0:
-		heap.Push(&l.heap, shardHead{key: r.keys[0], shard: h.shard})
-	case r.n > 0:
-		l.blocked = append(l.blocked, h.shard)
-	}
-	return h.key
 }
 
 // listAttrs are the attributes List reads of a record: all but the response.
@@ -321,23 +273,4 @@ func (l *lister) get(ctx context.Context, keys []string, attrs []string) (map[st
 		}
 	}
 	return items, nil
-}
-
-// shardHead is a partition in the merge's heap, with its smallest key in hand.
-type shardHead struct {
-	key   string
-	shard int
-}
-
-type shardHeap []shardHead
-
-func (h shardHeap) Len() int           { return len(h) }
-func (h shardHeap) Less(i, j int) bool { return h[i].key < h[j].key }
-func (h shardHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *shardHeap) Push(x any)        { *h = append(*h, x.(shardHead)) }
-func (h *shardHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/shardmerge"
 )
 
 var _ idem.Lister = (*Store)(nil)
@@ -69,48 +69,27 @@ type lister struct {
 	need        int    // records to find: Limit+1
 	start, stop string // the range of every index, as ZRANGE BYLEX bounds
 	shards      []shardRange
-	heap        shardHeap // the shards with keys in hand, by their next key
-	blocked     []int     // shards whose keys in hand ran out but whose range has more
+	merge       *shardmerge.Merge
 	recs        []idem.Record
 	gone        []string // keys whose record is gone, to remove from the index
 }
 
-// shardRange is what a List call read of one shard's index range.
+// shardRange is where a List call stands in one shard's index range.
 type shardRange struct {
-	keys []string // read and not yet merged, in key order
-	last string   // the last key read, where the next read starts (after it)
-	n    int      // how many keys the next read asks for
+	last string // the last key read, where the next read starts (after it)
+	n    int    // how many keys the next read asks for
 }
 
 func (l *lister) run(ctx context.Context) error {
 	l.shards = make([]shardRange, Shards)
-	all := make([]int, Shards)
+	l.merge = shardmerge.New(Shards)
 	// Enough keys per shard that, keys being spread evenly, a page rarely uses up a shard's.
 	per := 2*l.need/Shards + 2
-	for i := range all {
-		all[i] = i
+	for i := range l.shards {
 		l.shards[i].n = per
 	}
-	if err := l.read(ctx, all); err != nil {
+	if err := l.merge.Run(ctx, func() int { return l.need - len(l.recs) }, l.read, l.check); err != nil {
 		return err
-	}
-	for len(l.recs) < l.need {
-		var batch []string
-		for len(l.blocked) == 0 && l.heap.Len() > 0 && len(batch) < l.need-len(l.recs) {
-			batch = append(batch, l.pop())
-		}
-		if len(batch) > 0 {
-			if err := l.check(ctx, batch); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(l.blocked) == 0 {
-			break // every shard's range is read to its end
-		}
-		if err := l.read(ctx, l.blocked); err != nil {
-			return err
-		}
 	}
 	return l.unindex(ctx)
 }
@@ -133,37 +112,17 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 	if err != nil {
 		return err
 	}
-	l.blocked = l.blocked[:0]
 	for i, sh := range shards {
 		r := &l.shards[sh]
 		keys := cmds[i].Val()
-		if len(keys) == 0 {
-			continue // the shard's range is read to its end
+		if len(keys) > 0 {
+			r.last = keys[len(keys)-1]
 		}
-		r.keys, r.last = keys, keys[len(keys)-1]
-		if len(keys) < r.n {
-			r.n = 0 // nothing after these
-		} else {
-			r.n = min(2*r.n, l.need)
-		}
-		heap.Push(&l.heap, shardHead{key: keys[0], shard: sh})
+		more := len(keys) == r.n // a short read reached the range's end
+		r.n = min(2*r.n, l.need)
+		l.merge.Add(sh, keys, more)
 	}
 	return nil
-}
-
-// pop takes the smallest key in hand. A shard whose keys in hand run out leaves the heap,
-// and blocks the merge if its range has more: its next key might come before any other's.
-func (l *lister) pop() string {
-	h := heap.Pop(&l.heap).(shardHead)
-	r := &l.shards[h.shard]
-	r.keys = r.keys[1:]
-	switch {
-	case len(r.keys) > 0:
-		heap.Push(&l.heap, shardHead{key: r.keys[0], shard: h.shard})
-	case r.n > 0:
-		l.blocked = append(l.blocked, h.shard)
-	}
-	return h.key
 }
 
 // check reads the head of each record of keys (in key order) and keeps those that match.
@@ -222,25 +181,6 @@ func (l *lister) unindex(ctx context.Context) error {
 		return nil
 	})
 	return err
-}
-
-// shardHead is a shard in the merge's heap, with its smallest key in hand.
-type shardHead struct {
-	key   string
-	shard int
-}
-
-type shardHeap []shardHead
-
-func (h shardHeap) Len() int           { return len(h) }
-func (h shardHeap) Less(i, j int) bool { return h[i].key < h[j].key }
-func (h shardHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *shardHeap) Push(x any)        { *h = append(*h, x.(shardHead)) }
-func (h *shardHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // decodeHead reads a listed record from the first bytes of its stored value (all of it when
