@@ -15,20 +15,10 @@ var _ idem.Lister = (*Store)(nil)
 // VARBINARY, compared byte for byte) stopped after Limit+1 matching rows; it reads only the
 // first bytes of a stored response, for its status.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
-	if err != nil {
-		return idem.ListPage{}, err
-	}
-	if err := s.ready(ctx); err != nil {
-		return idem.ListPage{}, err
-	}
-	query, args := sqllist.Query(listDialect, s.name, b)
-	rows, err := s.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return idem.ListPage{}, opErr("list", err)
-	}
-	defer rows.Close()
-	return sqllist.Read(rows, b, "mysqlstore", func(err error) error { return opErr("list", err) })
+	return sqllist.List(ctx, sqllist.Source{
+		Dialect: listDialect, Table: s.name, Pkg: "mysqlstore", Ready: s.ready, Query: sqllist.SQL(s.db),
+		Err: func(err error) error { return opErr("list", err) },
+	}, q)
 }
 
 // listDialect is MySQL's: keys are VARBINARY, passed as bytes so they compare byte for byte.

@@ -15,20 +15,18 @@ var _ idem.Lister = (*Store)(nil)
 // byte for byte, COLLATE "C") stopped after Limit+1 matching rows; it reads only the first
 // bytes of a stored response, for its status.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
-	if err != nil {
-		return idem.ListPage{}, err
-	}
-	if err := s.ready(ctx); err != nil {
-		return idem.ListPage{}, err
-	}
-	query, args := sqllist.Query(listDialect, s.name, b)
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return idem.ListPage{}, opErr("list", err)
-	}
-	defer rows.Close()
-	return sqllist.Read(rows, b, "pgstore", func(err error) error { return opErr("list", err) })
+	return sqllist.List(ctx, sqllist.Source{
+		Dialect: listDialect, Table: s.name, Pkg: "pgstore", Ready: s.ready,
+		Err: func(err error) error { return opErr("list", err) },
+		Query: func(ctx context.Context, query string, args []any, read func(sqllist.Rows) error) error {
+			rows, err := s.pool.Query(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			return read(rows)
+		},
+	}, q)
 }
 
 // listDialect is PostgreSQL's: keys compare byte for byte (COLLATE "C" on the column).

@@ -15,20 +15,10 @@ var _ idem.Lister = (*Store)(nil)
 // bound it) stopped after Limit+1 matching rows; it reads only the first bytes of a stored
 // response, for its status.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
-	if err != nil {
-		return idem.ListPage{}, err
-	}
-	if err := s.ready(ctx); err != nil {
-		return idem.ListPage{}, err
-	}
-	query, args := sqllist.Query(listDialect, `"`+s.table+`"`, b)
-	rows, err := s.r.QueryContext(ctx, query, args...)
-	if err != nil {
-		return idem.ListPage{}, s.fail("list", err)
-	}
-	defer rows.Close()
-	return sqllist.Read(rows, b, "sqlitestore", func(err error) error { return s.fail("list", err) })
+	return sqllist.List(ctx, sqllist.Source{
+		Dialect: listDialect, Table: `"` + s.table + `"`, Pkg: "sqlitestore", Ready: s.ready, Query: sqllist.SQL(s.r),
+		Err: func(err error) error { return s.fail("list", err) },
+	}, q)
 }
 
 // listDialect is SQLite's (keys are TEXT under the default BINARY collation).

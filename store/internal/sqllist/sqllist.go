@@ -5,6 +5,7 @@
 package sqllist
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strconv"
@@ -101,4 +102,61 @@ func Read(rows Rows, b idem.ListBounds, pkg string, storeErr func(error) error) 
 		return idem.ListPage{}, storeErr(err)
 	}
 	return b.Page(recs), nil
+}
+
+// Source is one store's side of a listing: its dialect, its table, and how it reaches the
+// database.
+type Source struct {
+	Dialect Dialect
+	// Table is the table's name, quoted as the database needs it.
+	Table string
+	// Pkg prefixes the error of a stored record that does not decode ("pgstore").
+	Pkg string
+	// Ready fails when the store is closed or its schema is not in place.
+	Ready func(context.Context) error
+	// Err wraps an error of the database as the store's error for the list operation.
+	Err func(error) error
+	// Query sends query with args and hands its rows to read, closing them afterwards.
+	Query QueryFunc
+}
+
+// QueryFunc sends query with args and hands its rows to read, closing them afterwards; it
+// returns read's error, or the database's.
+type QueryFunc func(ctx context.Context, query string, args []any, read func(Rows) error) error
+
+// SQL is the QueryFunc of a database/sql handle.
+func SQL(db *sql.DB) QueryFunc {
+	return func(ctx context.Context, query string, args []any, read func(Rows) error) error {
+		rows, err := db.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		return read(rows)
+	}
+}
+
+// List returns the page of src's records that q asks for: one query (Query), read by Read.
+func List(ctx context.Context, src Source, q idem.ListQuery) (idem.ListPage, error) {
+	b, err := q.Bounds()
+	if err != nil {
+		return idem.ListPage{}, err
+	}
+	if err := src.Ready(ctx); err != nil {
+		return idem.ListPage{}, err
+	}
+	query, args := Query(src.Dialect, src.Table, b)
+	var page idem.ListPage
+	var readErr error
+	err = src.Query(ctx, query, args, func(rows Rows) error {
+		page, readErr = Read(rows, b, src.Pkg, src.Err)
+		return readErr
+	})
+	switch {
+	case readErr != nil:
+		return idem.ListPage{}, readErr // already the store's error
+	case err != nil:
+		return idem.ListPage{}, src.Err(err)
+	}
+	return page, nil
 }
