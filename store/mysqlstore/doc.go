@@ -38,29 +38,37 @@
 // duplicate waits on the key's row until the first commits and then replays; a rollback, a
 // panic or a killed process leaves no trace and the retry executes.
 //
-// The transaction is READ COMMITTED, whatever the server's default (InnoDB's is REPEATABLE
-// READ). The claim reads the key's row with a locking read (LOCK IN SHARE MODE), which waits
-// for a transaction that inserted or claimed the row and then sees its latest committed
-// version; an absent row is INSERTed, and a concurrent INSERT of the same key waits on the
-// primary key until the first ends, then fails as a duplicate (and reads the committed
-// record) or, if the first rolled back, succeeds. Under READ COMMITTED these take record
-// locks only. Under REPEATABLE READ the locking read of an absent key would take a gap lock;
-// duplicates share the gap, block each other's INSERTs, and InnoDB would end all but one as
-// deadlocks.
+// A new key costs two round trips more than the caller's own transaction would: START
+// TRANSACTION; the claim, one INSERT; the caller's statements; the completion, one UPDATE
+// fenced on the claim's token; COMMIT. (The driver sends START TRANSACTION and COMMIT of a
+// *sql.Tx alone, and the claim must come before the caller's statements and the completion
+// after them, so none of these can share a round trip.) A replay costs START TRANSACTION,
+// the INSERT that fails as a duplicate, a locking read of the record and a ROLLBACK.
 //
-// What that means for the caller's statements: they run READ COMMITTED too. Each statement
-// sees the data committed before it began, so a row read twice may differ: lock what the
-// decision depends on (SELECT … FOR UPDATE). Gap and next-key locks are not taken, so a
-// range that was empty may not stay empty; enforce such rules with unique keys. With binary
-// logging on, writes under READ COMMITTED need binlog_format ROW or MIXED (MySQL 8's default
-// is ROW, MariaDB's MIXED); under STATEMENT they fail with error 1665.
+// The transaction runs at Options.TxIsolation: by default the session's level, as
+// db.BeginTx(ctx, nil) gives (InnoDB's REPEATABLE READ unless the server or the DSN sets
+// transaction_isolation); another level costs one more round trip per transaction. The claim
+// INSERTs the key's row first. A concurrent INSERT of the same key waits on the primary key
+// until the first transaction ends, then fails as a duplicate, keeping a shared lock on the
+// row, and a locking read (LOCK IN SHARE MODE) sees the committed record; or, if the first
+// rolled back, it succeeds. These are record locks on the key's row, at every level: the
+// claim reads no absent key, so it takes no gap lock and adds no deadlocks between different
+// keys. Duplicates that waited for a transaction that rolled back may deadlock on the gap
+// the vanished row leaves; InnoDB ends all but one, which claims the key, and the others are
+// run again (below) and wait for it. With binary logging on, writes under READ COMMITTED
+// need binlog_format ROW or MIXED (MySQL 8's default is ROW, MariaDB's MIXED); under
+// STATEMENT they fail with error 1665.
 //
 // Waits: a duplicate holds a pool connection while it waits. DoTx waits up to the server's
 // innodb_lock_wait_timeout (50s by default), then returns an *idem.StoreError (error 1205).
 // TxRunner ends the wait at TxOptions.Wait or the context's deadline with idem.ErrInFlight,
-// on time: it sets the session's innodb_lock_wait_timeout to the time left, in whole seconds
-// rounded up, for the claim (and gives the old value back before the caller's statements),
-// and gives up on the client side when the time is out, which closes that connection. An
+// on time: it bounds the server's side of the wait to the time left, in whole seconds rounded
+// up, and gives up on the client side when the time is out, which closes that connection. On
+// MariaDB the bound is part of each claim statement (SET STATEMENT innodb_lock_wait_timeout
+// = n FOR …, sent as text), at no cost in round trips; on MySQL, which has no such form for
+// InnoDB's setting, the session's innodb_lock_wait_timeout is set before the transaction and
+// given back after the claim, two round trips more. The caller's statements run with the
+// session's own setting either way. An
 // engine's Reserve of a key a transaction holds waits on its row in the same way, so keep the
 // transaction short.
 //

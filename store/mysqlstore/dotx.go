@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -19,12 +22,13 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // DoTx runs fn at most once for key, in the same transaction as the claim and the completion:
 // the strongest guarantee idem offers, for effects that live in this database.
 //
-// It begins a READ COMMITTED transaction, claims key in it, runs fn with the transaction,
-// stores fn's response in the record and commits: the caller's writes and the record commit
-// together or not at all. A concurrent DoTx with the same key waits on the records table's
-// primary key until the first commits (at most the server's innodb_lock_wait_timeout, 50s by
-// default), then replays its response; if the first rolls back, it claims the key and runs fn
-// itself. No in-progress record is ever visible to others.
+// It begins a transaction (at Options.TxIsolation: by default the session's level), claims
+// key in it, runs fn with the transaction, stores fn's response in the record and commits:
+// the caller's writes and the record commit together or not at all. A concurrent DoTx with
+// the same key waits on the records table's primary key until the first commits (at most the
+// server's innodb_lock_wait_timeout, 50s by default), then replays its response; if the first
+// rolls back, it claims the key and runs fn itself. No in-progress record is ever visible to
+// others.
 //
 // DoTx returns:
 //   - the executed Result (Kept true) and nil, after a successful commit;
@@ -63,13 +67,19 @@ type txWait struct {
 }
 
 // txExec runs the store's statements in tx, prepared once per connection like the Store's
-// (doTx prepares them first).
+// (doTx prepares them first). With wait set, it sends them as text instead, each bounded on
+// the server to wait seconds for a lock: SET STATEMENT innodb_lock_wait_timeout = wait FOR the
+// statement with its arguments written in as literals (MariaDB's syntax; see doTx for MySQL).
 type txExec struct {
-	s  *Store
-	tx *sql.Tx
+	s    *Store
+	tx   *sql.Tx
+	wait int64
 }
 
 func (e txExec) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if e.wait > 0 {
+		return e.tx.ExecContext(ctx, bounded(e.wait, q, args))
+	}
 	st, err := e.s.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -78,6 +88,9 @@ func (e txExec) exec(ctx context.Context, q string, args ...any) (sql.Result, er
 }
 
 func (e txExec) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, error) {
+	if e.wait > 0 {
+		return e.tx.QueryRowContext(ctx, bounded(e.wait, q, args)), nil
+	}
 	st, err := e.s.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -85,11 +98,49 @@ func (e txExec) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, 
 	return e.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...), nil
 }
 
+// bounded writes q, one of the store's statements, as text with its placeholders replaced by
+// args, behind a SET STATEMENT that bounds its lock wait to secs seconds. Only the store's own
+// statements pass here: table names are checked names, and their only '?' are placeholders.
+// Strings (keys and fingerprints) become hexadecimal literals, byte for byte, so no quoting
+// or character set is involved; integers are decimal.
+func bounded(secs int64, q string, args []any) string {
+	b := make([]byte, 0, len(q)+64+32*len(args))
+	b = append(b, "SET STATEMENT innodb_lock_wait_timeout = "...)
+	b = strconv.AppendInt(b, secs, 10)
+	b = append(b, " FOR "...)
+	for i := 0; i < len(q); i++ {
+		if q[i] != '?' || len(args) == 0 {
+			b = append(b, q[i])
+			continue
+		}
+		switch v := args[0].(type) {
+		case string:
+			b = append(b, "X'"...)
+			b = hex.AppendEncode(b, []byte(v))
+			b = append(b, '\'')
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		default:
+			panic(fmt.Sprintf("mysqlstore: no literal for %T", v)) // the store's own arguments only
+		}
+		args = args[1:]
+	}
+	return string(b)
+}
+
 // doTx is one attempt; retry reports a deadlock, after which a new attempt may pass. With w
 // set, a wait for a concurrent holder that ends by w.lock or by ctx's deadline is an
 // *idem.InFlightError, not a store failure.
+//
+// A new key costs two round trips more than fn's own transaction at the session's isolation
+// level: START TRANSACTION; the claim (one INSERT, with the wait bound in it on MariaDB);
+// fn's statements; the completion (one UPDATE); COMMIT. The driver sends START TRANSACTION
+// and COMMIT for the *sql.Tx on their own, and fn must run between the claim and the
+// completion, so no statement of the store can share a round trip with them.
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[*sql.Tx], w *txWait) (res idem.Result, retry bool, err error) {
-	if err := idem.CheckKey(key); err != nil {
+	if err := checkClaim(key, fingerprint); err != nil {
 		return res, false, err
 	}
 	// Prepare the statements before taking a connection: preparing one later would need a
@@ -124,22 +175,32 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		}
 		_ = conn.Close()
 	}()
+	var wait int64 // the server's bound on the claim's lock waits, in seconds; 0: its own setting
 	if d, ok := wctx.Deadline(); ok && w != nil {
 		// The server ends its side of the wait too, at most a second after the client gave
 		// up (innodb_lock_wait_timeout counts whole seconds), instead of 50s later.
-		secs := max(1, int64((time.Until(d)+time.Second-1)/time.Second))
-		restore = true
-		if _, err := conn.ExecContext(ctx, setLockWait+strconv.FormatInt(secs, 10)); err != nil {
+		wait = max(1, int64((time.Until(d)+time.Second-1)/time.Second))
+		maria, err := s.mariaDB(ctx, conn)
+		if err != nil {
 			return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 		}
+		if !maria {
+			// MySQL has no per-statement setting for it (SET_VAR takes no InnoDB variable):
+			// the session's is set for the claim and given back after it.
+			restore = true
+			if _, err := conn.ExecContext(ctx, setLockWait+strconv.FormatInt(wait, 10)); err != nil {
+				return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
+			}
+			wait = 0
+		}
 	}
-	tx, err = conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err = conn.BeginTx(ctx, &sql.TxOptions{Isolation: s.opt.TxIsolation})
 	if err != nil {
 		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 	}
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
-	r, err := s.reserve(wctx, txExec{s, tx}, true, key, fingerprint, now, ttl, ttl)
+	r, err := s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, now, ttl)
 	if err == nil && r.Claimed && restore {
 		if _, err = tx.ExecContext(ctx, restoreLockWait); err == nil {
 			restore = false
@@ -162,7 +223,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		return res, retryable(ferr) && ctx.Err() == nil, ferr
 	}
 	expires := s.opt.Now().Add(ttl)
-	if err := changedOne(txExec{s, tx}.exec(ctx, s.q.complete, idem.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
+	if err := changedOne(txExec{s: s, tx: tx}.exec(ctx, s.q.complete, idem.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
 		return res, retryable(err), &idem.StoreError{Op: "complete", Err: opErr("complete", err)}
 	}
 	err = tx.Commit()
@@ -171,6 +232,99 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		return res, retryable(err), &idem.StoreError{Op: "commit", Err: opErr("commit", err)}
 	}
 	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: time.UnixMicro(expires.UnixMicro())}, false, nil
+}
+
+// checkClaim checks a claim's key and fingerprint.
+func checkClaim(key, fingerprint string) error {
+	if err := idem.CheckKey(key); err != nil {
+		return err
+	}
+	if !idem.ValidFingerprint(fingerprint) {
+		return invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, idem.FingerprintLen)
+	}
+	return nil
+}
+
+// claimTx claims key in e's transaction, INSERT first: a new key is one statement, which
+// takes the row's exclusive lock until the transaction ends. When the row exists, the INSERT
+// waits for a transaction that inserted or claimed it to end and then fails as a duplicate
+// (1062), keeping a shared lock on the row; the locking read that follows sees its latest
+// committed version, and a record that can be claimed (expired, released, or a stale lease
+// with the same fingerprint) is taken over by the compare-and-swap UPDATE of Reserve. If the
+// holder rolled back its insert instead, the INSERT passes. A deadlock (InnoDB rolled the
+// transaction back) is returned, for the caller to retry the attempt.
+func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
+	claim := idem.Record{
+		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1,
+		LeaseUntil: now.Add(ttl).Truncate(time.Microsecond), CreatedAt: now,
+		ExpiresAt: now.Add(ttl).Truncate(time.Microsecond),
+		Token:     idem.NextToken(0, now),
+	}
+	for range reserveRetries {
+		_, err := e.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
+			now.UnixMicro(), claim.ExpiresAt.UnixMicro())
+		if err == nil {
+			return idem.Reservation{Claimed: true, Record: claim}, nil
+		}
+		if !isMySQLError(err, errDupEntry) {
+			return idem.Reservation{}, err
+		}
+		old, err := s.get(ctx, e, s.q.lockingGet, key)
+		switch {
+		case errors.Is(err, idem.ErrNotFound):
+			continue // deleted meanwhile (Delete, or Sweep of an expired record): insert again
+		case err != nil:
+			return idem.Reservation{}, err
+		}
+		expired := old.Expired(now)
+		if !expired && !(old.LeaseExpired(now) && old.Fingerprint == fingerprint) {
+			return idem.Reservation{Record: old}, nil
+		}
+		rec := claim
+		rec.Token = idem.NextToken(old.Token, now)
+		if !expired { // a takeover keeps the claim's history
+			rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
+		}
+		r, err := e.exec(ctx, s.q.swap,
+			fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
+			key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
+		if err != nil {
+			return idem.Reservation{}, err
+		}
+		if n, err := r.RowsAffected(); err != nil {
+			return idem.Reservation{}, err
+		} else if n == 1 {
+			return idem.Reservation{Claimed: true, Takeover: !expired, Record: rec}, nil
+		}
+	}
+	return idem.Reservation{}, fmt.Errorf("claim of %.80q lost %d races in a row", key, reserveRetries)
+}
+
+// Servers, for Store.server.
+const (
+	serverUnknown = iota
+	serverMariaDB
+	serverMySQL
+)
+
+// mariaDB reports whether the server is MariaDB, asking it on conn the first time.
+func (s *Store) mariaDB(ctx context.Context, conn *sql.Conn) (bool, error) {
+	switch s.server.Load() {
+	case serverMariaDB:
+		return true, nil
+	case serverMySQL:
+		return false, nil
+	}
+	var v string
+	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return false, err
+	}
+	server := int32(serverMySQL)
+	if strings.Contains(v, "MariaDB") {
+		server = serverMariaDB
+	}
+	s.server.CompareAndSwap(serverUnknown, server)
+	return server == serverMariaDB, nil
 }
 
 // The session's lock wait bound, set for a TxRunner's claim and given back after it. The

@@ -127,3 +127,66 @@ func TestDoTxRetriesDeadlock(t *testing.T) {
 		t.Fatalf("balances sum to %d, want 4: each transfer committed once", sum)
 	}
 }
+
+// A TxRunner duplicate that gives up waiting for the holder of its key ends the server's side
+// of the wait too, within about a second, not at the server's innodb_lock_wait_timeout: with
+// MariaDB's per-statement bound and with MySQL's session setting. The holder's own statements
+// run with the session's setting, untouched.
+func TestTxRunnerWaitBound(t *testing.T) {
+	t.Parallel()
+	for _, session := range []bool{false, true} {
+		t.Run(map[bool]string{false: "statement", true: "session"}[session], func(t *testing.T) {
+			st := newStore(t, mysqlstore.Options{})
+			if session {
+				mysqlstore.UseSessionLockWait(st)
+			}
+			d := db(t)
+			ctx := context.Background()
+			var want int
+			if err := d.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&want); err != nil {
+				t.Fatal(err)
+			}
+			run := mysqlstore.NewTxRunner(st, mysqlstore.TxOptions{Wait: time.Second})
+			fp := idem.Fingerprint([]byte("w"))
+			started, release := make(chan struct{}), make(chan struct{})
+			var seen int
+			var holder sync.WaitGroup
+			holder.Go(func() {
+				_, err := run.Do(ctx, "k", fp, func(ctx context.Context) (idem.Response, error) {
+					err := mysqlstore.TxFromContext(ctx).QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&seen)
+					close(started)
+					<-release
+					return idem.Response{Status: 200}, err
+				})
+				if err != nil {
+					t.Errorf("holder: %v", err)
+				}
+			})
+			<-started
+			defer func() { holder.Wait() }()
+			defer close(release)
+			start := time.Now()
+			_, err := run.Do(ctx, "k", fp, func(context.Context) (idem.Response, error) {
+				return idem.Response{}, errors.New("ran while the key was held")
+			})
+			if !errors.Is(err, idem.ErrInFlight) || time.Since(start) > 3*time.Second {
+				t.Fatalf("duplicate: %v after %v, want idem.ErrInFlight after about 1s", err, time.Since(start))
+			}
+			waiting := func() (n int) {
+				if err := d.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?",
+					"%"+tableName(st)+"%").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			for deadline := time.Now().Add(3 * time.Second); waiting() > 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the server still waits for the key %v after the duplicate gave up", time.Since(start))
+				}
+			}
+			if seen != want {
+				t.Errorf("the holder's statements ran with innodb_lock_wait_timeout %d, want the session's %d", seen, want)
+			}
+		})
+	}
+}

@@ -42,6 +42,13 @@ type Options struct {
 	// Now is the clock of DoTx and TxRunner (the engine passes its own times to the other
 	// methods). Default time.Now.
 	Now func() time.Time
+	// TxIsolation is the isolation level of the transactions of DoTx and TxRunner. Default
+	// sql.LevelDefault: the session's, as db.BeginTx(ctx, nil) gives (InnoDB's REPEATABLE READ
+	// unless the server or the DSN sets transaction_isolation). Any other level costs one more
+	// round trip per transaction: the driver sets it before START TRANSACTION. One of
+	// sql.LevelDefault, LevelReadUncommitted, LevelReadCommitted, LevelRepeatableRead and
+	// LevelSerializable.
+	TxIsolation sql.IsolationLevel
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -55,6 +62,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
 	case !validName(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
+	case o.TxIsolation != sql.LevelDefault && o.TxIsolation != sql.LevelReadUncommitted &&
+		o.TxIsolation != sql.LevelReadCommitted && o.TxIsolation != sql.LevelRepeatableRead &&
+		o.TxIsolation != sql.LevelSerializable:
+		return o, invalid("Options.TxIsolation %s is not a level MySQL has", o.TxIsolation)
 	case o.Database != "" && !validName(o.Database):
 		return o, invalid("Options.Database %q is not a valid database name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Database)
 	}
@@ -90,6 +101,10 @@ type Store struct {
 
 	mu    sync.RWMutex
 	stmts map[string]*sql.Stmt // prepared on first use; database/sql re-prepares per connection
+
+	// server is what the server is, read on first need: serverUnknown, serverMariaDB or
+	// serverMySQL. MariaDB bounds one statement's lock wait with SET STATEMENT … FOR.
+	server atomic.Int32
 }
 
 // New returns a Store on db, a *sql.DB of github.com/go-sql-driver/mysql, which stays the
@@ -279,21 +294,16 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
-	res, err := s.reserve(ctx, s, false, key, fingerprint, now, lease, window)
+	res, err := s.reserve(ctx, key, fingerprint, now, lease, window)
 	return res, opErr("reserve", err)
 }
 
-// reserve is Reserve's loop on e. In a transaction (inTx), the reads are locking reads
-// (queries.lockingGet), which wait for a concurrent transaction that inserted or claimed the
-// row and see its latest committed version, and a deadlock, which InnoDB answers by rolling
-// the whole transaction back, is returned rather than retried here.
-func (s *Store) reserve(ctx context.Context, e execer, inTx bool, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if err := idem.CheckKey(key); err != nil {
+// reserve is Reserve's loop. (DoTx claims in its transaction with claimTx.)
+func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if err := checkClaim(key, fingerprint); err != nil {
 		return idem.Reservation{}, err
 	}
 	switch {
-	case !idem.ValidFingerprint(fingerprint):
-		return idem.Reservation{}, invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, idem.FingerprintLen)
 	case lease <= 0:
 		return idem.Reservation{}, invalid("lease %s is not positive", lease)
 	case window <= 0:
@@ -305,18 +315,14 @@ func (s *Store) reserve(ctx context.Context, e execer, inTx bool, key, fingerpri
 		LeaseUntil: now.Add(lease).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(window).Truncate(time.Microsecond),
 	}
-	get := s.q.get
-	if inTx {
-		get = s.q.lockingGet
-	}
 	for range reserveRetries {
-		old, err := s.get(ctx, e, get, key)
+		old, err := s.get(ctx, s, s.q.get, key)
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
 			claim.Token = idem.NextToken(0, now)
-			_, err := e.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
+			_, err := s.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
 				now.UnixMicro(), claim.ExpiresAt.UnixMicro())
-			if isMySQLError(err, errDupEntry) || !inTx && isMySQLError(err, errDeadlock) {
+			if isMySQLError(err, errDupEntry) || isMySQLError(err, errDeadlock) {
 				continue
 			}
 			if err != nil {
@@ -335,10 +341,10 @@ func (s *Store) reserve(ctx context.Context, e execer, inTx bool, key, fingerpri
 		if !expired { // a takeover keeps the claim's history
 			rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
 		}
-		r, err := e.exec(ctx, s.q.swap,
+		r, err := s.exec(ctx, s.q.swap,
 			fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
 			key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
-		if !inTx && isMySQLError(err, errDeadlock) {
+		if isMySQLError(err, errDeadlock) {
 			continue
 		}
 		if err != nil {

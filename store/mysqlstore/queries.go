@@ -12,10 +12,10 @@ const cols = `fingerprint, state, token, lease_until, attempts, response, create
 func newQueries(t string) queries {
 	return queries{
 		get: "SELECT " + cols + " FROM " + t + " WHERE `key` = ?",
-		// lockingGet is get in a DoTx transaction: a shared lock on the row, so it waits for a
-		// transaction that inserted or changed it to end and reads its latest committed
-		// version, and the row cannot change until this transaction ends. (LOCK IN SHARE MODE
-		// is the spelling both MySQL 8 and MariaDB accept.)
+		// lockingGet is get in a DoTx transaction, after its INSERT failed as a duplicate: a
+		// shared lock on the row, so it reads the latest committed version, and the row cannot
+		// change until this transaction ends. (LOCK IN SHARE MODE is the spelling both MySQL 8
+		// and MariaDB accept.)
 		lockingGet: "SELECT " + cols + " FROM " + t + " WHERE `key` = ? LOCK IN SHARE MODE",
 		insert:     "INSERT INTO " + t + " (`key`, " + cols + ") VALUES (?, ?, 1, ?, ?, 1, NULL, ?, 0, ?)",
 		// swap claims a row read before, only if it is still exactly that version.
