@@ -26,8 +26,8 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // write lock until the first ends (in this process, for the writer connection; in another
 // process sharing the file, up to Options.BusyTimeout), then replays its response; if the
 // first rolled back, it claims the key and runs fn itself. No in-progress record is ever
-// visible to others. A key already completed is answered from a reader connection, without
-// the write lock.
+// visible to others. A key this store has seen completed (see Options.KnownKeys) is answered
+// from a reader connection, without the write lock.
 //
 // DoTx returns:
 //   - the executed Result (Kept true) and nil, after a successful commit;
@@ -79,15 +79,18 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	c := claim{key: key, fp: fingerprint, now: now.UnixMicro(), token: idem.NextToken(0, now)}
 	c.leaseUntil, c.expiresAt = c.now+ttl.Microseconds(), c.now+ttl.Microseconds()
 
-	// A completed record, or one an engine holds, is the answer as read: a claim could not
-	// change it.
-	rec, found, claimable, err := s.read(ctx, s.get, key, fingerprint, c.now, true)
-	if err != nil {
-		return res, false, s.storeErr("get", err)
-	}
-	if found && !claimable {
-		s.known.mark(key)
-		return txmode.Answer(&rec, fingerprint, now)
+	// A key this store has seen existing is looked up first, on a reader: a completed record,
+	// or one an engine holds, is the answer as read, since a claim could not change it. Any
+	// other key is most likely new, and the claim in the write transaction finds the record
+	// anyway, so the look would only cost a query.
+	if s.known.has(key) {
+		rec, found, claimable, err := s.read(ctx, s.get, key, fingerprint, c.now, true)
+		if err != nil {
+			return res, false, s.storeErr("get", err)
+		}
+		if found && !claimable {
+			return txmode.Answer(&rec, fingerprint, now)
+		}
 	}
 
 	tx, release, err := s.begin(ctx, w)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -65,5 +66,48 @@ func TestDoTx(t *testing.T) {
 	}
 	if _, err := st.DoTx(ctx, "k", fp, nil); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("nil function: %v", err)
+	}
+}
+
+// A Store that has not seen a key existing claims it without looking first; the claim finds a
+// record written by another Store on the same file all the same: a replay, a mismatch, an
+// engine's claim in flight. With KnownKeys disabled, every call looks first: the same answers.
+func TestDoTxUnknownKey(t *testing.T) {
+	t.Parallel()
+	for _, known := range []int{0, -1} {
+		first := open(t, sqlitestore.Options{})
+		ctx := context.Background()
+		fp := idem.Fingerprint([]byte("a"))
+		ran := 0
+		fn := func(context.Context, *sql.Tx) (idem.Response, error) {
+			ran++
+			return idem.Response{Status: 201, Body: []byte("placed")}, nil
+		}
+		if _, err := first.DoTx(ctx, "done", fp, fn); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := first.Reserve(ctx, "held", fp, time.Now(), time.Minute, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		other, err := sqlitestore.Open(ctx, first.Path(), sqlitestore.Options{KnownKeys: known})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = other.Close() })
+		for range 2 { // unknown, then known to other
+			r, err := other.DoTx(ctx, "done", fp, fn)
+			if err != nil || !r.Replayed || string(r.Response.Body) != "placed" {
+				t.Fatalf("KnownKeys %d: replay: %+v %v", known, r, err)
+			}
+			if _, err := other.DoTx(ctx, "done", idem.Fingerprint([]byte("b")), fn); !errors.Is(err, idem.ErrMismatch) {
+				t.Fatalf("KnownKeys %d: other fingerprint: %v, want ErrMismatch", known, err)
+			}
+			if _, err := other.DoTx(ctx, "held", fp, fn); !errors.Is(err, idem.ErrInFlight) {
+				t.Fatalf("KnownKeys %d: held by an engine: %v, want ErrInFlight", known, err)
+			}
+		}
+		if ran != 1 {
+			t.Fatalf("KnownKeys %d: the function ran %d times, want once", known, ran)
+		}
 	}
 }

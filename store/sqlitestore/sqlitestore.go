@@ -41,10 +41,11 @@ type Options struct {
 	// Readers is how many read connections serve Get and the read-only first look of Reserve
 	// (WAL lets them read while the writer writes). Default max(4, GOMAXPROCS).
 	Readers int
-	// KnownKeys is the size of a table of key hashes (8 bytes each) by which Reserve remembers
-	// which keys it has seen existing: for those it first looks without the write lock (fast
-	// replays); for others it claims first (fast new keys). Default 65536; negative disables it,
-	// and every Reserve then looks first. It never affects correctness, only speed.
+	// KnownKeys is the size of a table of key hashes (8 bytes each) by which Reserve, DoTx and
+	// TxRunner remember which keys they have seen existing: for those they first look without
+	// the write lock (fast replays); for others they claim first (fast new keys). Default
+	// 65536; negative disables it, and every call then looks first. It never affects
+	// correctness, only speed.
 	KnownKeys int
 	// Synchronous is SQLite's synchronous setting for the writer: "NORMAL" (default) or "FULL".
 	// With NORMAL in WAL mode a commit survives a crash of the process but the last commits
