@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,40 @@ func TestTxRunnerWaitBound(t *testing.T) {
 				t.Errorf("the holder's statements ran with innodb_lock_wait_timeout %d, want the session's %d", seen, want)
 			}
 		})
+	}
+}
+
+// DoTx's transaction runs at the session's isolation level by default, as db.BeginTx(ctx, nil)
+// does, and at Options.TxIsolation when set; New refuses a level MySQL lacks.
+func TestDoTxIsolation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	level := func(st *mysqlstore.Store) (got string) {
+		t.Helper()
+		_, err := st.DoTx(ctx, randomName("k"), idem.Fingerprint(nil), func(ctx context.Context, tx *sql.Tx) (idem.Response, error) {
+			return idem.Response{Status: 200}, tx.QueryRowContext(ctx,
+				"SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = CONNECTION_ID()").Scan(&got)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	var want string // MariaDB's name, then MySQL 8's
+	err := db(t).QueryRowContext(ctx, "SELECT @@SESSION.tx_isolation").Scan(&want)
+	if err != nil {
+		err = db(t).QueryRowContext(ctx, "SELECT @@SESSION.transaction_isolation").Scan(&want)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := level(newStore(t, mysqlstore.Options{})); got != strings.ReplaceAll(want, "-", " ") {
+		t.Errorf("default: the transaction ran at %q, want the session's %q", got, want)
+	}
+	if got := level(newStore(t, mysqlstore.Options{TxIsolation: sql.LevelReadCommitted})); got != "READ COMMITTED" {
+		t.Errorf("TxIsolation READ COMMITTED: the transaction ran at %q", got)
+	}
+	if _, err := mysqlstore.New(db(t), mysqlstore.Options{TxIsolation: sql.LevelSnapshot}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("TxIsolation snapshot: %v, want idem.ErrInvalidInput", err)
 	}
 }
