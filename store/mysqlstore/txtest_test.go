@@ -18,6 +18,17 @@ import (
 // hold their connections, and the other tests' deadlines must not depend on them.
 func TestTxConformance(t *testing.T) {
 	t.Parallel()
+	txConformance(t, false)
+}
+
+// The suite again with the lock wait bounded as on MySQL, by the session's setting around the
+// claim, instead of MariaDB's per-statement SET STATEMENT.
+func TestTxConformanceSessionLockWait(t *testing.T) {
+	t.Parallel()
+	txConformance(t, true)
+}
+
+func txConformance(t *testing.T, sessionLockWait bool) {
 	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +52,9 @@ func TestTxConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
+		if sessionLockWait {
+			mysqlstore.UseSessionLockWait(st)
+		}
 		if !attach {
 			if err := st.Migrate(ctx); err != nil {
 				t.Fatal(err)
