@@ -83,17 +83,35 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	// or one an engine holds, is the answer as read, since a claim could not change it. Any
 	// other key is most likely new, and the claim in the write transaction finds the record
 	// anyway, so the look would only cost a query.
-	if s.known.has(key) {
+	// A request that waited for the writer while a duplicate completed its key looks again
+	// before it begins, so a burst of duplicates replays from the readers instead of taking
+	// the write lock one by one.
+	looked := false
+	look := func() (done bool, res idem.Result, err error) {
+		looked = true
 		rec, found, claimable, err := s.read(ctx, s.get, key, fingerprint, c.now, true)
 		if err != nil {
-			return res, false, s.storeErr("get", err)
+			return true, res, s.storeErr("get", err)
 		}
 		if found && !claimable {
-			return txmode.Answer(&rec, fingerprint, now)
+			res, _, err = txmode.Answer(&rec, fingerprint, now)
+			return true, res, err
+		}
+		return false, res, nil
+	}
+	if s.known.has(key) {
+		if done, res, err := look(); done {
+			return res, false, err
 		}
 	}
-
-	tx, release, err := s.begin(ctx, w)
+	lookAgain := func() bool { return !looked && s.known.has(key) }
+	tx, release, err := s.begin(ctx, w, lookAgain)
+	if errors.Is(err, errLookAgain) {
+		if done, res, err := look(); done {
+			return res, false, err
+		}
+		tx, release, err = s.begin(ctx, w, nil)
+	}
 	if err != nil {
 		if w != nil && s.waitEnded(ctx, err) {
 			return res, false, txmode.WaitEnded(key)
@@ -132,11 +150,16 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: time.UnixMicro(expires.UnixMicro())}, false, nil
 }
 
+// errLookAgain is begin's answer when lookAgain said so.
+var errLookAgain = errors.New("look again before the write transaction")
+
 // begin takes the writer connection and begins a write transaction on it, waiting at most
 // w.lock (when w is set) and until ctx's deadline: for the connection, held by another
 // transaction of this process, then for SQLite's write lock, held by another process. release
 // gives the connection back, with its busy timeout restored, once the transaction ended.
-func (s *Store) begin(ctx context.Context, w *txWait) (tx *sql.Tx, release func(), err error) {
+// With lookAgain set, and true once the connection is taken, begin gives it back and returns
+// errLookAgain instead.
+func (s *Store) begin(ctx context.Context, w *txWait, lookAgain func() bool) (tx *sql.Tx, release func(), err error) {
 	wctx := ctx
 	if w != nil && w.lock > 0 {
 		var cancel context.CancelFunc
@@ -146,6 +169,10 @@ func (s *Store) begin(ctx context.Context, w *txWait) (tx *sql.Tx, release func(
 	conn, err := s.w.Conn(wctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	if lookAgain != nil && lookAgain() {
+		_ = conn.Close()
+		return nil, nil, errLookAgain
 	}
 	// The busy timeout bounds the wait for another process's write lock: make it end with
 	// the wait, when that comes first.
