@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -285,6 +286,9 @@ func TestRates(t *testing.T) {
 	if out == "-" {
 		t.Log("\n" + md.String())
 		return
+	}
+	if !filepath.IsAbs(out) {
+		out = filepath.Join("..", "..", out) // relative to the module's root, where the command runs
 	}
 	if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
 		t.Fatal(err)
