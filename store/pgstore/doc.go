@@ -106,9 +106,13 @@
 // a partition goes; each drop locks the table for the milliseconds of the check and the drop,
 // once per period, waiting at most 2s for the lock (a long DoTx on the table makes it retry
 // at the next Sweep); a released or expired record keeps its row, counted as absent, until its
-// partition goes (SweepRows deletes such rows one by one if needed); GroupCommit cannot be
-// combined with the layout. DoTx works in it: the key's lock is held until the caller's
-// transaction commits.
+// partition goes (SweepRows deletes such rows one by one if needed). GroupCommit works in it:
+// a group transaction sends each claim's lock and statement, in key order and for one key the
+// claims before the completions (a claim takes the key's lock before its row, so must every
+// transaction), and holds the locks until it commits; a transaction that finds a partition
+// dropped since this process created it rolls back and runs again once the partition is
+// created anew. DoTx works in it: the key's lock is held until the caller's transaction
+// commits.
 //
 // Migrate converts a table of the plain layout in place: it adds born (0, a constant default:
 // no rewrite) and a CHECK (born = 0) constraint, validates the constraint while the table stays

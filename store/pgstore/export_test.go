@@ -61,3 +61,23 @@ func together(s *Store, ops []*groupOp) []error {
 	}
 	return errs
 }
+
+// ClaimLockSQL returns the statement that takes a key's claim lock ($1) in the partitioned
+// layout.
+func ClaimLockSQL(s *Store) string { return s.part.lockSQL }
+
+// CompleteThenReserveTogether runs, in one group transaction, the completion of key (with
+// token) and a second claim of it, passed to the worker in that order.
+func CompleteThenReserveTogether(ctx context.Context, s *Store, key string, token int64, fp string, now time.Time) (idem.Reservation, []error) {
+	args, err := reserveArgs(key, fp, now, time.Minute, time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	cargs := completeArgs(key, token, idem.Response{Status: 200}, now, now.Add(time.Hour))
+	ops := []*groupOp{
+		{ctx: ctx, complete: true, key: key, args: cargs, size: len(cargs[2].([]byte))},
+		{ctx: ctx, key: key, args: args},
+	}
+	errs := together(s, ops)
+	return ops[1].res, errs
+}

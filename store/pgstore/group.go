@@ -177,7 +177,8 @@ func (g *group) work() {
 
 // run executes batch's statements in one transaction and hands each call its outcome; it
 // returns the Reserve calls to run again (their statement found neither a claim nor a record:
-// the race described at queries.reserve), in batch's backing array.
+// the race described at queries.reserve) and, in the partitioned layout, every call of a
+// transaction that found a partition dropped, in batch's backing array.
 //
 // The statements go in key order, so two transactions never wait on each other's rows in
 // opposite orders (no deadlock). Outcomes are handed out only after the commit: a claim is
@@ -194,28 +195,50 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 	if len(live) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(live, func(a, b *groupOp) int { return cmp.Compare(a.key, b.key) })
+	// Key order; for one key, claims before completions: in the partitioned layout a claim
+	// takes the key's claim lock before its row, so a transaction that completed the key
+	// (holding its row) must not then wait for its claim lock.
+	slices.SortStableFunc(live, func(a, b *groupOp) int {
+		return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(boolInt(a.complete), boolInt(b.complete)))
+	})
 	ctx, cancel := g.batchContext(live)
 	defer cancel()
+	p := g.s.part
+	if p != nil {
+		live = g.ensurePartitions(ctx, live)
+		if len(live) == 0 {
+			return nil
+		}
+	}
 
 	var b pgx.Batch
 	for _, op := range live {
-		if op.complete {
+		switch {
+		case op.complete:
 			b.Queue(g.s.q.complete, op.args...)
-		} else {
+		case p != nil:
+			b.Queue(p.lockSQL, op.key)
+			b.Queue(p.claimSQL(p.bucket(op.args[2].(int64))), op.args...)
+		default:
 			b.Queue(g.s.q.reserve, op.args...)
 		}
 	}
 	br := g.s.pool.SendBatch(ctx, &b)
 	var err error
 	for _, op := range live {
+		op.again, op.err = false, nil
 		if op.complete {
 			var tag pgconn.CommandTag
 			if tag, err = br.Exec(); err == nil && tag.RowsAffected() == 0 {
 				op.err = idem.ErrLeaseLost
 			}
 		} else {
-			op.again, op.err, err = scanReservation(br.QueryRow(), op.key, &op.res)
+			if p != nil {
+				_, err = br.Exec() // the claim lock
+			}
+			if err == nil {
+				op.again, op.err, err = scanReservation(br.QueryRow(), op.key, &op.res)
+			}
 		}
 		if err != nil {
 			break // the server's error, or the connection's: the transaction is lost
@@ -225,6 +248,20 @@ func (g *group) run(batch []*groupOp) []*groupOp {
 		err = cerr
 	}
 	g.count(len(live))
+	if p != nil && isUndefinedTable(err) {
+		// A partition was dropped since this process last saw it (its clock is far behind
+		// the dropper's). The transaction rolled back, so nothing of it happened: run every
+		// call again, once the next run has created the partitions.
+		for _, op := range live {
+			if !op.complete {
+				p.forget(p.bucket(op.args[2].(int64)))
+			}
+		}
+		err = nil
+		for _, op := range live {
+			op.again, op.err = true, nil
+		}
+	}
 	rerun := batch[:0]
 	for _, op := range live {
 		switch {
@@ -286,4 +323,36 @@ func (g *group) count(calls int) {
 	g.stats.calls += calls
 	g.stats.largest = max(g.stats.largest, calls)
 	g.stats.mu.Unlock()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ensurePartitions creates, in the partitioned layout, the partitions the claims of live write
+// into, unless this process knows they exist; a claim whose partition cannot be created gets
+// that error. It returns the calls to send, in live's backing array.
+func (g *group) ensurePartitions(ctx context.Context, live []*groupOp) []*groupOp {
+	p := g.s.part
+	failed := map[int64]error{}
+	out := live[:0]
+	for _, op := range live {
+		if !op.complete {
+			b := p.bucket(op.args[2].(int64))
+			err, seen := failed[b]
+			if !seen {
+				err = p.ensureKnown(ctx, b)
+				failed[b] = err
+			}
+			if err != nil {
+				op.finish(err)
+				continue
+			}
+		}
+		out = append(out, op)
+	}
+	return out
 }

@@ -36,8 +36,6 @@ func (o *Options) partitionDefaults() error {
 		return invalid("Options.PartitionWidth %s is below 1s", o.PartitionWidth)
 	case o.PartitionMargin < 0:
 		return invalid("Options.PartitionMargin %s is negative", o.PartitionMargin)
-	case o.GroupCommit > 0:
-		return invalid("Options.GroupCommit %d cannot be combined with Options.PartitionWidth", o.GroupCommit)
 	}
 	return nil
 }

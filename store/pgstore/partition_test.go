@@ -38,10 +38,12 @@ func newPartitioned(t testing.TB, opt pgstore.Options) *pgstore.Store {
 
 func TestPartitionedConformance(t *testing.T) {
 	t.Parallel()
-	// 10-minute partitions: the suite's times (now, now + lease, now + 1h) cross boundaries.
-	storetest.RunWithOptions(t, func(t *testing.T) idem.Store {
-		return partitioned{newPartitioned(t, pgstore.Options{PartitionWidth: 10 * time.Minute})}
-	}, storetest.Options{Rounds: 20})
+	forGroupCommit(t, func(t *testing.T, groupCommit int) {
+		// 10-minute partitions: the suite's times (now, now + lease, now + 1h) cross boundaries.
+		storetest.RunWithOptions(t, func(t *testing.T) idem.Store {
+			return partitioned{newPartitioned(t, pgstore.Options{PartitionWidth: 10 * time.Minute, GroupCommit: groupCommit})}
+		}, storetest.Options{Rounds: 20})
+	})
 }
 
 func TestPartitionedOptions(t *testing.T) {
@@ -52,7 +54,6 @@ func TestPartitionedOptions(t *testing.T) {
 	}{
 		{pgstore.Options{PartitionWidth: time.Millisecond}, "PartitionWidth"},
 		{pgstore.Options{PartitionWidth: -time.Hour}, "PartitionWidth"},
-		{pgstore.Options{PartitionWidth: time.Hour, GroupCommit: 2}, "GroupCommit"},
 		{pgstore.Options{PartitionWidth: time.Hour, PartitionMargin: -time.Second}, "PartitionMargin"},
 		{pgstore.Options{PartitionMargin: time.Second}, "PartitionMargin"},
 	} {
@@ -114,8 +115,23 @@ func rowsPerKey(t *testing.T, st *pgstore.Store) {
 // must be claimed exactly once per round, and keep exactly one row.
 func TestPartitionBoundaryRace(t *testing.T) {
 	t.Parallel()
+	forGroupCommit(t, testPartitionBoundaryRace)
+}
+
+// forGroupCommit runs test as parallel subtests, its claims each their own transaction and
+// grouped (Options.GroupCommit 2).
+func forGroupCommit(t *testing.T, test func(t *testing.T, groupCommit int)) {
+	for _, gc := range []int{0, 2} {
+		t.Run(fmt.Sprintf("GroupCommit=%d", gc), func(t *testing.T) {
+			t.Parallel()
+			test(t, gc)
+		})
+	}
+}
+
+func testPartitionBoundaryRace(t *testing.T, groupCommit int) {
 	const width = time.Hour
-	st := newPartitioned(t, pgstore.Options{PartitionWidth: width})
+	st := newPartitioned(t, pgstore.Options{PartitionWidth: width, GroupCommit: groupCommit})
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("boundary"))
 	boundary := time.Now().Truncate(width).Add(width) // the start of the next period
@@ -381,8 +397,12 @@ func TestDropExpiredPartitions(t *testing.T) {
 // fails, none is doubled, and a live record is never dropped from under a reader.
 func TestDropRacesClaims(t *testing.T) {
 	t.Parallel()
+	forGroupCommit(t, testDropRacesClaims)
+}
+
+func testDropRacesClaims(t *testing.T, groupCommit int) {
 	const width = time.Hour
-	st := newPartitioned(t, pgstore.Options{PartitionWidth: width, PartitionMargin: time.Minute})
+	st := newPartitioned(t, pgstore.Options{PartitionWidth: width, PartitionMargin: time.Minute, GroupCommit: groupCommit})
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("droprace"))
 	now := time.Now().Truncate(width).Add(width / 2)
@@ -593,5 +613,103 @@ func TestPartitionedDoTx(t *testing.T) {
 	wg.Wait()
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("DoTx ran %d times, want 1", n)
+	}
+}
+
+// TestPartitionedGroupCompleteThenClaim: a group transaction that completes a key and claims
+// it again (a duplicate that arrived meanwhile) must take the key's claim lock before its row,
+// as every claim does. Another transaction holds the claim lock and then wants the row: if the
+// group locked the row first and then waited for the claim lock, the two would deadlock and
+// PostgreSQL would abort one.
+func TestPartitionedGroupCompleteThenClaim(t *testing.T) {
+	t.Parallel()
+	st := newPartitioned(t, pgstore.Options{GroupCommit: 1})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("order"))
+	now := time.Now()
+	first, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	if err != nil || !first.Claimed {
+		t.Fatal(first, err)
+	}
+	other, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }() // after the commit below: nothing to undo
+	if _, err := other.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, pgstore.ClaimLockSQL(st), "k"); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res  idem.Reservation
+		errs []error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, errs := pgstore.CompleteThenReserveTogether(ctx, st, "k", first.Record.Token, fp, now.Add(time.Second))
+		done <- outcome{res, errs}
+	}()
+	time.Sleep(300 * time.Millisecond) // the group's transaction reaches the claim lock
+	if _, err := other.Exec(ctx, `SELECT 1 FROM `+st.Table()+` WHERE key = 'k' FOR UPDATE`); err != nil {
+		t.Fatalf("the claim lock's holder could not lock the row: %v", err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	for _, err := range got.errs {
+		if err != nil {
+			t.Fatalf("group transaction: %v", err)
+		}
+	}
+	// The claim ran first: it found the claim in progress; then the completion landed.
+	if got.res.Claimed || got.res.Record.State != idem.StateInProgress {
+		t.Fatalf("second claim = %+v, want the first claim in progress", got.res)
+	}
+	if rec, err := st.Get(ctx, "k"); err != nil || rec.State != idem.StateCompleted {
+		t.Fatalf("Get = %+v, %v", rec, err)
+	}
+}
+
+// TestPartitionedGroupPartitionDropped: a process whose clock is far behind claims into a
+// partition that another process dropped since the first one created it. Its group
+// transaction fails on the missing table, rolls back, and runs again once the partition is
+// created anew: every call of it succeeds.
+func TestPartitionedGroupPartitionDropped(t *testing.T) {
+	t.Parallel()
+	const width = time.Hour
+	behind := newPartitioned(t, pgstore.Options{PartitionWidth: width, PartitionMargin: time.Minute, GroupCommit: 2})
+	ctx := context.Background()
+	fp := idem.Fingerprint([]byte("dropped"))
+	then := time.Now().Add(-5 * width)
+	res, err := behind.Reserve(ctx, "a", fp, then, time.Minute, time.Minute)
+	if err != nil || !res.Claimed {
+		t.Fatal(res, err)
+	}
+	if err := behind.Complete(ctx, "a", res.Record.Token, idem.Response{Status: 200}, then, then.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	dropper, err := pgstore.New(behind.Pool(), pgstore.Options{Schema: testSchema, Table: partTable(behind), PartitionWidth: width, PartitionMargin: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := dropper.DropExpiredPartitions(ctx, time.Now()); err != nil || n != 1 {
+		t.Fatalf("DropExpiredPartitions = %d, %v; want 1 partition", n, err)
+	}
+	// Two claims in one group transaction, into the dropped partition.
+	results, errs := pgstore.ReserveTogether(ctx, behind, []string{"b", "c"}, fp, then.Add(time.Second))
+	for i, err := range errs {
+		if err != nil || !results[i].Claimed {
+			t.Fatalf("claim %d into the dropped partition = %+v, %v; want a claim", i, results[i], err)
+		}
+	}
+	var recreated bool
+	for _, p := range mustPartitions(t, behind) {
+		recreated = recreated || p.From.Equal(then.Truncate(width))
+	}
+	if !recreated {
+		t.Fatalf("partitions = %+v, want the one of %s recreated", mustPartitions(t, behind), then)
 	}
 }

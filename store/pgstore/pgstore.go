@@ -60,7 +60,7 @@ type Options struct {
 	// partitioned by range on the time each row was written, one partition per
 	// PartitionWidth, and Sweep drops whole partitions once every record in them has expired,
 	// instead of deleting rows (see "Partitioned layout" in the package documentation). It
-	// must be at least 1s, and cannot be combined with GroupCommit. Migrate converts a table
+	// must be at least 1s. It combines with GroupCommit. Migrate converts a table
 	// of the plain layout. Default 0: one plain table, swept row by row.
 	PartitionWidth time.Duration
 	// PartitionMargin is how long past the last expiry of every record in a partition Sweep

@@ -69,8 +69,7 @@ const PostgresGroupCommit = 2
 // &group_commit=N&partition_width=D&partition_margin=D (pgx parameters such as pool_max_conns
 // pass through). The schema is migrated on open unless migrate=false. partition_width (a Go
 // duration such as 6h) selects pgstore's partitioned layout, whose Sweep drops whole
-// partitions; it turns group commit off unless group_commit is given too (which pgstore
-// refuses).
+// partitions, with group commit as in the plain layout.
 func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
 	c := *u
 	p := take(&c, "table", "schema", "migrate", "group_commit", "partition_width", "partition_margin")
@@ -87,9 +86,6 @@ func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
 		}
 	}
 	group := PostgresGroupCommit
-	if width > 0 {
-		group = 0
-	}
 	if v := p["group_commit"]; v != "" {
 		if group, err = strconv.Atoi(v); err != nil || group < 0 {
 			return nil, fmt.Errorf("%w: group_commit=%q is not a number of transactions (0 or more)", idem.ErrInvalidInput, v)

@@ -14,8 +14,8 @@ import (
 	"github.com/idemkit/idem/store/storeurl"
 )
 
-// TestPostgresPartitionWidth: partition_width selects pgstore's partitioned layout, without
-// group commit, and its Sweep keeps the partitions of the current and the next period.
+// TestPostgresPartitionWidth: partition_width selects pgstore's partitioned layout, with
+// group commit as in the plain layout, and its Sweep keeps the partitions of the current and the next period.
 func TestPostgresPartitionWidth(t *testing.T) {
 	u := testenv.PostgresURL(t)
 	sep := "?"
@@ -36,8 +36,12 @@ func TestPostgresPartitionWidth(t *testing.T) {
 		_, _ = ps.Pool().Exec(ctx, `DELETE FROM `+pgstore.MigrationsTable+` WHERE tbl = $1`, table)
 		st.Close()
 	})
-	if ps.GroupCommit() != 0 {
-		t.Fatalf("GroupCommit %d with partition_width, want 0", ps.GroupCommit())
+	if ps.GroupCommit() != storeurl.PostgresGroupCommit {
+		t.Fatalf("GroupCommit %d with partition_width, want %d", ps.GroupCommit(), storeurl.PostgresGroupCommit)
+	}
+	res, err := st.Reserve(context.Background(), "k", idem.Fingerprint([]byte("k")), time.Now(), time.Minute, time.Hour)
+	if err != nil || !res.Claimed {
+		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
 	if _, err := st.Sweep(context.Background(), time.Now(), 100); err != nil {
 		t.Fatal(err)
@@ -46,7 +50,7 @@ func TestPostgresPartitionWidth(t *testing.T) {
 	if err != nil || len(parts) < 2 || parts[0].To.Sub(parts[0].From) != 6*time.Hour {
 		t.Fatalf("Partitions = %+v, %v", parts, err)
 	}
-	for _, bad := range []string{"&partition_width=soon", "&partition_width=6h&group_commit=2"} {
+	for _, bad := range []string{"&partition_width=soon", "&partition_width=6h&group_commit=-1"} {
 		if _, err := storeurl.Open(context.Background(), u+sep+"table="+table+bad); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("Open(…%s) = %v, want ErrInvalidInput", bad, err)
 		}

@@ -16,8 +16,8 @@
 // SQL schemas are migrated on open unless migrate=false. PostgreSQL stores group concurrent
 // claims and completions into shared transactions (pgstore.Options.GroupCommit, here
 // PostgresGroupCommit of them at once) unless group_commit=0; group_commit=N sets how many.
-// partition_width=6h selects pgstore's partitioned layout (pgstore.Options.PartitionWidth,
-// without group commit), whose Sweep drops whole expired partitions; partition_margin sets
+// partition_width=6h selects pgstore's partitioned layout (pgstore.Options.PartitionWidth),
+// whose Sweep drops whole expired partitions; partition_margin sets
 // pgstore.Options.PartitionMargin. The drivers' own parameters
 // (sslmode, pool_max_conns, dial_timeout, parseTime…) pass through to them.
 //
