@@ -223,6 +223,7 @@ func TestGroupCommitClose(t *testing.T) {
 	fp := idem.Fingerprint([]byte("close"))
 	now := time.Now()
 	release := claimAndHold(t, st, "held", fp, now)
+	t.Cleanup(release) // also when the test fails early: the worker waits on the row, Close on it
 	type outcome struct {
 		res idem.Reservation
 		err error

@@ -403,7 +403,11 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 
 // sweepRows is the plain layout's Sweep: one bounded DELETE.
 func (s *Store) sweepRows(ctx context.Context, now time.Time, batch int) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.q.sweep, now.UnixMicro(), batch)
+	q := s.q.sweep
+	if s.part != nil {
+		q = s.q.sweepByKey
+	}
+	tag, err := s.pool.Exec(ctx, q, now.UnixMicro(), batch)
 	if err != nil {
 		return 0, opErr("sweep", err)
 	}

@@ -3,7 +3,7 @@ package pgstore
 // queries are the store's statements for one table. Column order everywhere: fingerprint,
 // state, token, lease_until, attempts, response, created_at, completed_at, expires_at.
 type queries struct {
-	reserve, complete, release, extend, get, del, sweep string
+	reserve, complete, release, extend, get, del, sweep, sweepByKey string
 }
 
 const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at`
@@ -68,9 +68,18 @@ SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 		// The inner SELECT walks the expires_at index from the oldest; FOR UPDATE re-checks
 		// each row's latest version (a row reclaimed meanwhile is no longer expired and is
 		// left alone) and SKIP LOCKED passes over rows a claim holds right now. The DELETE
+		// finds the rows by their physical address (a TID scan), not by a primary-key lookup
+		// each: tens of times less work per batch. The rows stay locked until the statement
+		// ends, so no other transaction can change or move them in between; and the DELETE
 		// states the expiry again, so it deletes only rows expired in the version it deletes,
-		// whatever plan the server picks.
-		sweep: `DELETE FROM ` + t + ` WHERE key IN (
+		// whatever happens (a row whose latest version lives at another address is not
+		// deleted).
+		sweep: `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM ` + t + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+	AND expires_at <= $1`,
+		// sweepByKey is sweep for a partitioned table, where an address names a row only
+		// within its partition: the rows are found again by key.
+		sweepByKey: `DELETE FROM ` + t + ` WHERE key IN (
 	SELECT key FROM ` + t + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 	AND expires_at <= $1`,
 	}
