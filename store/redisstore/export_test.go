@@ -14,3 +14,15 @@ func PrefixOf(s *Store) string { return s.opt.Prefix }
 
 // IndexKey exposes the Redis key of key's shard's index to the tests.
 func IndexKey(s *Store, key string) string { return s.indexKey(shard(key)) }
+
+// PinReadFirst makes Reserve always start with a GET (on) or with the claim script (off),
+// whatever the balance of its recent calls. Call it before the store is used.
+func PinReadFirst(s *Store, on bool) {
+	s.pinned = -1
+	if on {
+		s.pinned = 1
+	}
+}
+
+// ReadsFirst reports whether the next Reserve starts with a GET.
+func ReadsFirst(s *Store) bool { return s.readFirst() }
