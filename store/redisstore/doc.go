@@ -12,14 +12,33 @@
 //
 // # Round trips
 //
-// Reserve of a new key is one script, claimScript, around SET <record> PX <ttl> NX GET: Redis
-// writes the claim if the key has no record, and adds the key to the listing index in the same
-// step, and otherwise returns the record untouched, so a new key, a duplicate in flight and a
-// replay of a completed key (the response comes back with the record) each cost one round
-// trip. Only when that record may be claimable (past its expires_at, released, or a stale
-// lease of the same fingerprint to take over) does Reserve make a second round trip, the
-// reserve script, which decides atomically on the record it finds then; those cases are a
-// retry after a failure, a key reused after its window, and a takeover.
+// Only Lua scripts write, so that a claim, its fencing token and its listing index entry are
+// one atomic step on the server; a plain command never decides a claim. Reserve starts with
+// one of two commands, and switches between them by the calls it has seen (Store.Reserve):
+//
+//   - the claim script, around SET <record> PX <ttl> NX GET: Redis writes the claim if the key
+//     has no record, and adds the key to the listing index in the same step, and otherwise
+//     returns the record untouched, so a new key, a duplicate in flight and a replay of a
+//     completed key each cost one round trip, and one script;
+//   - a plain GET, while more than about 5 in 7 of the store's recent Reserves found a record:
+//     a replay and a duplicate in flight then cost one GET and no script, as much as a plain
+//     GET of the record; a new key costs the GET and then the claim script, two round trips.
+//
+// Why: a script costs redis-server several times what a GET does (the Lua call: about 7 µs of
+// command time against 1 µs on a loaded two-core machine, in INFO commandstats), and a
+// replay that ran the claim script cost about 1.3 to 1.5 times a plain GET in all, measured
+// with go-redis against the same server; reading first brings a replay back to a GET, and
+// costs a key without a record one more round trip, which is why the store reads first only
+// while records are found often enough to pay for it. Neither command is trusted for a claim:
+// a GET that finds nothing is followed by the claim script, which writes only if the key
+// still has no record, and a record found (by either command) that may be claimable (past
+// its expires_at, released, or a stale lease of the same fingerprint to take over) is handed
+// to the reserve script, which decides atomically on the record it finds then. Those cases
+// (a retry after a failure, a key reused after its window, a takeover) cost two round trips.
+// Two ways to claim without Lua were measured and left: SET … NX GET followed by a separate
+// ZADD leaves a claim unlisted if its holder dies between the two, and MULTI … EXEC of both
+// costs about half a script on every replay and cannot share the automatic pipeliner's
+// connections (docs/bench/redis.md).
 //
 // Complete, Release and Extend are each one Lua script (EVALSHA, falling back to EVAL once
 // when Redis does not know the script yet), so the token check and the write are one atomic
@@ -80,16 +99,24 @@
 // carries a TTL that covers its records', so the index of a prefix nobody writes any more
 // expires with its last record.
 //
-// The index costs memory and server time. A member takes about the key's length plus 15 bytes
-// while its shard's index is small (at most 128 keys of at most 64 bytes), and the key's
-// length plus 100 to 140 bytes beyond (MEMORY USAGE: 67, 155 and 242 bytes per record for
-// 20,000 records with 53-byte keys, 200,000 with 53-byte keys and 20,000 with 100-byte keys,
-// against 360 to 424 bytes for each small completed record itself). Reserve runs a script
-// where a plain SET sufficed, so a replay costs redis-server the Lua call besides the SET, and
-// a new key the index update besides: in a same-run comparison on a busy two-core machine,
-// redis-server spent a median 1.3 times the CPU per new key (Reserve and Complete) and 1.5
-// times per replay. Records written by a version of the store without the index are listed
-// once a Complete or a new claim rewrites them.
+// The index costs memory and server time. Memory: a member takes about the key's length plus
+// 10 bytes while its shard's index is stored as a listpack (Redis's default: at most 128
+// members of at most 64 bytes, so about 100,000 records over the 1,024 shards), and the key's
+// length plus about 100 bytes beyond (MEMORY USAGE: 63 bytes per record for 100,000 records
+// with 53-byte keys, against 392 for each record itself, completed with a small response;
+// used_memory grew by 525 bytes per record, against 252 for a bare proxy that SETs the
+// response alone; 155 and 242 bytes per record for 200,000 records with 53-byte keys and
+// 20,000 with 100-byte keys). Raising zset-max-listpack-entries and zset-max-listpack-value in
+// the Redis configuration keeps larger stores compact: for 200,000 records with 53-byte keys,
+// 62 bytes per record with 256 and 128 against 155 with the defaults, and used_memory 516
+// against 619 bytes per record; the price is slower writes into longer listpacks (an insert
+// moves the bytes after it), not measured here.
+//
+// Server time: the claim script runs where a plain SET … NX GET would have sufficed without an
+// index, so a new key costs redis-server the Lua call and the index update besides. A replay
+// costs a plain GET while the store reads first (see Round trips), and the Lua call of the
+// claim script while it does not. Records written by a version of the store without the index
+// are listed once a Complete or a new claim rewrites them.
 //
 // # Sweep
 //

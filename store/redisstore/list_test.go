@@ -3,9 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,85 +146,5 @@ func TestListLongFingerprint(t *testing.T) {
 	r := page.Records[0]
 	if r.Fingerprint != fp || r.Response == nil || r.Response.Status != 207 || r.Response.Body != nil {
 		t.Errorf("listed %q: fingerprint of %d bytes, response %+v", r.Key, len(r.Fingerprint), r.Response)
-	}
-}
-
-// TestIndexMemory reports what the index costs in Redis memory per record (MEMORY USAGE of
-// the index keys against that of the records), for records completed with a small response
-// and keys of a typical length (a 16-byte scope hash, a separator and a UUID: 53 bytes), and
-// of 100 bytes. Few records per shard are stored compactly (a listpack: up to 128 members of
-// at most 64 bytes); 200,000 records (about 200 per shard) take the general encoding.
-//
-// Run with IDEM_REDIS_BENCH=1 go test -run TestIndexMemory -v ./store/redisstore/.
-func TestIndexMemory(t *testing.T) {
-	if os.Getenv("IDEM_REDIS_BENCH") != "1" {
-		t.Skip("set IDEM_REDIS_BENCH=1 to measure the index's memory")
-	}
-	for _, tc := range []struct {
-		n      int
-		keyLen int
-	}{{20000, 53}, {200000, 53}, {20000, 100}} {
-		t.Run(fmt.Sprintf("%d records, %d-byte keys", tc.n, tc.keyLen), func(t *testing.T) { indexMemory(t, tc.n, tc.keyLen) })
-	}
-}
-
-func indexMemory(t *testing.T, n, keyLen int) {
-	rdb := standalone(t)
-	st := newStore(t, rdb)
-	ctx := context.Background()
-	fp := idem.Fingerprint([]byte("x"))
-	now := time.Now()
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("3f2a9c0b7d1e4f56|%08x-1b2c-4d3e-8f90-%012x", uint32(i*2654435761), i)
-		keys[i] += strings.Repeat("k", keyLen-len(keys[i]))
-	}
-	var wg sync.WaitGroup
-	for w := range 32 {
-		wg.Go(func() {
-			for i := w; i < n; i += 32 {
-				k := keys[i]
-				res, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour)
-				if err == nil {
-					err = st.Complete(ctx, k, res.Record.Token, idem.Response{Status: 201, Body: []byte(`{"id":"0123456789"}`)}, now, now.Add(time.Hour))
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	usage := func(keys []string) int64 {
-		cmds := make([]*redis.IntCmd, len(keys))
-		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = p.MemoryUsage(ctx, k, 0)
-			}
-			return nil
-		})
-		if err != nil && err != redis.Nil {
-			t.Fatal(err)
-		}
-		var total int64
-		for _, c := range cmds {
-			total += c.Val()
-		}
-		return total
-	}
-	recKeys := make([]string, n)
-	for i, k := range keys {
-		recKeys[i] = redisstore.RecordKey(st, k)
-	}
-	idxKeys := make([]string, redisstore.Shards)
-	for sh := range idxKeys {
-		idxKeys[sh] = redisstore.PrefixOf(st) + redisstore.Tag(sh) + "i"
-	}
-	rec, idx := usage(recKeys), usage(idxKeys)
-	t.Logf("%d records with %d-byte keys: records %d B each, index %d B each (+%.0f%%)",
-		n, len(keys[0]), rec/int64(n), idx/int64(n), 100*float64(idx)/float64(rec))
-	if idx > rec {
-		t.Errorf("the index takes %d B per record, more than the record itself (%d B)", idx/int64(n), rec/int64(n))
 	}
 }

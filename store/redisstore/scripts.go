@@ -2,9 +2,9 @@ package redisstore
 
 import "github.com/redis/go-redis/v9"
 
-// A record is one Redis string, so that a claim of a new key and a replay can be one plain
-// SET … NX GET (see Store.Reserve), and so that every write sets the value and its storage TTL
-// in one command:
+// A record is one Redis string, so that a replay can be one plain GET, a claim of a new key one
+// SET … NX GET in the claim script (see Store.Reserve), and every write sets the value and its
+// storage TTL in one command:
 //
 //	st|tok|lease|att|crt|cmp|exp|op|fplen|<fingerprint><response>
 //
@@ -72,8 +72,9 @@ end
 // luaUnreadable is the error a script answers for a value that is not a record.
 const luaUnreadable = `redis.error_reply('ERR redisstore: unreadable record')`
 
-// claimScript is the new-key path of Reserve: SET … NX GET writes the claim when the key has
-// no record and otherwise returns the record untouched; a new record joins the index.
+// claimScript is the new-key path of Reserve (its first command, or its second after a GET
+// that found nothing): SET … NX GET writes the claim when the key has no record and otherwise
+// returns the record untouched; a new record joins the index.
 //
 //	KEYS: 1 record, 2 index
 //	ARGV: 1 claim, 2 storage TTL in ms, 3 base (see luaIndex)
@@ -88,8 +89,9 @@ trim(base)
 return false
 `)
 
-// reserveScript claims KEYS[1] or returns it. Reserve runs it only when its SET … NX GET met a
-// record that may be claimable (expired, released, or a stale lease of the same fingerprint).
+// reserveScript claims KEYS[1] or returns it. Reserve runs it only when its GET or claim
+// script met a record that may be claimable (expired, released, or a stale lease of the same
+// fingerprint); it decides on the record it finds itself, whatever Reserve read before.
 //
 //	KEYS: 1 record, 2 index
 //	ARGV: 1 fingerprint, 2 now, 3 lease_until, 4 expires_at, 5 storage TTL in ms, 6 op id,
