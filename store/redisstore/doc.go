@@ -104,7 +104,7 @@
 // members of at most 64 bytes, so about 100,000 records over the 1,024 shards), and the key's
 // length plus about 100 bytes beyond (MEMORY USAGE: 63 bytes per record for 100,000 records
 // with 53-byte keys, against 392 for each record itself, completed with a small response;
-// used_memory grew by 525 bytes per record, against 252 for a bare proxy that SETs the
+// used_memory grew by 504 to 525 bytes per record, against 252 for a bare proxy that SETs the
 // response alone; 155 and 242 bytes per record for 200,000 records with 53-byte keys and
 // 20,000 with 100-byte keys). Raising zset-max-listpack-entries and zset-max-listpack-value in
 // the Redis configuration keeps larger stores compact: for 200,000 records with 53-byte keys,
