@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -103,6 +104,41 @@ func TestSniffOnlyBodies(t *testing.T) {
 		if r := b.do(http.MethodPost, "/body", key, `{}`); r.Header.Get("Content-Type") != "text/html; charset=utf-8" {
 			t.Fatalf("HTML answer: Content-Type %q, want the sniffed text/html", r.Header.Get("Content-Type"))
 		}
+	}
+}
+
+// A response streamed before the engine decides (its body is over MaxResponseBody) carries
+// Idempotency-Expires when the engine's own Policy will keep its status: here a 500 under
+// StoreServerErrors.
+func TestStreamedExpiresFollowsTheEnginePolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{Policy: idem.StoreServerErrors}, idemhttp.Options{ExpiresHeader: true, MaxResponseBody: 8},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "more than eight bytes")
+		}))
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if r.Status != http.StatusInternalServerError || r.Header.Get(idemhttp.ExpiresHeader) == "" {
+		t.Fatalf("got %d %v: want a 500 with %s, which StoreServerErrors keeps", r.Status, r.Header, idemhttp.ExpiresHeader)
+	}
+}
+
+// The Idempotency-Expires of a streamed response is the engine's clock plus its TTL, not the
+// wall clock's.
+func TestStreamedExpiresFromTheEngineClock(t *testing.T) {
+	t.Parallel()
+	const ahead = 48 * time.Hour
+	b := setup(t, nil, idem.Options{TTL: time.Hour, Now: func() time.Time { return time.Now().Add(ahead) }},
+		idemhttp.Options{ExpiresHeader: true, MaxResponseBody: 8}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "more than eight bytes")
+		}))
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	exp, err := http.ParseTime(r.Header.Get(idemhttp.ExpiresHeader))
+	if err != nil {
+		t.Fatalf("%s %q: %v", idemhttp.ExpiresHeader, r.Header.Get(idemhttp.ExpiresHeader), err)
+	}
+	if want := time.Now().Add(ahead + time.Hour); exp.Before(want.Add(-time.Minute)) || exp.After(want.Add(time.Minute)) {
+		t.Fatalf("%s %v, want about %v (the engine's clock + TTL)", idemhttp.ExpiresHeader, exp, want)
 	}
 }
 
