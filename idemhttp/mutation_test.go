@@ -1,9 +1,12 @@
 package idemhttp_test
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +142,75 @@ func TestStreamedExpiresFromTheEngineClock(t *testing.T) {
 	}
 	if want := time.Now().Add(ahead + time.Hour); exp.Before(want.Add(-time.Minute)) || exp.After(want.Add(time.Minute)) {
 		t.Fatalf("%s %v, want about %v (the engine's clock + TTL)", idemhttp.ExpiresHeader, exp, want)
+	}
+}
+
+// A response too large to keep, sent whole to a client that is still there, and then cut
+// off by the handler (a reverse proxy aborts when the upstream's answer breaks off) is not
+// whole: the claim is held as uncertain, never completed as if the answer had been sent.
+func TestStreamedThenAbortedIsHeld(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int64
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 8}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		_, _ = io.WriteString(w, "more than eight bytes")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	if r := b.do(http.MethodPost, "/", "k", `{}`); r.Err == nil {
+		t.Fatalf("first answer %d %q ended cleanly; want it cut off", r.Status, r.Body)
+	}
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if r.Status != http.StatusConflict || problemType(t, r) != idemhttp.ProblemInFlight || ran.Load() != 1 {
+		t.Fatalf("retry: %d %q after %d executions; want 409 %s (held) and one execution", r.Status, r.Body, ran.Load(), idemhttp.ProblemInFlight)
+	}
+}
+
+// A response too large to keep whose client goes away while it streams, and that the handler
+// then cuts off (a reverse proxy aborts when it cannot write to its client), is whole as far
+// as idem keeps it: the record is completed with its status and without its body, and the
+// retry gets ProblemNotRetained, not a claim held for ever.
+func TestStreamedToAGoneClientIsCompleted(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int64
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 8}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		chunk := strings.Repeat("z", 64<<10)
+		for range 16 << 10 { // up to 1 GiB: the client is gone long before
+			if _, err := io.WriteString(w, chunk); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			w.(http.Flusher).Flush()
+		}
+		t.Error("the writes never failed")
+	}))
+	c, err := net.Dial("tcp", b.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: t\r\nIdempotency-Key: k\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("first answer %d, want 201", resp.StatusCode)
+	}
+	c.Close() // gone mid-answer
+	for deadline := time.Now().Add(20 * time.Second); len(b.outcomes()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never ended")
+		}
+	}
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if r.Status != http.StatusCreated || r.Header.Get(idemhttp.ReplayedHeader) != "true" || problemType(t, r) != idemhttp.ProblemNotRetained || ran.Load() != 1 {
+		t.Fatalf("retry: %d %q after %d executions; want a 201 %s replay and one execution", r.Status, r.Body, ran.Load(), idemhttp.ProblemNotRetained)
+	}
+	if outs := b.outcomes(); outs[0] != idemhttp.OutcomeOversize {
+		t.Fatalf("outcomes %v, want oversize first", outs)
 	}
 }
 
