@@ -11,6 +11,11 @@
 # coefficient leaves room for the rebuild each mutant needs. idemhttp skips its JSON
 # canonicalizer and key parser (fuzzed against encoding/json and the RFC grammar: make fuzz)
 # and its option, problem and budget tables, to keep the run near half an hour on 2 cores.
+#
+# To measure part of a package, set MUTATION_TARGETS with a wider skip pattern, e.g. only
+# idemhttp's middleware.go and scope.go:
+#   MUTATION_TARGETS='idemhttp-mw:./idemhttp:3:(canonjson|key|options|problem|budget|capture|fingerprint)[.]go$' make mutation
+# MUTATION_FLAGS passes more flags to gremlins (-d lists the mutants without running them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
