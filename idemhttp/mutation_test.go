@@ -214,6 +214,29 @@ func TestStreamedToAGoneClientIsCompleted(t *testing.T) {
 	}
 }
 
+// A response buffer that grows is charged to the memory budget by what it grows, not by its
+// new size and its old one together: a 1 MiB response written in 4 KiB pieces, its buffer
+// doubling up to MaxResponseBody, holds 1 MiB of the budget (the request's buffer aside).
+func TestResponseGrowthChargedOnce(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 20
+	budget := idemhttp.NewBudget(1 << 30)
+	var held atomic.Int64
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxResponseBody: size}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := strings.Repeat("g", 4<<10)
+		for range size / len(chunk) {
+			_, _ = io.WriteString(w, chunk)
+		}
+		held.Store(budget.InUse())
+	}))
+	if r := b.do(http.MethodPost, "/", "k", `{}`); r.Status != http.StatusOK || len(r.Body) != size {
+		t.Fatalf("got %d, %d bytes", r.Status, len(r.Body))
+	}
+	if h := held.Load(); h < size || h > size+128<<10 {
+		t.Fatalf("%d bytes of the budget held for a %d-byte response, want it and at most 128 KiB more", h, size)
+	}
+}
+
 func clip(b []byte) string {
 	if len(b) > 80 {
 		return string(b[:80])
