@@ -22,7 +22,12 @@ var ErrCorruptRecord = fmt.Errorf("%w: corrupt stored response", ErrInvalidInput
 
 // EncodeResponse returns the versioned binary encoding of r. Header names are written in
 // sorted order, so equal responses encode to equal bytes.
-func EncodeResponse(r Response) []byte {
+func EncodeResponse(r Response) []byte { return AppendResponse(nil, r) }
+
+// AppendResponse appends the encoding EncodeResponse returns to b and returns the extended
+// slice. If b has not the room, it is copied once to an allocation of the exact size needed,
+// so a store that keeps the encoding behind other bytes (its key) makes one allocation for both.
+func AppendResponse(b []byte, r Response) []byte {
 	// One pass over the map collects the headers (no second lookup per name) and the exact
 	// size, so the result is one allocation of the right size. Responses rarely carry more
 	// than a few headers: those sort on the stack.
@@ -37,7 +42,11 @@ func EncodeResponse(r Response) []byte {
 		}
 	}
 	sortHeaders(hs)
-	b := make([]byte, 0, size)
+	if cap(b)-len(b) < size {
+		nb := make([]byte, len(b), len(b)+size) // exact: a store keeps it as it is
+		copy(nb, b)
+		b = nb
+	}
 	b = append(b, codecV1)
 	var flags byte
 	if r.BodyOmitted {

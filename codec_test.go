@@ -162,3 +162,30 @@ func TestValidFingerprintEveryByte(t *testing.T) {
 		b[i] = fp[i]
 	}
 }
+
+// AppendResponse writes what EncodeResponse returns after the bytes already in b: in b's room
+// when it has enough, with no allocation, else in one allocation of the exact size, and it
+// leaves the bytes before it as they were.
+func TestAppendResponse(t *testing.T) {
+	r := idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "A": {"1", "2"}},
+		Body: []byte(`{"id":"ch_1"}`)}
+	enc := idem.EncodeResponse(r)
+	prefix := []byte("key|fingerprint")
+	small := append([]byte(nil), prefix...)
+	small = small[:len(small):len(small)]
+	got := idem.AppendResponse(small, r)
+	if !bytes.Equal(got, append(append([]byte(nil), prefix...), enc...)) || cap(got) != len(got) {
+		t.Fatalf("AppendResponse to a full slice = %q (cap %d), want %q then %q, exactly", got, cap(got), prefix, enc)
+	}
+	roomy := make([]byte, len(prefix), len(prefix)+len(enc))
+	copy(roomy, prefix)
+	if n := testing.AllocsPerRun(20, func() { got = idem.AppendResponse(roomy, r) }); n != 0 {
+		t.Fatalf("AppendResponse with room allocates %v times, want 0", n)
+	}
+	if &got[0] != &roomy[0] || !bytes.Equal(got[len(prefix):], enc) || !bytes.Equal(got[:len(prefix)], prefix) {
+		t.Fatalf("AppendResponse with room = %q, want %q then %q in place", got, prefix, enc)
+	}
+	if back, err := idem.DecodeResponse(got[len(prefix):]); err != nil || !back.Equal(r) {
+		t.Fatalf("DecodeResponse = %+v, %v; want %+v", back, err, r)
+	}
+}

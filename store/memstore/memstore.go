@@ -7,9 +7,10 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
-	"strings"
+	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/idemkit/idem"
 )
@@ -37,7 +38,15 @@ type Store struct {
 	heads  []*[pageSize]head
 	blobs  []*[pageSize]string // the key, the fingerprint, then the encoded response
 	closed bool
+	// room is how many bytes a claim's blob is given after its key and fingerprint, for the
+	// response Complete appends there: the size of the last response stored, up to maxRoom.
+	// Responses of one service tend to be alike, so a new key costs one allocation, not two.
+	room int32
 }
+
+// maxRoom bounds the room a claim's blob is given for its response: larger responses are
+// stored in an allocation of their own.
+const maxRoom = 1024
 
 // pageSize is how many records a page holds.
 const pageSize = 1024
@@ -59,6 +68,7 @@ type head struct {
 	fpLen    int32
 	next     int32 // the next record whose key has the same hash, or -1
 	attempts int32
+	room     int32 // bytes allocated after the blob's end, that Complete may write once
 	state    idem.State
 }
 
@@ -107,16 +117,23 @@ func (s *Store) key(i int32) string { return (*s.blob(i))[:s.head(i).keyLen] }
 
 // find returns the position of key's record.
 func (s *Store) find(key string) (int32, bool) {
-	i, ok := s.index[s.hash(key)]
+	i, _, ok := s.lookup(s.hash(key), key)
+	return i, ok
+}
+
+// lookup returns the position of key's record, whose hash is h, and the first of the records
+// whose keys hash to h (-1 if none), so that a record added for key need not look it up again.
+func (s *Store) lookup(h uint64, key string) (i, first int32, ok bool) {
+	first, ok = s.index[h]
 	if !ok {
-		return 0, false
+		return 0, -1, false
 	}
-	for ; i >= 0; i = s.head(i).next {
+	for i = first; i >= 0; i = s.head(i).next {
 		if s.key(i) == key {
-			return i, true
+			return i, first, true
 		}
 	}
-	return 0, false
+	return 0, first, false
 }
 
 // link makes ref the position of the record whose key hashes to h and was at position from.
@@ -142,12 +159,13 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
+	hash := s.hash(key)
 	if err := s.lock(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
 	defer s.mu.Unlock()
 	n := now.UnixMicro()
-	i, found := s.find(key)
+	i, first, found := s.lookup(hash, key)
 	takeover := false
 	var prev int64
 	attempts := int32(1)
@@ -163,16 +181,12 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			return idem.Reservation{Record: s.record(key, i)}, nil
 		}
 	}
-	next := int32(-1)
+	next := first // a new record goes first in its hash's chain
 	if found {
 		next = s.head(i).next
 	} else {
-		h := s.hash(key)
-		if first, ok := s.index[h]; ok {
-			next = first
-		}
 		i = s.n
-		s.index[h] = i
+		s.index[hash] = i
 		if int(i) == len(s.heads)*pageSize {
 			s.heads = append(s.heads, new([pageSize]head))
 			s.blobs = append(s.blobs, new([pageSize]string))
@@ -190,8 +204,16 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		attempts: attempts,
 		created:  created,
 	}
-	*s.blob(i) = key + fingerprint
+	*s.blob(i) = s.newBlob(key, fingerprint)
+	s.head(i).room = s.room
 	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.record(key, i)}, nil
+}
+
+// newBlob returns key and fingerprint end to end, in an allocation that has s.room bytes more.
+func (s *Store) newBlob(key, fingerprint string) string {
+	b := make([]byte, 0, len(key)+len(fingerprint)+int(s.room))
+	b = append(append(b, key...), fingerprint...)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // fp returns record i's fingerprint.
@@ -226,12 +248,20 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	h.state = idem.StateCompleted
 	h.done = now.UnixMicro()
 	h.expires = expiresAt.UnixMicro()
-	var sb strings.Builder // one allocation, and String makes no copy
-	enc := idem.EncodeResponse(resp)
-	sb.Grow(len(*s.blob(i)) + len(enc))
-	sb.WriteString(*s.blob(i)) // the key and the fingerprint
-	sb.Write(enc)
-	*s.blob(i) = sb.String()
+	// The key and the fingerprint, then the encoded response, in the room the claim's blob
+	// was given if the response fits: no allocation. The room lies past the blob's end, so
+	// no string holds those bytes, and Complete writes it once: it is then used up. A response
+	// that does not fit is written to a new allocation, after a copy of the blob.
+	blob := *s.blob(i)
+	b := unsafe.Slice(unsafe.StringData(blob), len(blob)+int(h.room))[:len(blob)]
+	b = idem.AppendResponse(b, resp)
+	if enc := len(b) - len(blob); h.room-int32(enc) > int32(len(b)/8) {
+		// Much more room than this response needed: keep only what it takes.
+		b = slices.Clone(b)
+	}
+	*s.blob(i) = unsafe.String(unsafe.SliceData(b), len(b))
+	h.room = 0
+	s.room = int32(min(len(b)-len(blob), maxRoom))
 	return nil
 }
 
