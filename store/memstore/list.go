@@ -53,7 +53,7 @@ func (s *Store) light(i int32) idem.Record {
 	h := s.head(i)
 	r := idem.Record{
 		Key:         strings.Clone(s.key(i)), // not a window on the blob, which holds the body
-		Fingerprint: strings.Clone(s.fp(i)),
+		Fingerprint: s.ownFP(i),
 		State:       h.state,
 		Token:       h.token,
 		LeaseUntil:  time.UnixMicro(h.lease),

@@ -6,8 +6,10 @@ package memstore
 
 import (
 	"context"
+	"encoding/hex"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -23,7 +25,8 @@ var (
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 //
 // It is laid out for the garbage collector, which marks every record the store retains on
-// each cycle: a record is one string (its key, fingerprint and encoded response, end to end)
+// each cycle: a record is one string (its key, fingerprint and encoded response, end to end;
+// a hex fingerprint as the 32 bytes it spells)
 // and a fixed-size head without pointers, kept at the same position of two dense arrays, and
 // the map takes a hash of the key to that position, so neither the map nor the heads hold a
 // pointer. The collector follows one pointer per record, to an object it need not scan. The
@@ -36,7 +39,7 @@ type Store struct {
 	index  map[uint64]int32 // hash of the key → position of the first record with that hash
 	n      int32            // records held: positions 0 to n-1
 	heads  []*[pageSize]head
-	blobs  []*[pageSize]string // the key, the fingerprint, then the encoded response
+	blobs  []*[pageSize]string // the key, the fingerprint (packed), then the encoded response
 	closed bool
 	// room is how many bytes a claim's blob is given after its key and fingerprint, for the
 	// response Complete appends there: the size of the last response stored, up to maxRoom.
@@ -70,6 +73,7 @@ type head struct {
 	attempts int32
 	room     int32 // bytes allocated after the blob's end, that Complete may write once
 	state    idem.State
+	packed   bool // the fingerprint is kept as the 32 bytes its 64 hex digits spell
 }
 
 // New returns an empty Store.
@@ -175,10 +179,10 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		switch {
 		case h.expired(n):
 			prev = h.token
-		case h.leaseExpired(n) && s.fp(i) == fingerprint:
+		case h.leaseExpired(n) && s.fpIs(i, fingerprint):
 			prev, takeover, attempts, created = h.token, true, h.attempts+1, h.created
 		default:
-			return idem.Reservation{Record: s.record(key, i)}, nil
+			return idem.Reservation{Record: s.record(key, i, fingerprint)}, nil
 		}
 	}
 	next := first // a new record goes first in its hash's chain
@@ -193,10 +197,13 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		}
 		s.n++
 	}
+	blob, packed := s.newBlob(key, fingerprint)
 	*s.head(i) = head{
 		next:     next,
 		keyLen:   int32(len(key)),
-		fpLen:    int32(len(fingerprint)),
+		fpLen:    int32(len(blob) - len(key)),
+		packed:   packed,
+		room:     s.room,
 		state:    idem.StateInProgress,
 		token:    idem.NextToken(prev, now),
 		lease:    now.Add(lease).UnixMicro(),
@@ -204,22 +211,68 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		attempts: attempts,
 		created:  created,
 	}
-	*s.blob(i) = s.newBlob(key, fingerprint)
-	s.head(i).room = s.room
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.record(key, i)}, nil
+	*s.blob(i) = blob
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.record(key, i, fingerprint)}, nil
 }
 
 // newBlob returns key and fingerprint end to end, in an allocation that has s.room bytes more.
-func (s *Store) newBlob(key, fingerprint string) string {
-	b := make([]byte, 0, len(key)+len(fingerprint)+int(s.room))
-	b = append(append(b, key...), fingerprint...)
-	return unsafe.String(unsafe.SliceData(b), len(b))
+// A fingerprint of 64 lowercase hex digits, as idem.Fingerprint makes, is kept as the 32 bytes
+// they spell (packed).
+func (s *Store) newBlob(key, fingerprint string) (blob string, packed bool) {
+	packed = idem.ValidFingerprint(fingerprint)
+	n := len(fingerprint)
+	if packed {
+		n /= 2
+	}
+	b := make([]byte, 0, len(key)+n+int(s.room))
+	b = append(b, key...)
+	if packed {
+		b = appendUnhex(b, fingerprint)
+	} else {
+		b = append(b, fingerprint...)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), packed
 }
 
-// fp returns record i's fingerprint.
-func (s *Store) fp(i int32) string {
+// appendUnhex appends the bytes that fp, lowercase hex digits, spells.
+func appendUnhex(b []byte, fp string) []byte {
+	for i := 0; i+1 < len(fp); i += 2 {
+		b = append(b, unhex(fp[i])<<4|unhex(fp[i+1]))
+	}
+	return b
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+// fpBytes returns record i's fingerprint as it is kept.
+func (s *Store) fpBytes(i int32) string {
 	h := s.head(i)
 	return (*s.blob(i))[h.keyLen : h.keyLen+h.fpLen]
+}
+
+// fp returns record i's fingerprint: a new string if it is packed, else a window on its blob.
+func (s *Store) fp(i int32) string {
+	if s.head(i).packed {
+		return hex.EncodeToString([]byte(s.fpBytes(i)))
+	}
+	return s.fpBytes(i)
+}
+
+// fpIs reports whether record i's fingerprint is fingerprint, without allocating.
+func (s *Store) fpIs(i int32, fingerprint string) bool {
+	if !s.head(i).packed {
+		return s.fpBytes(i) == fingerprint
+	}
+	if !idem.ValidFingerprint(fingerprint) {
+		return false
+	}
+	var buf [idem.FingerprintLen / 2]byte
+	return s.fpBytes(i) == string(appendUnhex(buf[:0], fingerprint))
 }
 
 // held returns the position of key's record if it is in progress with token.
@@ -306,7 +359,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return s.record(key, i), nil
+	return s.record(key, i, ""), nil
 }
 
 // Delete removes key's record whatever its state (idem.Deleter).
@@ -358,12 +411,17 @@ func (s *Store) remove(i int32) {
 }
 
 // record returns record i as an idem.Record, with its own copy of the response: callers may
-// keep or change it.
-func (s *Store) record(key string, i int32) idem.Record {
+// keep or change it. fingerprint is the caller's: the record's, if it is the same, is not
+// unpacked.
+func (s *Store) record(key string, i int32, fingerprint string) idem.Record {
 	h := s.head(i)
+	fp := fingerprint
+	if !s.fpIs(i, fingerprint) {
+		fp = s.fp(i)
+	}
 	r := idem.Record{
 		Key:         key,
-		Fingerprint: s.fp(i),
+		Fingerprint: fp,
 		State:       h.state,
 		Token:       h.token,
 		LeaseUntil:  time.UnixMicro(h.lease),
@@ -380,4 +438,12 @@ func (s *Store) record(key string, i int32) idem.Record {
 		r.Response = &resp
 	}
 	return r
+}
+
+// ownFP returns record i's fingerprint in a string of its own, not a window on its blob.
+func (s *Store) ownFP(i int32) string {
+	if s.head(i).packed {
+		return s.fp(i)
+	}
+	return strings.Clone(s.fpBytes(i))
 }
