@@ -212,7 +212,9 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		created:  created,
 	}
 	*s.blob(i) = blob
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.record(key, i, fingerprint)}, nil
+	rec := s.record(key, i, "")
+	rec.Fingerprint = fingerprint // the claim's, not unpacked again
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: rec}, nil
 }
 
 // newBlob returns key and fingerprint end to end, in an allocation that has s.room bytes more.
@@ -236,18 +238,18 @@ func (s *Store) newBlob(key, fingerprint string) (blob string, packed bool) {
 
 // appendUnhex appends the bytes that fp, lowercase hex digits, spells.
 func appendUnhex(b []byte, fp string) []byte {
-	for i := 0; i+1 < len(fp); i += 2 {
-		b = append(b, unhex(fp[i])<<4|unhex(fp[i+1]))
+	n := len(b)
+	b = slices.Grow(b, len(fp)/2)[:n+len(fp)/2]
+	out := b[n:]
+	for i := range out {
+		out[i] = unhex[fp[2*i]]<<4 | unhex[fp[2*i+1]]
 	}
 	return b
 }
 
-func unhex(c byte) byte {
-	if c <= '9' {
-		return c - '0'
-	}
-	return c - 'a' + 10
-}
+// unhex is the value of each lowercase hex digit.
+var unhex = [256]byte{'1': 1, '2': 2, '3': 3, '4': 4, '5': 5, '6': 6, '7': 7, '8': 8, '9': 9,
+	'a': 10, 'b': 11, 'c': 12, 'd': 13, 'e': 14, 'f': 15}
 
 // fpBytes returns record i's fingerprint as it is kept.
 func (s *Store) fpBytes(i int32) string {
@@ -412,11 +414,11 @@ func (s *Store) remove(i int32) {
 
 // record returns record i as an idem.Record, with its own copy of the response: callers may
 // keep or change it. fingerprint is the caller's: the record's, if it is the same, is not
-// unpacked.
+// unpacked; "" when the caller has none or sets it itself.
 func (s *Store) record(key string, i int32, fingerprint string) idem.Record {
 	h := s.head(i)
 	fp := fingerprint
-	if !s.fpIs(i, fingerprint) {
+	if fp == "" || !s.fpIs(i, fingerprint) {
 		fp = s.fp(i)
 	}
 	r := idem.Record{
