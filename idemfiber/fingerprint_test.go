@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // The fingerprint is idem.Fingerprint(method, path, query, body), as idemhttp's RawFingerprint,
@@ -21,10 +22,14 @@ func TestFingerprintIsIdemhttps(t *testing.T) {
 		rc.Request.SetBodyString(body)
 		c := app.AcquireCtx(&rc)
 		got := fingerprint(c)
+		key, fp := keyAndFingerprint(c, "tenant", "k-1")
 		app.ReleaseCtx(c)
 		want := idem.Fingerprint([]byte("PATCH"), []byte("/v1/charges"), []byte("x=1&y=2"), []byte(body))
-		if got != want {
-			t.Fatalf("body of %d bytes: %s, want %s", len(body), got, want)
+		if got != want || fp != want {
+			t.Fatalf("body of %d bytes: %s and %s, want %s", len(body), got, fp, want)
+		}
+		if wantKey := idemhttp.StorageKey("tenant", "k-1"); key != wantKey {
+			t.Fatalf("storage key %q, want %q", key, wantKey)
 		}
 	}
 }

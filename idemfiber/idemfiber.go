@@ -134,7 +134,8 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	r := runs.Get().(*run)
 	r.m, r.c = m, c
 	defer r.release()
-	res, err := m.eng.Do(c.UserContext(), idemhttp.StorageKey(scope, key), fingerprint(c), r.fn)
+	storageKey, fp := keyAndFingerprint(c, scope, key)
+	res, err := m.eng.Do(c.UserContext(), storageKey, fp, r.fn)
 	if r.panicked != nil {
 		panic(r.panicked) // the outcome is recorded (held as uncertain): let the panic go on
 	}
