@@ -15,14 +15,14 @@ import (
 
 // colliding returns a Store whose keys share their hash far more often than real ones do:
 // with mask 0 every key is in one chain.
-func colliding(mask uint64) *Store {
+func colliding(mask uint32) *Store {
 	s := New()
 	s.mask = mask
 	return s
 }
 
 func TestConformanceColliding(t *testing.T) {
-	for _, mask := range []uint64{0, 3} {
+	for _, mask := range []uint32{0, 3} {
 		t.Run(fmt.Sprintf("mask=%d", mask), func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) idem.Store { return colliding(mask) })
 		})

@@ -26,17 +26,16 @@ var (
 //
 // It is laid out for the garbage collector, which marks every record the store retains on
 // each cycle: a record is one string (its key, fingerprint and encoded response, end to end;
-// a hex fingerprint as the 32 bytes it spells)
-// and a fixed-size head without pointers, kept at the same position of two dense arrays, and
-// the map takes a hash of the key to that position, so neither the map nor the heads hold a
-// pointer. The collector follows one pointer per record, to an object it need not scan. The
+// a hex fingerprint as the 32 bytes it spells) and a fixed-size head without pointers, kept at
+// the same position of two dense arrays, and the map takes a 32-bit hash of the key to that
+// position (8 bytes a slot), so neither the map nor the heads hold a pointer. The collector follows one pointer per record, to an object it need not scan. The
 // arrays are in pages, so that growing them copies nothing, and removing a record moves the
 // last one into its place, so that they stay dense and empty pages can be given back.
 type Store struct {
 	mu     sync.Mutex
 	seed   maphash.Seed
-	mask   uint64           // the bits of a key's hash the index uses: all, but in tests of collisions
-	index  map[uint64]int32 // hash of the key → position of the first record with that hash
+	mask   uint32           // the bits of a key's hash the index uses: all, but in tests of collisions
+	index  map[uint32]int32 // hash of the key → position of the first record with that hash
 	n      int32            // records held: positions 0 to n-1
 	heads  []*[pageSize]head
 	blobs  []*[pageSize]string // the key, the fingerprint (packed), then the encoded response
@@ -78,7 +77,7 @@ type head struct {
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{seed: maphash.MakeSeed(), mask: ^uint64(0), index: make(map[uint64]int32)}
+	return &Store{seed: maphash.MakeSeed(), mask: ^uint32(0), index: make(map[uint32]int32)}
 }
 
 // Close makes every later call fail with idem.ErrStoreUnavailable. It is safe to call twice.
@@ -114,7 +113,7 @@ func (h *head) leaseExpired(now int64) bool {
 }
 
 // hash returns the map's key for key. Keys may share one: find compares the keys themselves.
-func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) & s.mask }
+func (s *Store) hash(key string) uint32 { return uint32(maphash.String(s.seed, key)) & s.mask }
 
 // key returns record i's key.
 func (s *Store) key(i int32) string { return (*s.blob(i))[:s.head(i).keyLen] }
@@ -127,7 +126,7 @@ func (s *Store) find(key string) (int32, bool) {
 
 // lookup returns the position of key's record, whose hash is h, and the first of the records
 // whose keys hash to h (-1 if none), so that a record added for key need not look it up again.
-func (s *Store) lookup(h uint64, key string) (i, first int32, ok bool) {
+func (s *Store) lookup(h uint32, key string) (i, first int32, ok bool) {
 	first, ok = s.index[h]
 	if !ok {
 		return 0, -1, false
@@ -141,7 +140,7 @@ func (s *Store) lookup(h uint64, key string) (i, first int32, ok bool) {
 }
 
 // link makes ref the position of the record whose key hashes to h and was at position from.
-func (s *Store) link(h uint64, from, ref int32) {
+func (s *Store) link(h uint32, from, ref int32) {
 	first := s.index[h]
 	if first == from {
 		if ref < 0 {
