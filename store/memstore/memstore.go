@@ -211,9 +211,8 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		created:  created,
 	}
 	*s.blob(i) = blob
-	rec := s.record(key, i, "")
-	rec.Fingerprint = fingerprint // the claim's, not unpacked again
-	return idem.Reservation{Claimed: true, Takeover: takeover, Record: rec}, nil
+	// The claim's fingerprint is the record's: it need not be unpacked.
+	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.recordAs(key, fingerprint, i)}, nil
 }
 
 // newBlob returns key and fingerprint end to end, in an allocation that has s.room bytes more.
@@ -412,14 +411,19 @@ func (s *Store) remove(i int32) {
 }
 
 // record returns record i as an idem.Record, with its own copy of the response: callers may
-// keep or change it. fingerprint is the caller's: the record's, if it is the same, is not
-// unpacked; "" when the caller has none or sets it itself.
+// keep or change it. fingerprint is the caller's, "" if it has none: the record's, if it is
+// the same, is not unpacked.
 func (s *Store) record(key string, i int32, fingerprint string) idem.Record {
-	h := s.head(i)
 	fp := fingerprint
 	if fp == "" || !s.fpIs(i, fingerprint) {
 		fp = s.fp(i)
 	}
+	return s.recordAs(key, fp, i)
+}
+
+// recordAs is record with the record's fingerprint, fp, known.
+func (s *Store) recordAs(key, fp string, i int32) idem.Record {
+	h := s.head(i)
 	r := idem.Record{
 		Key:         key,
 		Fingerprint: fp,
