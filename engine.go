@@ -197,6 +197,13 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 			return Result{}, err
 		}
 		if res.Claimed {
+			if err := e.freshLease(cctx, key, &res.Record); err != nil {
+				if errors.Is(err, ErrLeaseLost) {
+					continue // taken over or released meanwhile: look at the key again
+				}
+				endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeStoreError, Err: err})
+				return Result{}, err
+			}
 			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeNew, Takeover: res.Takeover,
 				Attempt: res.Record.Attempts, Lease: e.opt.Lease})
 			return e.execute(ctx, key, res, fn)
@@ -233,6 +240,47 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		}
 		pause = min(pause*2, e.opt.PollInterval*16)
 	}
+}
+
+// freshLease makes sure a claim still holds enough of its lease for the effect to start under
+// it. A claim's lease runs from the time taken before Reserve, so a Reserve that was slow to
+// land (a store restarting, a saturated connection pool, a paused process) may return with
+// less of it left than the heartbeat counts on, and another process could take the key over
+// while the effect runs. Such a claim is extended before the effect starts: on ErrLeaseLost
+// (taken over or released meanwhile) the effect must not start; on a store error the claim is
+// given back and the effect does not start either. A claim that landed at once costs nothing
+// here.
+func (e *Engine) freshLease(ctx context.Context, key string, rec *Record) error {
+	// The heartbeat's first extension comes a heartbeat after the effect starts, so a claim
+	// must hold at least that, with as much again to spare; without a heartbeat, half the lease.
+	need := e.opt.Lease / 2
+	if e.opt.Heartbeat > 0 {
+		need = min(need, 2*e.opt.Heartbeat)
+	}
+	for range 3 {
+		now := e.opt.Now()
+		if rec.LeaseUntil.IsZero() || rec.LeaseUntil.Sub(now) >= need {
+			return nil
+		}
+		until := now.Add(e.opt.Lease)
+		sctx, cancel := e.detached(ctx)
+		err := e.store.Extend(sctx, key, rec.Token, until)
+		cancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			e.opt.Logger.Warn("idem: claim lost before the effect started; not run", "key", key)
+			return err
+		case err != nil:
+			e.release(ctx, key, rec.Token)
+			e.wake.done(key)
+			return storeError("extend", err)
+		}
+		rec.LeaseUntil = until
+	}
+	// Every extension landed too late to leave a lease worth starting under.
+	e.release(ctx, key, rec.Token)
+	e.wake.done(key)
+	return storeError("extend", fmt.Errorf("the store answered too slowly to hold a lease of %s", e.opt.Lease))
 }
 
 // answered is the claim outcome of an answer from an existing record.
@@ -485,7 +533,7 @@ func (e *Engine) heartbeat(ctx *effectContext, key string, token int64, until ti
 		until = e.opt.Now().Add(e.opt.Lease) // a store that does not report the claim's lease
 	}
 	b.e, b.ctx, b.key, b.token, b.stopped, b.until = e, ctx, key, token, false, until
-	b.t.Reset(e.opt.Heartbeat)
+	b.t.Reset(e.nextBeat(until))
 	b.mu.Unlock()
 	return b
 }
@@ -535,7 +583,14 @@ func (b *beat) fire() {
 		return
 	}
 	b.until = until
-	b.t.Reset(e.opt.Heartbeat)
+	b.t.Reset(e.nextBeat(until))
+}
+
+// nextBeat is when the next extension of a lease that ends at until is due: a heartbeat from
+// now, or sooner, at half the time left, when less than two heartbeats are left (an extension
+// that was slow to land).
+func (e *Engine) nextBeat(until time.Time) time.Duration {
+	return min(e.opt.Heartbeat, max(until.Sub(e.opt.Now())/2, time.Millisecond))
 }
 
 func (b *beat) stop() {

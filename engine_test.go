@@ -346,13 +346,13 @@ func TestHeartbeatKeepsLongWork(t *testing.T) {
 	st := memstore.New()
 	a, _ := idem.New(st, idem.Options{Lease: 150 * time.Millisecond, Heartbeat: 30 * time.Millisecond})
 	other, _ := idem.New(st, idem.Options{Lease: 150 * time.Millisecond})
-	started := make(chan struct{})
+	started, finish := make(chan struct{}), make(chan struct{})
 	done := make(chan error)
 	go func() {
 		_, err := a.Do(context.Background(), "long", fp1, func(ctx context.Context) (idem.Response, error) {
 			close(started)
 			select {
-			case <-time.After(500 * time.Millisecond):
+			case <-finish: // the work lasts until the other process has tried 8 times
 			case <-ctx.Done():
 				return idem.Response{}, context.Cause(ctx)
 			}
@@ -365,9 +365,11 @@ func TestHeartbeatKeepsLongWork(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		var runs atomic.Int32
 		if _, err := other.Do(context.Background(), "long", fp1, effect(&runs, 200, "")); !errors.Is(err, idem.ErrInFlight) {
+			close(finish)
 			t.Fatalf("long work was taken over: %v (runs %d)", err, runs.Load())
 		}
 	}
+	close(finish)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
