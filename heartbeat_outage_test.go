@@ -47,11 +47,11 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 	go func() {
 		defer close(done)
 		_, err := eng.Do(context.Background(), "k", fp, func(ctx context.Context) (idem.Response, error) {
-			// Down from just after the first extension for 700ms, well within the lease: the
+			// Down from just after the first extension for 600ms, well within the lease: the
 			// extension due then hangs until its timeout.
 			time.Sleep(beat + beat/6)
 			st.down.Store(true)
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(600 * time.Millisecond)
 			st.down.Store(false)
 			time.Sleep(3 * lease) // the effect runs on, well past the lease
 			return idem.Response{Status: 201}, nil
