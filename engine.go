@@ -197,7 +197,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 			return Result{}, err
 		}
 		if res.Claimed {
-			if err := e.freshLease(cctx, key, &res.Record); err != nil {
+			if err := e.freshLease(cctx, key, &res.Record, now); err != nil {
 				if errors.Is(err, ErrLeaseLost) {
 					continue // taken over or released meanwhile: look at the key again
 				}
@@ -243,26 +243,31 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under
-// it. A claim's lease runs from the time taken before Reserve, so a Reserve that was slow to
-// land (a store restarting, a saturated connection pool, a paused process) may return with
-// less of it left than the heartbeat counts on, and another process could take the key over
-// while the effect runs. Such a claim is extended before the effect starts: on ErrLeaseLost
-// (taken over or released meanwhile) the effect must not start; on a store error the claim is
-// given back and the effect does not start either. A claim that landed at once costs nothing
-// here.
-func (e *Engine) freshLease(ctx context.Context, key string, rec *Record) error {
-	// The heartbeat's first extension comes a heartbeat after the effect starts, so a claim
-	// must hold at least that, with as much again to spare; without a heartbeat, half the lease.
-	need := e.opt.Lease / 2
+// it. A claim's lease runs from claimedAt, the time taken before Reserve, so a Reserve that
+// was slow to land (a store restarting, a saturated connection pool, a paused process) may
+// return with less of it left than the heartbeat counts on, and another process could take
+// the key over while the effect runs. Such a claim is extended, by the lease the store granted,
+// before the effect starts: on ErrLeaseLost (taken over or released meanwhile) the effect must
+// not start; on a store error the claim is given back and the effect does not start either. A
+// claim that landed at once costs nothing here.
+func (e *Engine) freshLease(ctx context.Context, key string, rec *Record, claimedAt time.Time) error {
+	if rec.LeaseUntil.IsZero() {
+		return nil // a store that does not report the claim's lease
+	}
+	// The lease granted may be shorter than Options.Lease (a store wrapper bounding it). The
+	// heartbeat's first extension comes a heartbeat after the effect starts, so a claim must
+	// still hold at least two heartbeats of it; without a heartbeat, half of it.
+	granted := rec.LeaseUntil.Sub(claimedAt)
+	need := granted / 2
 	if e.opt.Heartbeat > 0 {
 		need = min(need, 2*e.opt.Heartbeat)
 	}
 	for range 3 {
 		now := e.opt.Now()
-		if rec.LeaseUntil.IsZero() || rec.LeaseUntil.Sub(now) >= need {
+		if rec.LeaseUntil.Sub(now) >= need {
 			return nil
 		}
-		until := now.Add(e.opt.Lease)
+		until := now.Add(granted)
 		sctx, cancel := e.detached(ctx)
 		err := e.store.Extend(sctx, key, rec.Token, until)
 		cancel()
@@ -280,7 +285,7 @@ func (e *Engine) freshLease(ctx context.Context, key string, rec *Record) error 
 	// Every extension landed too late to leave a lease worth starting under.
 	e.release(ctx, key, rec.Token)
 	e.wake.done(key)
-	return storeError("extend", fmt.Errorf("the store answered too slowly to hold a lease of %s", e.opt.Lease))
+	return storeError("extend", fmt.Errorf("the store answered too slowly to hold a lease of %s", granted))
 }
 
 // answered is the claim outcome of an answer from an existing record.

@@ -31,8 +31,8 @@ const DefaultLeaseMargin = 3 * time.Second
 
 // bound is one invocation's limit on its claim, carried to the store through the context.
 type bound struct {
-	until   time.Time   // deadline + margin
-	running atomic.Bool // the handler runs: heartbeats are capped too
+	until time.Time   // deadline + margin
+	ended atomic.Bool // the handler returned: extensions are no longer capped
 }
 
 type boundKey struct{}
@@ -50,10 +50,12 @@ func (s boundedStore) Reserve(ctx context.Context, key, fingerprint string, now 
 	return s.Store.Reserve(ctx, key, fingerprint, now, lease, window)
 }
 
-// Extend caps the heartbeats made while the handler runs. An extension after it returned (the
-// engine holding an uncertain outcome until the record expires) is left as the engine asks.
+// Extend caps the extensions made until the handler returns: the engine's renewal of a claim
+// that landed late, before the handler starts, and the heartbeats while it runs. An extension
+// after it returned (the engine holding an uncertain outcome until the record expires) is left
+// as the engine asks.
 func (s boundedStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	if b, ok := ctx.Value(boundKey{}).(*bound); ok && b.running.Load() && until.After(b.until) {
+	if b, ok := ctx.Value(boundKey{}).(*bound); ok && !b.ended.Load() && until.After(b.until) {
 		until = b.until
 	}
 	return s.Store.Extend(ctx, key, token, until)
@@ -91,11 +93,10 @@ func (l *leaser) bind(ctx context.Context) (context.Context, *bound) {
 	return context.WithValue(ctx, boundKey{}, b), b
 }
 
-// run marks the handler running for the time of fn, so heartbeats are capped.
+// run returns the function that marks the handler's end: extensions are capped until then.
 func (b *bound) run() func() {
 	if b == nil {
 		return func() {}
 	}
-	b.running.Store(true)
-	return func() { b.running.Store(false) }
+	return func() { b.ended.Store(true) }
 }
