@@ -125,6 +125,10 @@ machine "end" >"$raw/machine-end.md"
 fi # assemble_only
 
 # 6. Assemble docs/benchmarks.md.
+# (In an assemble-only run the commands were not run here; they are named as the full run runs them.)
+gotest_cmd=${gotest_cmd:-"go test -run '^\$' -bench . -benchmem -count 1 -benchtime 1s PKG   # for each package with benchmarks"}
+pgbench_cmd=${pgbench_cmd:-"scripts/bench-pgbench.sh 5 2"}
+redis_cmd=${redis_cmd:-"IDEM_REDIS_BENCH=1 go test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/"}
 # demote FILE: prints FILE with every Markdown heading outside code fences one level down.
 demote() { awk '/^```/ { fence = !fence } !fence && /^#{1,5} / { $0 = "#" $0 } { print }' "$1"; }
 {
