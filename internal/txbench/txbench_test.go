@@ -275,7 +275,7 @@ func TestRates(t *testing.T) {
 	fmt.Fprintf(&md, "sends START TRANSACTION and COMMIT of a `*sql.Tx` on their own and does not pipeline, and the claim\n")
 	fmt.Fprintf(&md, "must precede the handler and the completion follow it, so neither can share a round trip: two is the\n")
 	fmt.Fprintf(&md, "least for a handler given a `*sql.Tx`. The transaction runs at the session's isolation level, as the\n")
-	fmt.Fprintf(&md, "bare handler's does (`Options.TxIsolation` sets another, at one more round trip).\n\n")
+	fmt.Fprintf(&md, "bare handler's does.\n\n")
 	fmt.Fprintf(&md, "`TestRoundTrips` asserts both counts on every run. SQLite runs in the process, so it has no round\n")
 	fmt.Fprintf(&md, "trips to count: its transaction holds SQLite's single write lock from the claim to COMMIT, across the\n")
 	fmt.Fprintf(&md, "handler, where the bare handler holds it for its INSERT alone, and writes the record's row and index\n")

@@ -45,9 +45,8 @@
 // after them, so none of these can share a round trip.) A replay costs START TRANSACTION,
 // the INSERT that fails as a duplicate, a locking read of the record and a ROLLBACK.
 //
-// The transaction runs at Options.TxIsolation: by default the session's level, as
-// db.BeginTx(ctx, nil) gives (InnoDB's REPEATABLE READ unless the server or the DSN sets
-// transaction_isolation); another level costs one more round trip per transaction. The claim
+// The transaction runs at the session's isolation level, as db.BeginTx(ctx, nil) gives
+// (InnoDB's REPEATABLE READ unless the server or the DSN sets transaction_isolation). The claim
 // INSERTs the key's row first. A concurrent INSERT of the same key waits on the primary key
 // until the first transaction ends, then fails as a duplicate, keeping a shared lock on the
 // row, and a locking read (LOCK IN SHARE MODE) sees the committed record; or, if the first

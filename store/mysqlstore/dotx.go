@@ -22,7 +22,7 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // DoTx runs fn at most once for key, in the same transaction as the claim and the completion:
 // the strongest guarantee idem offers, for effects that live in this database.
 //
-// It begins a transaction (at Options.TxIsolation: by default the session's level), claims
+// It begins a transaction (at the session's isolation level), claims
 // key in it, runs fn with the transaction, stores fn's response in the record and commits:
 // the caller's writes and the record commit together or not at all. A concurrent DoTx with
 // the same key waits on the records table's primary key until the first commits (at most the
@@ -194,7 +194,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 			wait = 0
 		}
 	}
-	tx, err = conn.BeginTx(ctx, &sql.TxOptions{Isolation: s.opt.TxIsolation})
+	tx, err = conn.BeginTx(ctx, nil)
 	if err != nil {
 		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 	}
@@ -276,25 +276,9 @@ func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint string, 
 		case err != nil:
 			return idem.Reservation{}, err
 		}
-		expired := old.Expired(now)
-		if !expired && !(old.LeaseExpired(now) && old.Fingerprint == fingerprint) {
-			return idem.Reservation{Record: old}, nil
-		}
-		rec := claim
-		rec.Token = idem.NextToken(old.Token, now)
-		if !expired { // a takeover keeps the claim's history
-			rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
-		}
-		r, err := e.exec(ctx, s.q.swap,
-			fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
-			key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
-		if err != nil {
-			return idem.Reservation{}, err
-		}
-		if n, err := r.RowsAffected(); err != nil {
-			return idem.Reservation{}, err
-		} else if n == 1 {
-			return idem.Reservation{Claimed: true, Takeover: !expired, Record: rec}, nil
+		res, done, err := s.swapClaim(ctx, e, claim, old, now)
+		if err != nil || done {
+			return res, err
 		}
 	}
 	return idem.Reservation{}, fmt.Errorf("claim of %.80q lost %d races in a row", key, reserveRetries)

@@ -42,13 +42,6 @@ type Options struct {
 	// Now is the clock of DoTx and TxRunner (the engine passes its own times to the other
 	// methods). Default time.Now.
 	Now func() time.Time
-	// TxIsolation is the isolation level of the transactions of DoTx and TxRunner. Default
-	// sql.LevelDefault: the session's, as db.BeginTx(ctx, nil) gives (InnoDB's REPEATABLE READ
-	// unless the server or the DSN sets transaction_isolation). Any other level costs one more
-	// round trip per transaction: the driver sets it before START TRANSACTION. One of
-	// sql.LevelDefault, LevelReadUncommitted, LevelReadCommitted, LevelRepeatableRead and
-	// LevelSerializable.
-	TxIsolation sql.IsolationLevel
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -62,10 +55,6 @@ func (o Options) withDefaults() (Options, error) {
 		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
 	case !validName(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
-	case o.TxIsolation != sql.LevelDefault && o.TxIsolation != sql.LevelReadUncommitted &&
-		o.TxIsolation != sql.LevelReadCommitted && o.TxIsolation != sql.LevelRepeatableRead &&
-		o.TxIsolation != sql.LevelSerializable:
-		return o, invalid("Options.TxIsolation %s is not a level MySQL has", o.TxIsolation)
 	case o.Database != "" && !validName(o.Database):
 		return o, invalid("Options.Database %q is not a valid database name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Database)
 	}
@@ -332,31 +321,44 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.T
 		case err != nil:
 			return idem.Reservation{}, err
 		}
-		expired := old.Expired(now)
-		if !expired && !(old.LeaseExpired(now) && old.Fingerprint == fingerprint) {
-			return idem.Reservation{Record: old}, nil
-		}
-		rec := claim
-		rec.Token = idem.NextToken(old.Token, now)
-		if !expired { // a takeover keeps the claim's history
-			rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
-		}
-		r, err := s.exec(ctx, s.q.swap,
-			fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
-			key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
+		res, done, err := s.swapClaim(ctx, s, claim, old, now)
 		if isMySQLError(err, errDeadlock) {
 			continue
 		}
-		if err != nil {
-			return idem.Reservation{}, err
-		}
-		if n, err := r.RowsAffected(); err != nil {
-			return idem.Reservation{}, err
-		} else if n == 1 {
-			return idem.Reservation{Claimed: true, Takeover: !expired, Record: rec}, nil
+		if err != nil || done {
+			return res, err
 		}
 	}
 	return idem.Reservation{}, fmt.Errorf("claim of %.80q lost %d races in a row", key, reserveRetries)
+}
+
+// swapClaim claims claim's key in place of old, the record found there, through e: if old
+// may be claimed at now with claim's fingerprint (it expired, or its lease ran out and the
+// fingerprint is the same), one UPDATE conditioned on every field of old that the decision
+// read. done is true when the answer is decided: the claim, or old itself when it may not be
+// claimed; false when the UPDATE matched no row (another writer changed the record first, so
+// the caller reads it again).
+func (s *Store) swapClaim(ctx context.Context, e execer, claim, old idem.Record, now time.Time) (res idem.Reservation, done bool, err error) {
+	expired := old.Expired(now)
+	if !expired && !(old.LeaseExpired(now) && old.Fingerprint == claim.Fingerprint) {
+		return idem.Reservation{Record: old}, true, nil
+	}
+	rec := claim
+	rec.Token = idem.NextToken(old.Token, now)
+	if !expired { // a takeover keeps the claim's history
+		rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
+	}
+	r, err := e.exec(ctx, s.q.swap,
+		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
+		rec.Key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
+	if err != nil {
+		return idem.Reservation{}, false, err
+	}
+	n, err := r.RowsAffected()
+	if err != nil || n != 1 {
+		return idem.Reservation{}, false, err
+	}
+	return idem.Reservation{Claimed: true, Takeover: !expired, Record: rec}, true, nil
 }
 
 // Complete implements idem.Store: one UPDATE fenced on the token.
