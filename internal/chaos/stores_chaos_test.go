@@ -3,6 +3,7 @@
 package chaos_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -267,7 +269,42 @@ func (s *privateRedis) Start() error {
 	if err := s.p.start(cmd); err != nil {
 		return err
 	}
-	return waitPort(s.port, 30*time.Second)
+	if err := waitPort(s.port, 30*time.Second); err != nil {
+		return err
+	}
+	return s.answering(30 * time.Second)
+}
+
+// answering waits until the server answers commands: after a restart the port opens before
+// the append-only file is loaded, and until then every command gets "LOADING". A store outage
+// lasts until then, not until the port opens.
+func (s *privateRedis) answering(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		reply, err := s.ping()
+		if err == nil && reply == "+PONG" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis on port %d does not answer PING: %q %v", s.port, reply, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ping sends one inline PING and returns the first line of the reply.
+func (s *privateRedis) ping() (string, error) {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
 }
 
 func (s *privateRedis) Crash() error { return s.p.signal(syscall.SIGKILL, 10*time.Second) }
