@@ -33,7 +33,9 @@ type Options struct {
 	// Heartbeat is how often the lease is extended while the effect runs. Default Lease/3;
 	// negative disables heartbeats. Extensions go on for as long as the effect runs, even
 	// after the caller's context ended (an effect may outlive its caller, as a detached call
-	// does), and stop as soon as it returns.
+	// does), and stop as soon as it returns. An extension comes sooner when less than two
+	// heartbeats of the lease are left, and a claim that took so long to land that less than
+	// two heartbeats (or half its lease) are left is extended before the effect starts.
 	Heartbeat time.Duration
 	// Wait is how long an in-flight duplicate waits for the original to finish and then
 	// replays it. Default 0: fail fast with ErrInFlight.
