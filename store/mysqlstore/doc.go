@@ -61,13 +61,17 @@
 // Waits: a duplicate holds a pool connection while it waits. DoTx waits up to the server's
 // innodb_lock_wait_timeout (50s by default), then returns an *idem.StoreError (error 1205).
 // TxRunner ends the wait at TxOptions.Wait or the context's deadline with idem.ErrInFlight,
-// on time: it bounds the server's side of the wait to the time left, in whole seconds rounded
-// up, and gives up on the client side when the time is out, which closes that connection. On
-// MariaDB the bound is part of each claim statement (SET STATEMENT innodb_lock_wait_timeout
-// = n FOR …, sent as text), at no cost in round trips; on MySQL, which has no such form for
-// InnoDB's setting, the session's innodb_lock_wait_timeout is set before the transaction and
-// given back after the claim, two round trips more. The caller's statements run with the
-// session's own setting either way. An
+// on time. It bounds the server's side of the wait to end a little before the time left, in
+// whole seconds rounded down, so the server's lock wait timeout ends it: a client that gave up
+// first would close its connection, and MariaDB then goes on waiting for the lock until the
+// holder's transaction ends. With less than about a second left, MariaDB tries the claim
+// without waiting, again and again, until the time is out; MySQL waits its least, one second,
+// and a caller whose deadline comes sooner leaves that wait behind on the server. On MariaDB
+// the bound is part of each claim statement (SET STATEMENT innodb_lock_wait_timeout = n FOR
+// …, sent as text), at no cost in round trips; on MySQL, which has no such form for InnoDB's
+// setting, the session's innodb_lock_wait_timeout is set before the transaction and given
+// back after the claim, two round trips more. The caller's statements run with the session's
+// own setting either way. An
 // engine's Reserve of a key a transaction holds waits on its row in the same way, so keep the
 // transaction short.
 //

@@ -67,17 +67,21 @@ type txWait struct {
 }
 
 // txExec runs the store's statements in tx, prepared once per connection like the Store's
-// (doTx prepares them first). With wait set, it sends them as text instead, each bounded on
-// the server to wait seconds for a lock: SET STATEMENT innodb_lock_wait_timeout = wait FOR the
-// statement with its arguments written in as literals (MariaDB's syntax; see doTx for MySQL).
+// (doTx prepares them first). With wait zero or more, it sends them as text instead, each
+// bounded on the server to wait seconds for a lock (0: not at all): SET STATEMENT
+// innodb_lock_wait_timeout = wait FOR the statement with its arguments written in as literals
+// (MariaDB's syntax; see doTx for MySQL). With wait negative the session's setting applies.
 type txExec struct {
 	s    *Store
 	tx   *sql.Tx
 	wait int64
 }
 
+// sessionWait is a txExec's wait that leaves the bound to the session's setting.
+const sessionWait = -1
+
 func (e txExec) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	if e.wait > 0 {
+	if e.wait >= 0 {
 		return e.tx.ExecContext(ctx, bounded(e.wait, q, args))
 	}
 	st, err := e.s.stmt(ctx, q)
@@ -88,7 +92,7 @@ func (e txExec) exec(ctx context.Context, q string, args ...any) (sql.Result, er
 }
 
 func (e txExec) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, error) {
-	if e.wait > 0 {
+	if e.wait >= 0 {
 		return e.tx.QueryRowContext(ctx, bounded(e.wait, q, args)), nil
 	}
 	st, err := e.s.stmt(ctx, q)
@@ -175,14 +179,23 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		}
 		_ = conn.Close()
 	}()
-	var wait int64 // the server's bound on the claim's lock waits, in seconds; 0: its own setting
+	// The server's bound on the claim's lock waits, in whole seconds, the only unit
+	// innodb_lock_wait_timeout has. It ends the wait before the claim's context does: a
+	// client that gives up first closes its connection, and MariaDB then goes on waiting
+	// for the lock, past its own timeout, until the holder's transaction ends.
+	wait := int64(sessionWait)
+	poll := false // the claim is tried again until wctx ends, each try without a wait
 	if d, ok := wctx.Deadline(); ok && w != nil {
-		// The server ends its side of the wait too, at most a second after the client gave
-		// up (innodb_lock_wait_timeout counts whole seconds), instead of 50s later.
-		wait = max(1, int64((time.Until(d)+time.Second-1)/time.Second))
+		wait = int64((time.Until(d) - lockWaitMargin) / time.Second)
 		maria, err := s.mariaDB(ctx, conn)
 		if err != nil {
 			return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
+		}
+		switch {
+		case wait < 1 && maria:
+			wait, poll = 0, true
+		case wait < 1:
+			wait = 1 // MySQL's least: a client that gives up first leaves the server waiting
 		}
 		if !maria {
 			// MySQL has no per-statement setting for it (SET_VAR takes no InnoDB variable):
@@ -191,7 +204,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 			if _, err := conn.ExecContext(ctx, setLockWait+strconv.FormatInt(wait, 10)); err != nil {
 				return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 			}
-			wait = 0
+			wait = sessionWait
 		}
 	}
 	tx, err = conn.BeginTx(ctx, nil)
@@ -201,6 +214,14 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
 	r, err := s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, now, ttl)
+	for pause := 10 * time.Millisecond; poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
+		// Only the statement was rolled back: the transaction goes on, and the claim is
+		// tried again in it.
+		if !sleep(wctx, pause) {
+			break
+		}
+		r, err = s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, now, ttl)
+	}
 	if err == nil && r.Claimed && restore {
 		if _, err = tx.ExecContext(ctx, restoreLockWait); err == nil {
 			restore = false
@@ -223,7 +244,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		return res, retryable(ferr) && ctx.Err() == nil, ferr
 	}
 	expires := s.opt.Now().Add(ttl)
-	if err := changedOne(txExec{s: s, tx: tx}.exec(ctx, s.q.complete, idem.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
+	if err := changedOne(txExec{s: s, tx: tx, wait: sessionWait}.exec(ctx, s.q.complete, idem.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
 		return res, retryable(err), &idem.StoreError{Op: "complete", Err: opErr("complete", err)}
 	}
 	err = tx.Commit()
@@ -309,6 +330,23 @@ func (s *Store) mariaDB(ctx context.Context, conn *sql.Conn) (bool, error) {
 	}
 	s.server.CompareAndSwap(serverUnknown, server)
 	return server == serverMariaDB, nil
+}
+
+// lockWaitMargin is how long before the claim's context ends the server's bound on its lock
+// wait ends, so that the server's lock wait timeout (error 1205) ends the wait, not the
+// client.
+const lockWaitMargin = 250 * time.Millisecond
+
+// sleep waits d, or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // The session's lock wait bound, set for a TxRunner's claim and given back after it. The
