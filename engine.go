@@ -62,7 +62,8 @@ type Options struct {
 	StoreTimeout time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Logger receives warnings (a lost lease, a failed release). Default slog.Default().
+	// Logger receives warnings (a lost lease, a failed release, a lease extension that failed,
+	// and, at Info, the extension that succeeded after it). Default slog.Default().
 	Logger *slog.Logger
 	// Observer is told when each stage of Do begins and ends (claim, wait, effect, complete,
 	// release), for tracing and metrics; see package idemotel for OpenTelemetry. Default nil:
@@ -539,7 +540,7 @@ func (e *Engine) heartbeat(ctx *effectContext, key string, token int64, until ti
 	if until.IsZero() {
 		until = e.opt.Now().Add(e.opt.Lease) // a store that does not report the claim's lease
 	}
-	b.e, b.ctx, b.key, b.token, b.stopped, b.until = e, ctx, key, token, false, until
+	b.e, b.ctx, b.key, b.token, b.stopped, b.until, b.failed = e, ctx, key, token, false, until, 0
 	b.t.Reset(e.nextBeat(until))
 	b.mu.Unlock()
 	return b
@@ -557,6 +558,7 @@ type beat struct {
 	mu      sync.Mutex // held across an extension, so stop waits for it
 	stopped bool
 	until   time.Time   // end of the lease as last extended (or claimed)
+	failed  int         // extensions that failed in a row
 	t       *time.Timer // calls fire
 }
 
@@ -586,8 +588,15 @@ func (b *beat) fire() {
 		b.ctx.lose()
 		return
 	case err != nil:
+		if b.failed++; b.failed == 1 {
+			e.opt.Logger.Warn("idem: lease extension failed; trying again", "key", b.key, "err", err, "lease_left", b.until.Sub(now).Round(time.Millisecond))
+		}
 		b.t.Reset(max(e.opt.Heartbeat/8, time.Millisecond))
 		return
+	}
+	if b.failed > 0 {
+		e.opt.Logger.Info("idem: lease extended after failed attempts", "key", b.key, "failed", b.failed, "lease_left", b.until.Sub(now).Round(time.Millisecond))
+		b.failed = 0
 	}
 	b.until = until
 	b.t.Reset(e.nextBeat(until))

@@ -1,7 +1,11 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,7 +41,9 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 	st := &outageStore{Store: memstore.New()}
 	// This process's clock runs 30ms behind the other's, as clocks of two machines may.
 	behind := func() time.Time { return time.Now().Add(-30 * time.Millisecond) }
-	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, Now: behind})
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, Now: behind, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +73,14 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 			if n := takeovers.Load(); n != 0 {
 				t.Fatalf("the key was taken over %d times while its effect ran", n)
 			}
+			// The operator sees the outage once, and its end, not a line per attempt.
+			out := logs.String()
+			if n := strings.Count(out, "lease extension failed"); n != 1 {
+				t.Errorf("%d warnings of a failed extension, want 1:\n%s", n, out)
+			}
+			if n := strings.Count(out, "lease extended after failed attempts"); n != 1 {
+				t.Errorf("%d notes of the extension after the outage, want 1:\n%s", n, out)
+			}
 			return
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -79,4 +93,22 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 			_ = st.Release(context.Background(), "k", res.Record.Token)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
