@@ -382,3 +382,44 @@ func (f *failing) Sweep(_ context.Context, _ time.Time, batch int) (int, error) 
 	}
 	return batch, nil
 }
+
+// TestPacingKeepsBatchesWhenSizeIsNotTheCost: on a starved server every call is slow whatever
+// its size. Halving the batch would only delete less per call, so the Sweeper tries it once,
+// sees no gain, and keeps its batch; once the server answers quickly, nothing changes.
+func TestPacingKeepsBatchesWhenSizeIsNotTheCost(t *testing.T) {
+	t.Parallel()
+	var t0 time.Time
+	slowFrom, slowTo := 30*time.Second, 150*time.Second
+	cost := func(now time.Time, n int) time.Duration {
+		if el := now.Sub(t0); el >= slowFrom && el < slowTo {
+			return 300*time.Millisecond + time.Duration(n)*10*time.Microsecond // scheduling delay
+		}
+		return time.Millisecond + time.Duration(n)*10*time.Microsecond
+	}
+	s := newSim(180*time.Second, func(time.Time) float64 { return 0 }, cost)
+	t0 = s.now
+	s.expired = 10_000_000
+	runSim(t, s, s, sweeper.Options{Interval: time.Second, Batch: 1000, MinBatch: 10, TargetLatency: 100 * time.Millisecond, MaxShare: 0.5})
+	var during []call
+	for _, c := range s.calls {
+		if el := c.at.Sub(t0); el >= slowFrom && el < slowTo {
+			during = append(during, c)
+		}
+	}
+	small := 0
+	for _, c := range during {
+		if c.size < 1000 {
+			small++
+		}
+	}
+	// One halving to learn, and one more after each floorProbes slow calls.
+	if len(during) < 50 || small > 1+len(during)/16 {
+		t.Errorf("%d of %d calls on the starved server asked for less than the full batch", small, len(during))
+	}
+	// At MaxShare 0.5 a full batch of 310ms is followed by a pause of 310ms: 1000 records
+	// per 620ms, about 1600 a second. Batches of 10 would delete 16 a second.
+	rate := float64(s.deletedBetween(t0.Add(slowFrom), t0.Add(slowTo))) / (slowTo - slowFrom).Seconds()
+	if rate < 1300 {
+		t.Errorf("deleted %.0f records a second on the starved server, want about 1600", rate)
+	}
+}

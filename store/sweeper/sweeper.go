@@ -41,7 +41,9 @@ func Needed(st Sweepable) bool {
 // A Sweeper is paced so that live traffic keeps the store: each Sweep call deletes at most a
 // batch of records, the batch shrinks by half when a call takes longer than TargetLatency and
 // grows back by a tenth of Batch while full calls stay quick (additive increase,
-// multiplicative decrease), and after a call that took d the Sweeper waits at least
+// multiplicative decrease). A halving that does not make calls quicker (a starved server,
+// where a call's time does not follow its size) is undone, since smaller batches would only
+// delete less for the same time. After a call that took d the Sweeper waits at least
 // d×(1−MaxShare)/MaxShare, so it spends at most MaxShare of the wall time in the store. While
 // batches come back full it goes on (it is behind: expired records arrive faster than one run
 // a Interval deletes); a short batch ends the run and the next begins one Interval later.
@@ -377,6 +379,13 @@ type pacer struct {
 	step            int
 	target          time.Duration
 	maxShare        float64
+	// A halving that did not make calls quicker (a starved server, where a call's time is
+	// not its size) is undone, and no batch below floor is tried again until a call is
+	// quick or probes slow calls at floor have passed.
+	floor      int
+	halvedFrom int           // the size before the last halving; 0: the last change was not one
+	slowBefore time.Duration // how long the call before that halving took
+	probes     int           // slow calls at floor since it was raised
 	// backlog is the estimate the last run left (-1: none), counted at counted.
 	backlog int
 	counted time.Time
@@ -384,20 +393,36 @@ type pacer struct {
 
 func newPacer(o Options) *pacer {
 	return &pacer{batch: o.Batch, min: o.MinBatch, max: o.Batch, step: max(1, o.Batch/10),
-		target: o.TargetLatency, maxShare: o.MaxShare, backlog: -1}
+		target: o.TargetLatency, maxShare: o.MaxShare, backlog: -1, floor: o.MinBatch}
 }
 
 // done adjusts the batch after a call asked for size records, deleted n and took took, and
 // returns the pause owed before the next call.
 func (p *pacer) done(size, n int, took time.Duration) time.Duration {
+	if took <= p.target {
+		p.floor, p.halvedFrom, p.probes = p.min, 0, 0
+		if n >= size && took <= p.target/2 {
+			p.batch = min(p.max, size+p.step)
+		}
+		return p.share(took)
+	}
 	switch {
-	case took > p.target:
+	case p.halvedFrom > 0 && took*4 > p.slowBefore*3:
+		// Half the batch took more than three quarters of the time: the size is not what
+		// makes calls slow, and smaller batches would only delete less per call.
+		p.batch, p.floor, p.halvedFrom, p.probes = p.halvedFrom, p.halvedFrom, 0, 0
+	case size/2 >= p.floor || p.probes >= floorProbes:
+		p.halvedFrom, p.slowBefore, p.probes = size, took, 0
 		p.batch = max(p.min, size/2)
-	case n >= size && took <= p.target/2:
-		p.batch = min(p.max, size+p.step)
+	default:
+		p.halvedFrom = 0
+		p.probes++
 	}
 	return p.share(took)
 }
+
+// floorProbes is how many slow calls at the floor pass before a smaller batch is tried again.
+const floorProbes = 16
 
 // share returns the pause after a call of took that keeps the store's share at MaxShare.
 func (p *pacer) share(took time.Duration) time.Duration {
