@@ -7,6 +7,9 @@
 #   - memory per record in Redis (MEMORY USAGE, INFO memory), with DynamoDB's item size;
 #   - pgstore's new-key rate against pgbench running the same statements (scripts/bench-pgbench.sh).
 # Filling 10 million records takes a few minutes per engine and about 4 GB of disk each.
+# PostgreSQL runs in a private server (scripts/pg-private.sh) with shared_buffers a quarter of
+# the machine's memory (at most 6 GB) unless IDEM_POSTGRES_URL is set; MariaDB's buffer pool is
+# raised as much for the run and given back after it.
 #
 # usage: scripts/bench-retention.sh
 # env:   IDEM_BENCH_RETENTION_SIZES (default 0,1000000,10000000), IDEM_BENCH_RETENTION_ENGINES
@@ -18,7 +21,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=docs/bench/retention.md
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 sizes=${IDEM_BENCH_RETENTION_SIZES:-0,1000000,10000000}
 engines=${IDEM_BENCH_RETENTION_ENGINES:-postgres,mysql,sqlite}
 run=${IDEM_BENCH_RETENTION_RUN:-5s}
@@ -27,6 +29,43 @@ keep=false
 [ "${IDEM_BENCH_RETENTION_KEEP:-0}" = 1 ] && keep=true
 sqlite_dir=${TMPDIR:-/tmp}/idem-bench-retention
 mkdir -p bin "$sqlite_dir"
+# The servers get the memory docs/retention.md recommends: a quarter of the machine's, at most
+# 6 GB (the 10 million records' table and index take about 5 GB). PostgreSQL: a private server
+# with that shared_buffers and longer checkpoints, unless IDEM_POSTGRES_URL names one; MariaDB:
+# innodb_buffer_pool_size raised for the run and given back after it.
+mem_mb=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
+buffers_mb=$(( mem_mb / 4 < 6144 ? mem_mb / 4 : 6144 ))
+settings="shared_buffers and innodb_buffer_pool_size ${buffers_mb} MB"
+pgdir=""
+mysql_pool=""
+restore() {
+	[ -n "$pgdir" ] && pg_private_stop "$pgdir"
+	[ -n "$mysql_pool" ] && mysql_set_pool "$mysql_pool"
+	rm -rf "$work"
+}
+trap restore EXIT
+if [ -z "${IDEM_POSTGRES_URL:-}" ] && [[ ,$engines, == *,postgres,* ]]; then
+	. scripts/pg-private.sh
+	pgdir=$(mktemp -d "${TMPDIR:-/tmp}/idem-bench-pg.XXXXXX")
+	IDEM_POSTGRES_URL=$(pg_private_start "$pgdir/pg" "${buffers_mb}MB")
+	export IDEM_POSTGRES_URL
+	echo "bench: private PostgreSQL at $IDEM_POSTGRES_URL, shared_buffers ${buffers_mb}MB" >&2
+else
+	settings="innodb_buffer_pool_size ${buffers_mb} MB (PostgreSQL: the server's own settings)"
+fi
+mysql_cli() { mysql -uroot -h127.0.0.1 -N -B "$@"; }
+mysql_set_pool() {
+	mysql_cli -e "SET GLOBAL innodb_buffer_pool_size = $1" || return 0
+	# The resize runs in the background; its status is empty again once it is done.
+	for _ in $(seq 1 120); do
+		[ -z "$(mysql_cli -e "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2)" ] && break
+		sleep 1
+	done
+}
+if [[ ,$engines, == *,mysql,* ]] && command -v mysql >/dev/null && [ -z "${IDEM_MYSQL_URL:-}" ]; then
+	mysql_pool=$(mysql_cli -e "SELECT @@innodb_buffer_pool_size" 2>/dev/null || true)
+	[ -n "$mysql_pool" ] && mysql_set_pool $(( buffers_mb * 1024 * 1024 ))
+fi
 (cd bench && go build -o ../bin/retentionbench ./cmd/retentionbench)
 cmd="bin/retentionbench -sizes $sizes -engines $engines -run $run -rounds $rounds -redis-records 50000"
 started=$(date -u +'%Y-%m-%d %H:%M UTC')
@@ -45,7 +84,9 @@ bash scripts/bench-pgbench.sh 5 3 >"$work/pgbench.txt" 2>&1 || echo "(bench-pgbe
 	echo "(the machine is shared: read the ratios, which compare runs of the same round). What the figures mean,"
 	echo "and how records expire in each store, is in docs/retention.md. Single 5-second rounds on a shared machine swing"
 	echo "widely: the rates of one configuration across rounds show how much, and a ratio is only as good as that spread."
-	echo "Load average at the end of the table runs: $endload."
+	echo "Load average at the end of the table runs: $endload. Server memory for the run: $settings,"
+	echo "with each table read into it once before its runs (pg_prewarm; a scan of InnoDB's primary key), as on a server that has"
+	echo "been serving it."
 	echo
 	echo "Command: \`scripts/bench-retention.sh\`, which runs \`$cmd\` and \`scripts/bench-pgbench.sh 5 3\`."
 	echo
