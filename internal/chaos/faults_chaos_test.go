@@ -313,12 +313,12 @@ func (h *harness) release(ctx context.Context, op string, force bool) chaos.Rele
 	cmd.Env = append(cmd.Environ(), "IDEM_CONFIG=")
 	out, err := cmd.CombinedOutput()
 	r.Done = err == nil && !strings.Contains(string(out), "nothing to release")
-	h.countRelease(string(out), err == nil)
+	r.Unknown = h.countRelease(string(out), err == nil) == "failed" && !strings.Contains(string(out), "storeurl: open")
 	return r
 }
 
-// countRelease sorts an `idem release` outcome for the fault mix.
-func (h *harness) countRelease(out string, ok bool) {
+// countRelease sorts an `idem release` outcome for the fault mix and returns its class.
+func (h *harness) countRelease(out string, ok bool) string {
 	var what string
 	switch {
 	case ok && strings.HasPrefix(out, "released "):
@@ -342,4 +342,5 @@ func (h *harness) countRelease(out string, ok bool) {
 		h.releaseFailures = append(h.releaseFailures, strings.TrimSpace(out))
 	}
 	h.mu.Unlock()
+	return what
 }

@@ -111,6 +111,10 @@ type Release struct {
 	Force bool
 	// Done reports that the command released or deleted something (it exited 0).
 	Done bool
+	// Unknown reports a command that failed without saying what it did (the store went away
+	// while it ran): the store may have released or deleted the record, as an operator who
+	// saw the error must assume, so a forced one excuses like a done one.
+	Unknown bool
 }
 
 // History is everything a run observed: the effect table, the clients' logs and the faults.
@@ -243,6 +247,7 @@ type judge struct {
 	outages         []Outage
 	lost            map[[2]string][]*LostAnswer // by op and gateway; nil once used
 	forced          map[string][]*Release       // forced releases that deleted, by op; nil once used
+	releases        map[string][]Release        // every release, by op, for the examples
 	unstored        map[[2]string]bool          // by op and gateway
 }
 
@@ -250,7 +255,7 @@ func newJudge(h History) *judge {
 	j := &judge{
 		lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
 		effects: map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
-		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{},
+		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{}, releases: map[string][]Release{},
 		unstored: map[[2]string]bool{},
 	}
 	for _, u := range h.Unstored {
@@ -272,9 +277,10 @@ func newJudge(h History) *judge {
 		j.lost[[2]string{l.Op, l.Gateway}] = append(j.lost[[2]string{l.Op, l.Gateway}], &l)
 	}
 	for _, r := range h.Releases {
-		if r.Force && r.Done {
+		if r.Force && (r.Done || r.Unknown) {
 			j.forced[r.Op] = append(j.forced[r.Op], &r)
 		}
+		j.releases[r.Op] = append(j.releases[r.Op], r)
 	}
 	return j
 }
@@ -357,10 +363,24 @@ func (j *judge) nearby(prev, next Effect) string {
 			parts = append(parts, fmt.Sprintf("answer lost (%s) at %+dms", l.Cause, l.At.Sub(prev.At).Milliseconds()))
 		}
 	}
+	// The outages around either execution (not every one between them, which may be many).
+	near := func(o Outage, t time.Time) bool {
+		return !o.To.Before(t.Add(-j.inFlight)) && !o.From.After(t.Add(j.inFlight))
+	}
 	for _, o := range j.outages {
-		if !o.To.Before(prev.At.Add(-j.inFlight)) && !o.From.After(next.At) {
+		if near(o, prev.At) || near(o, next.At) {
 			parts = append(parts, fmt.Sprintf("store down from %+dms to %+dms", o.From.Sub(prev.At).Milliseconds(), o.To.Sub(prev.At).Milliseconds()))
 		}
+	}
+	for _, r := range j.releases[prev.Op] {
+		what := "failed"
+		switch {
+		case r.Done:
+			what = "done"
+		case r.Unknown:
+			what = "outcome unknown"
+		}
+		parts = append(parts, fmt.Sprintf("operator release (force %v, %s) at %+dms", r.Force, what, r.At.Sub(prev.At).Milliseconds()))
 	}
 	if len(parts) == 0 {
 		return ""

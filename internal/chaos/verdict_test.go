@@ -245,6 +245,14 @@ func TestJudgeReleaseExcuse(t *testing.T) {
 			func(v chaos.Verdict) int { return v.OperatorReexecutions }, true},
 		{"release without --force", func(h *chaos.History) { completed(h); h.Releases = rel(1000, false, true) }, unexplained, false},
 		{"forced release that failed", func(h *chaos.History) { completed(h); h.Releases = rel(1000, true, false) }, unexplained, false},
+		{"forced release whose outcome is unknown", func(h *chaos.History) {
+			completed(h)
+			h.Releases = []chaos.Release{{Op: "c", At: at(1000), Force: true, Unknown: true}}
+		}, func(v chaos.Verdict) int { return v.OperatorReexecutions }, true},
+		{"release without --force whose outcome is unknown", func(h *chaos.History) {
+			completed(h)
+			h.Releases = []chaos.Release{{Op: "c", At: at(1000), Unknown: true}}
+		}, unexplained, false},
 		{"forced release after the re-execution", func(h *chaos.History) { completed(h); h.Releases = rel(2600, true, true) }, unexplained, false},
 		{"a release without --force of a live key", func(h *chaos.History) {
 			// The key was in progress and its holder alive: a release must be refused, so
