@@ -193,7 +193,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 			return Result{}, err
 		}
 		now := e.opt.Now()
-		res, err := e.store.Reserve(cctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
+		res, err := e.reserve(cctx, key, fingerprint, now)
 		if err != nil {
 			err := storeError("reserve", err)
 			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeStoreError, Err: err})
@@ -243,6 +243,17 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 		}
 		pause = min(pause*2, e.opt.PollInterval*16)
 	}
+}
+
+// reserve claims key through the store's RouteReserver when ctx names a route (WithRoute),
+// and through Reserve otherwise.
+func (e *Engine) reserve(ctx context.Context, key, fingerprint string, now time.Time) (Reservation, error) {
+	if route := routeFrom(ctx); route != "" {
+		if rr, ok := e.store.(RouteReserver); ok {
+			return rr.ReserveRoute(ctx, key, fingerprint, route, now, e.opt.Lease, e.opt.TTL)
+		}
+	}
+	return e.store.Reserve(ctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under

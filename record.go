@@ -87,6 +87,10 @@ type Record struct {
 	CompletedAt time.Time
 	// ExpiresAt ends the record's business window: from then on it counts as absent.
 	ExpiresAt time.Time
+	// Route names what claimed the key, for operators (such as "POST /v1/orders/{id}/pay"):
+	// the route given with WithRoute when the key was claimed, at most MaxRouteLen bytes of
+	// UTF-8, or "" when none was given or the store does not keep routes (see RouteReserver).
+	Route string
 }
 
 // Expired reports whether the record counts as absent at now (a record past ExpiresAt is

@@ -51,6 +51,21 @@ type Store interface {
 	Sweep(ctx context.Context, now time.Time, batch int) (int, error)
 }
 
+// RouteReserver is implemented by stores that keep the route that claimed a record (see
+// WithRoute and Record.Route). It is optional, so that a store written before routes existed
+// still compiles and works: the engine then calls Reserve and its records carry no route.
+//
+// ReserveRoute is Reserve that also stores route, with the same decisions made by the same
+// atomic store operations (never an extra write or round trip): a new claim (the key absent or
+// expired) stores route; a takeover, which continues the same claim, keeps the stored route and
+// stores route only if the record had none; a record that is not claimed is returned
+// untouched, with its stored route. route is at most MaxRouteLen bytes of valid UTF-8 without
+// NUL bytes (see CleanRoute); "" stores none, exactly as Reserve does. The engine calls
+// ReserveRoute when the caller named a route with WithRoute, and Reserve otherwise.
+type RouteReserver interface {
+	ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (Reservation, error)
+}
+
 // NextToken returns the fencing token for a new claim of a key whose previous token was prev
 // (0 when the key has no record). Tokens are Unix microseconds at the claim, or prev+1 when
 // that is larger, so they grow with every claim of a key and a key recreated after a sweep does

@@ -60,11 +60,12 @@ func (s *Store) light(i int32) idem.Record {
 		Attempts:    int(h.attempts),
 		CreatedAt:   time.UnixMicro(h.created),
 		ExpiresAt:   time.UnixMicro(h.expires),
+		Route:       strings.Clone(s.route(i)),
 	}
 	if h.done != 0 {
 		r.CompletedAt = time.UnixMicro(h.done)
 	}
-	if end := int(h.keyLen + h.fpLen); len(*s.blob(i)) > end {
+	if end := h.respStart(); len(*s.blob(i)) > end {
 		// The bytes were written by EncodeResponse, so they always decode.
 		resp, _ := idem.DecodeResponseHead([]byte((*s.blob(i))[end:min(len(*s.blob(i)), end+idem.ListResponseHeadLen)]))
 		r.Response = &resp

@@ -18,14 +18,15 @@ import (
 )
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.RouteReserver = (*Store)(nil)
 )
 
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 //
 // It is laid out for the garbage collector, which marks every record the store retains on
-// each cycle: a record is one string (its key, fingerprint and encoded response, end to end;
+// each cycle: a record is one string (its key, fingerprint, route and encoded response, end to end;
 // a hex fingerprint as the 32 bytes it spells) and a fixed-size head without pointers, kept at
 // the same position of two dense arrays, and the map takes a 32-bit hash of the key to that
 // position (8 bytes a slot), so neither the map nor the heads hold a pointer. The collector follows one pointer per record, to an object it need not scan. The
@@ -71,6 +72,7 @@ type head struct {
 	next     int32 // the next record whose key has the same hash, or -1
 	attempts int32
 	room     int32 // bytes allocated after the blob's end, that Complete may write once
+	routeLen uint16
 	state    idem.State
 	packed   bool // the fingerprint is kept as the 32 bytes its 64 hex digits spell
 }
@@ -159,6 +161,12 @@ func (s *Store) link(h uint32, from, ref int32) {
 
 // Reserve implements idem.Store.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
+}
+
+// ReserveRoute implements idem.RouteReserver.
+func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	route = idem.CleanRoute(route)
 	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -180,6 +188,9 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			prev = h.token
 		case h.leaseExpired(n) && s.fpIs(i, fingerprint):
 			prev, takeover, attempts, created = h.token, true, h.attempts+1, h.created
+			if h.routeLen != 0 {
+				route = s.route(i) // a takeover keeps the claim's route (newBlob copies it)
+			}
 		default:
 			return idem.Reservation{Record: s.record(key, i, fingerprint)}, nil
 		}
@@ -196,11 +207,12 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		}
 		s.n++
 	}
-	blob, packed := s.newBlob(key, fingerprint)
+	blob, packed := s.newBlob(key, fingerprint, route)
 	*s.head(i) = head{
 		next:     next,
 		keyLen:   int32(len(key)),
-		fpLen:    int32(len(blob) - len(key)),
+		fpLen:    int32(len(blob) - len(key) - len(route)),
+		routeLen: uint16(len(route)),
 		packed:   packed,
 		room:     s.room,
 		state:    idem.StateInProgress,
@@ -215,22 +227,23 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.recordAs(key, fingerprint, i)}, nil
 }
 
-// newBlob returns key and fingerprint end to end, in an allocation that has s.room bytes more.
-// A fingerprint of 64 lowercase hex digits, as idem.Fingerprint makes, is kept as the 32 bytes
-// they spell (packed).
-func (s *Store) newBlob(key, fingerprint string) (blob string, packed bool) {
+// newBlob returns key, fingerprint and route end to end, in an allocation that has s.room bytes
+// more. A fingerprint of 64 lowercase hex digits, as idem.Fingerprint makes, is kept as the 32
+// bytes they spell (packed).
+func (s *Store) newBlob(key, fingerprint, route string) (blob string, packed bool) {
 	packed = idem.ValidFingerprint(fingerprint)
 	n := len(fingerprint)
 	if packed {
 		n /= 2
 	}
-	b := make([]byte, 0, len(key)+n+int(s.room))
+	b := make([]byte, 0, len(key)+n+len(route)+int(s.room))
 	b = append(b, key...)
 	if packed {
 		b = appendUnhex(b, fingerprint)
 	} else {
 		b = append(b, fingerprint...)
 	}
+	b = append(b, route...)
 	return unsafe.String(unsafe.SliceData(b), len(b)), packed
 }
 
@@ -254,6 +267,16 @@ func (s *Store) fpBytes(i int32) string {
 	h := s.head(i)
 	return (*s.blob(i))[h.keyLen : h.keyLen+h.fpLen]
 }
+
+// route returns record i's route, a window on its blob.
+func (s *Store) route(i int32) string {
+	h := s.head(i)
+	end := h.keyLen + h.fpLen
+	return (*s.blob(i))[end : end+int32(h.routeLen)]
+}
+
+// respStart returns where record i's encoded response begins in its blob.
+func (h *head) respStart() int { return int(h.keyLen+h.fpLen) + int(h.routeLen) }
 
 // fp returns record i's fingerprint: a new string if it is packed, else a window on its blob.
 func (s *Store) fp(i int32) string {
@@ -434,10 +457,13 @@ func (s *Store) recordAs(key, fp string, i int32) idem.Record {
 		CreatedAt:   time.UnixMicro(h.created),
 		ExpiresAt:   time.UnixMicro(h.expires),
 	}
+	if h.routeLen != 0 {
+		r.Route = strings.Clone(s.route(i)) // not a window on the blob, which holds the body
+	}
 	if h.done != 0 {
 		r.CompletedAt = time.UnixMicro(h.done)
 	}
-	if end := int(h.keyLen + h.fpLen); len(*s.blob(i)) > end {
+	if end := h.respStart(); len(*s.blob(i)) > end {
 		// The bytes were written by EncodeResponse, so they always decode.
 		resp, _ := idem.DecodeResponse([]byte((*s.blob(i))[end:]))
 		r.Response = &resp

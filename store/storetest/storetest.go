@@ -18,9 +18,10 @@
 // claim inside its window, whether its lease is held or ran out), exact round trips of empty,
 // binary and large bodies, long and unicode keys and multi-valued headers, the keys
 // idem.CheckKey refuses refused with idem.ErrInvalidInput, cancelled contexts, Complete racing a
-// takeover, every method of a closed store returning idem.ErrClosed, and a porcupine check that
-// concurrent histories of all operations are linearizable with respect to the contract (see
-// CheckLinearizable).
+// takeover, every method of a closed store returning idem.ErrClosed, the route a claim stores
+// (idem.RouteReserver: kept by a takeover, replaced by a new claim, listed; skipped, visibly,
+// for a store without it), and a porcupine check that concurrent histories of all operations
+// are linearizable with respect to the contract (see CheckLinearizable).
 package storetest
 
 import (
@@ -85,6 +86,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"InvalidKeys", s.invalidKeys},
 		{"Delete", s.delete},
 		{"List", s.list},
+		{"Route", s.route},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
 	}
@@ -172,6 +174,7 @@ func checkSame(t *testing.T, what string, got, want idem.Record) {
 		got.Token != want.Token || got.Attempts != want.Attempts ||
 		!sameTime(got.LeaseUntil, want.LeaseUntil) || !sameTime(got.ExpiresAt, want.ExpiresAt) ||
 		!sameTime(got.CreatedAt, want.CreatedAt) || !sameTime(got.CompletedAt, want.CompletedAt) ||
+		got.Route != want.Route ||
 		(got.Response == nil) != (want.Response == nil) ||
 		(got.Response != nil && !got.Response.Equal(*want.Response)) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
