@@ -52,3 +52,7 @@ func routeFrom(ctx context.Context) string {
 	r, _ := ctx.Value(routeKey{}).(string)
 	return r
 }
+
+// RouteFromContext returns the route WithRoute set on ctx, or "". Runners other than the
+// engine (a store's transaction runner) read it to store the route with their claims.
+func RouteFromContext(ctx context.Context) string { return routeFrom(ctx) }

@@ -71,7 +71,7 @@ type txWait struct {
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	args, err := reserveArgs(key, fingerprint, now, ttl, ttl)
+	args, err := reserveArgs(key, fingerprint, idem.RouteFromContext(ctx), now, ttl, ttl)
 	if err != nil {
 		return res, false, err
 	}

@@ -94,7 +94,7 @@ func (p *partitioning) qualified(name string) string {
 
 // claimSQL returns the claim statement that writes into bucket b's partition. $1 key, $2
 // fingerprint, $3 now (also the row's born), $4 lease_until, $5 expires_at, $6 the token of a
-// first claim.
+// first claim, $7 the route (a takeover keeps the one it finds unless that is "").
 //
 // It runs right after lockSQL, in the same transaction, so no other claim of the key runs
 // between them, and its snapshot (taken after the lock was granted) sees every claim of the
@@ -121,7 +121,7 @@ func (p *partitioning) claimSQL(b int64) string {
 ), old AS (
 	SELECT born, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM done) FOR UPDATE
 ), claim AS (
-	SELECT o.token, o.attempts, o.created_at, o.expires_at
+	SELECT o.token, o.attempts, o.created_at, o.expires_at, o.route
 	FROM (VALUES (1)) AS one (x) LEFT JOIN old AS o ON true
 	WHERE NOT EXISTS (SELECT 1 FROM done) AND (o.token IS NULL OR o.expires_at <= $3
 	   OR (o.state = 1 AND o.lease_until <= $3 AND o.fingerprint = $2))
@@ -133,12 +133,14 @@ func (p *partitioning) claimSQL(b int64) string {
 		CASE WHEN c.token IS NULL OR c.expires_at <= $3 THEN 1 ELSE c.attempts + 1 END,
 		NULL,
 		CASE WHEN c.token IS NULL OR c.expires_at <= $3 THEN $3 ELSE c.created_at END,
-		0, GREATEST($5, $4)
+		0, GREATEST($5, $4),
+		CASE WHEN c.token IS NULL OR c.expires_at <= $3 OR c.route = '' THEN $7 ELSE c.route END
 	FROM claim AS c
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint = excluded.fingerprint, state = 1, token = excluded.token,
 		lease_until = excluded.lease_until, attempts = excluded.attempts, response = NULL,
-		created_at = excluded.created_at, completed_at = 0, expires_at = excluded.expires_at
+		created_at = excluded.created_at, completed_at = 0, expires_at = excluded.expires_at,
+		route = excluded.route
 	WHERE r.expires_at <= $3
 	   OR (r.state = 1 AND r.lease_until <= $3 AND r.fingerprint = excluded.fingerprint)
 	RETURNING true, ` + cols + `
@@ -158,7 +160,7 @@ UNION ALL SELECT false, ` + cols + ` FROM old WHERE NOT EXISTS (SELECT 1 FROM cl
 }
 
 var paramTypes = strings.NewReplacer("$1", "$1::text", "$2", "$2::text", "$3", "$3::bigint",
-	"$4", "$4::bigint", "$5", "$5::bigint", "$6", "$6::bigint")
+	"$4", "$4::bigint", "$5", "$5::bigint", "$6", "$6::bigint", "$7", "$7::text")
 
 // batcher is a pool or a transaction: both send a batch in one round trip.
 type batcher interface {

@@ -69,7 +69,7 @@ func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) error {
 		if err := p.convert(ctx, conn); err != nil {
 			return fmt.Errorf("convert to the partitioned layout: %w", err)
 		}
-		v = PartitionedVersionBase + 1
+		v = PartitionedSchemaVersion
 	default:
 		var exists bool
 		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.s.name).Scan(&exists); err != nil {
@@ -159,13 +159,21 @@ func (p *partitioning) convert(ctx context.Context, conn *pgxpool.Conn) error {
 		if _, err := tx.Exec(ctx, `ALTER TABLE `+p.s.name+` RENAME TO `+pgx.Identifier{legacy}.Sanitize()); err != nil {
 			return err
 		}
-		m := partitionedMigrations[0]
-		if err := p.applyPartitioned(ctx, tx, m); err != nil {
-			return err
+		// The parent gets every step of the partitioned layout before the old table is
+		// attached: its columns must be the old table's, brought up to date above.
+		for _, m := range partitionedMigrations {
+			if err := p.applyPartitioned(ctx, tx, m); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `ALTER TABLE `+p.s.name+` ATTACH PARTITION `+p.qualified(legacy)+` FOR VALUES FROM (MINVALUE) TO (1)`); err != nil {
 			return err
 		}
-		return p.record(ctx, tx, m)
+		for _, m := range partitionedMigrations {
+			if err := p.record(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }

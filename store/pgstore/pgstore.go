@@ -18,7 +18,8 @@ import (
 
 var (
 	_ idem.Store   = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.RouteReserver = (*Store)(nil)
 )
 
 // DefaultTable is the records table used when Options.Table is empty.
@@ -232,11 +233,16 @@ const reserveRetries = 16
 // Reserve implements idem.Store in one statement: one round trip (a second only in a rare
 // race, when the row that blocked the statement was committed after its snapshot began).
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
+}
+
+// ReserveRoute implements idem.RouteReserver: Reserve's statement, which stores the route too.
+func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
 	var res idem.Reservation
-	args, err := reserveArgs(key, fingerprint, now, lease, window)
+	args, err := reserveArgs(key, fingerprint, route, now, lease, window)
 	if err == nil {
 		if s.group != nil {
 			op := &groupOp{ctx: ctx, key: key, args: args}
@@ -254,7 +260,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 }
 
 // reserveArgs checks a claim's input and returns the parameters of queries.reserve.
-func reserveArgs(key, fingerprint string, now time.Time, lease, window time.Duration) ([]any, error) {
+func reserveArgs(key, fingerprint, route string, now time.Time, lease, window time.Duration) ([]any, error) {
 	if err := idem.CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -267,7 +273,7 @@ func reserveArgs(key, fingerprint string, now time.Time, lease, window time.Dura
 		return nil, invalid("window %s is not positive", window)
 	}
 	return []any{key, fingerprint, now.UnixMicro(), now.Add(lease).UnixMicro(), now.Add(window).UnixMicro(),
-		idem.NextToken(0, now)}, nil
+		idem.NextToken(0, now), idem.CleanRoute(route)}, nil
 }
 
 // reserve runs the claim statement on db (args from reserveArgs), again while it finds
@@ -424,7 +430,7 @@ type scan struct {
 // dest returns Scan destinations for the record columns, in queries' column order.
 func (sc *scan) dest(rec *idem.Record) []any {
 	return []any{&rec.Fingerprint, &sc.state, &rec.Token, &sc.leaseUntil, &rec.Attempts,
-		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires}
+		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires, &rec.Route}
 }
 
 func (sc *scan) finish(rec *idem.Record) error {

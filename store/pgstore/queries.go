@@ -1,17 +1,19 @@
 package pgstore
 
 // queries are the store's statements for one table. Column order everywhere: fingerprint,
-// state, token, lease_until, attempts, response, created_at, completed_at, expires_at.
+// state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route.
 type queries struct {
 	reserve, complete, release, extend, get, del, sweep, sweepByKey string
 }
 
-const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at`
+const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route`
 
 func newQueries(t string) queries {
 	return queries{
 		// reserve claims in one statement. $1 key, $2 fingerprint, $3 now, $4 lease_until,
-		// $5 expires_at, $6 the token of a first claim (idem.NextToken(0, now)).
+		// $5 expires_at, $6 the token of a first claim (idem.NextToken(0, now)), $7 the route
+		// ("" for none): a new claim stores it, a takeover keeps the route it finds unless
+		// that is "".
 		//
 		// "up" inserts, or updates a conflicting row that is expired or whose lease ran out
 		// with the same fingerprint: a claim (attempts 1) or a takeover (attempts + 1). When
@@ -34,7 +36,7 @@ func newQueries(t string) queries {
 	SELECT false, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND state = 2 AND expires_at > $3
 ), up AS (
 	INSERT INTO ` + t + ` AS r (key, ` + cols + `)
-	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint WHERE NOT EXISTS (SELECT 1 FROM done)
+	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text WHERE NOT EXISTS (SELECT 1 FROM done)
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint  = excluded.fingerprint,
 		state        = 1,
@@ -44,7 +46,8 @@ func newQueries(t string) queries {
 		response     = NULL,
 		created_at   = CASE WHEN r.expires_at <= $3 THEN excluded.created_at ELSE r.created_at END,
 		completed_at = 0,
-		expires_at   = excluded.expires_at
+		expires_at   = excluded.expires_at,
+		route        = CASE WHEN r.expires_at <= $3 OR r.route = '' THEN excluded.route ELSE r.route END
 	WHERE r.expires_at <= $3
 	   OR (r.state = 1 AND r.lease_until <= $3 AND r.fingerprint = excluded.fingerprint)
 	RETURNING true, ` + cols + `

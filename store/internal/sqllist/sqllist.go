@@ -52,7 +52,7 @@ func Query(d Dialect, table string, b idem.ListBounds) (string, []any) {
 		sb.WriteString(cond + " " + d.Param(len(args)))
 	}
 	sb.WriteString("SELECT " + d.Key + ", fingerprint, state, token, lease_until, attempts, " +
-		d.Head(idem.ListResponseHeadLen) + ", created_at, completed_at, expires_at FROM " + table + " WHERE ")
+		d.Head(idem.ListResponseHeadLen) + ", created_at, completed_at, expires_at, route FROM " + table + " WHERE ")
 	add(d.Key+" >=", key(b.From))
 	if b.To != "" {
 		add(d.Key+" <", key(b.To))
@@ -88,7 +88,7 @@ func Read(rows Rows, b idem.ListBounds, pkg string, storeErr func(error) error) 
 		var state, attempts, lease, created, expires int64
 		var completed sql.NullInt64
 		var head []byte
-		if err := rows.Scan(&r.Key, &r.Fingerprint, &state, &r.Token, &lease, &attempts, &head, &created, &completed, &expires); err != nil {
+		if err := rows.Scan(&r.Key, &r.Fingerprint, &state, &r.Token, &lease, &attempts, &head, &created, &completed, &expires, &r.Route); err != nil {
 			return idem.ListPage{}, storeErr(err)
 		}
 		r.State, r.Attempts = idem.State(state), int(attempts)
