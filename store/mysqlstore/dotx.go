@@ -213,14 +213,15 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
-	r, err := s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, now, ttl)
+	route := idem.CleanRoute(idem.RouteFromContext(ctx))
+	r, err := s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, route, now, ttl)
 	for pause := 10 * time.Millisecond; poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
 		// Only the statement was rolled back: the transaction goes on, and the claim is
 		// tried again in it.
 		if !sleep(wctx, pause) {
 			break
 		}
-		r, err = s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, now, ttl)
+		r, err = s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, route, now, ttl)
 	}
 	if err == nil && r.Claimed && restore {
 		if _, err = tx.ExecContext(ctx, restoreLockWait); err == nil {
@@ -274,16 +275,17 @@ func checkClaim(key, fingerprint string) error {
 // with the same fingerprint) is taken over by the compare-and-swap UPDATE of Reserve. If the
 // holder rolled back its insert instead, the INSERT passes. A deadlock (InnoDB rolled the
 // transaction back) is returned, for the caller to retry the attempt.
-func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
+func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint, route string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
 	claim := idem.Record{
 		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1,
 		LeaseUntil: now.Add(ttl).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(ttl).Truncate(time.Microsecond),
 		Token:     idem.NextToken(0, now),
+		Route:     route,
 	}
 	for range reserveRetries {
 		_, err := e.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
-			now.UnixMicro(), claim.ExpiresAt.UnixMicro())
+			now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route)
 		if err == nil {
 			return idem.Reservation{Claimed: true, Record: claim}, nil
 		}

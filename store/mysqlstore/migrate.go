@@ -122,7 +122,9 @@ func (t *myTarget) Apply(ctx context.Context, m sqlmigrate.Migration) error {
 		"index": quote(t.s.opt.Table + "_expires_at"),
 	})
 	for _, stmt := range sqlmigrate.Statements(sql) {
-		if _, err := t.conn.ExecContext(ctx, stmt); err != nil {
+		// MySQL DDL is not transactional, and MySQL has no ADD COLUMN IF NOT EXISTS: a
+		// column that exists was added by this step in a run that stopped before recording it.
+		if _, err := t.conn.ExecContext(ctx, stmt); err != nil && !isMySQLError(err, errDupFieldName) {
 			return err
 		}
 	}

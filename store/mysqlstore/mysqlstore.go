@@ -18,8 +18,9 @@ import (
 )
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.RouteReserver = (*Store)(nil)
 )
 
 // DefaultTable is the records table used when Options.Table is empty.
@@ -249,9 +250,10 @@ func opErr(op string, err error) error {
 
 // MySQL error numbers the store handles.
 const (
-	errDupEntry = 1062 // ER_DUP_ENTRY: the key was inserted meanwhile
-	errDeadlock = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the transaction back
-	errLockWait = 1205 // ER_LOCK_WAIT_TIMEOUT: innodb_lock_wait_timeout ran out
+	errDupEntry     = 1062 // ER_DUP_ENTRY: the key was inserted meanwhile
+	errDeadlock     = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the transaction back
+	errLockWait     = 1205 // ER_LOCK_WAIT_TIMEOUT: innodb_lock_wait_timeout ran out
+	errDupFieldName = 1060 // ER_DUP_FIELDNAME: a migration's column exists already
 )
 
 func isMySQLError(err error, number uint16) bool {
@@ -280,15 +282,21 @@ const reserveRetries = 32
 // Deadlocks InnoDB reports on concurrent inserts of one key roll back only that statement
 // and are retried the same way.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
+}
+
+// ReserveRoute implements idem.RouteReserver: Reserve, whose INSERT or compare-and-swap
+// UPDATE, the one write of the claim, stores the route too.
+func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
-	res, err := s.reserve(ctx, key, fingerprint, now, lease, window)
+	res, err := s.reserve(ctx, key, fingerprint, idem.CleanRoute(route), now, lease, window)
 	return res, opErr("reserve", err)
 }
 
 // reserve is Reserve's loop. (DoTx claims in its transaction with claimTx.)
-func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+func (s *Store) reserve(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := checkClaim(key, fingerprint); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -302,7 +310,7 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.T
 	claim := idem.Record{
 		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1,
 		LeaseUntil: now.Add(lease).Truncate(time.Microsecond), CreatedAt: now,
-		ExpiresAt: now.Add(window).Truncate(time.Microsecond),
+		ExpiresAt: now.Add(window).Truncate(time.Microsecond), Route: route,
 	}
 	for range reserveRetries {
 		old, err := s.get(ctx, s, s.q.get, key)
@@ -310,7 +318,7 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint string, now time.T
 		case errors.Is(err, idem.ErrNotFound):
 			claim.Token = idem.NextToken(0, now)
 			_, err := s.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
-				now.UnixMicro(), claim.ExpiresAt.UnixMicro())
+				now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route)
 			if isMySQLError(err, errDupEntry) || isMySQLError(err, errDeadlock) {
 				continue
 			}
@@ -345,11 +353,14 @@ func (s *Store) swapClaim(ctx context.Context, e execer, claim, old idem.Record,
 	}
 	rec := claim
 	rec.Token = idem.NextToken(old.Token, now)
-	if !expired { // a takeover keeps the claim's history
+	if !expired { // a takeover keeps the claim's history, and its route if it has one
 		rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
+		if old.Route != "" {
+			rec.Route = old.Route
+		}
 	}
 	r, err := e.exec(ctx, s.q.swap,
-		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(),
+		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(), rec.Route,
 		rec.Key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
 	if err != nil {
 		return idem.Reservation{}, false, err
@@ -434,7 +445,7 @@ func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, 
 		return idem.Record{}, err
 	}
 	err = row.Scan(&rec.Fingerprint, &state, &rec.Token, &leaseUntil,
-		&rec.Attempts, &response, &createdAt, &completedAt, &expires)
+		&rec.Attempts, &response, &createdAt, &completedAt, &expires, &rec.Route)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Record{}, idem.ErrNotFound
 	}

@@ -1,0 +1,90 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/mysqlstore"
+)
+
+// TestMigrateAddsRoute: a table of the schema before routes migrates and keeps its records,
+// which read back without a route; claims then store routes, and a takeover of an old record
+// gives it one. A step that added the column but stopped before recording it runs again.
+func TestMigrateAddsRoute(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		keepColumn bool // the column stays: the step ran but was not recorded
+	}{{name: "FromVersion1"}, {name: "StepNotRecorded", keepColumn: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			table := randomName("r_")
+			st := newStore(t, mysqlstore.Options{Table: table})
+			fp := idem.Fingerprint([]byte("route"))
+			now := time.Now()
+			done, err := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Complete(ctx, "done", done.Record.Token, idem.Response{Status: 201, Body: []byte("kept")}, now, now.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Reserve(ctx, "stale", fp, now, time.Second, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			// Back to the schema before routes.
+			if !tc.keepColumn {
+				if _, err := st.DB().ExecContext(ctx, "ALTER TABLE "+st.Table()+" DROP COLUMN route"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := st.DB().ExecContext(ctx, fmt.Sprintf("DELETE FROM `%s`.`%s` WHERE tbl = ? AND version = ?",
+				testDatabase, mysqlstore.MigrationsTable), table, mysqlstore.SchemaVersion); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := st.Version(ctx); err != nil || v != mysqlstore.SchemaVersion-1 {
+				t.Fatalf("Version after going back = %d, %v", v, err)
+			}
+			if err := st.Migrate(ctx); err != nil {
+				t.Fatalf("Migrate from the schema before routes: %v", err)
+			}
+			if v, err := st.Version(ctx); err != nil || v != mysqlstore.SchemaVersion {
+				t.Fatalf("Version = %d, %v; want %d", v, err, mysqlstore.SchemaVersion)
+			}
+			rec, err := st.Get(ctx, "done")
+			if err != nil || rec.Route != "" || rec.Response == nil || string(rec.Response.Body) != "kept" {
+				t.Fatalf("Get of a record from before = %+v, %v", rec, err)
+			}
+			later := now.Add(2 * time.Second)
+			res, err := st.ReserveRoute(ctx, "stale", fp, "POST /takeover", later, time.Minute, time.Hour)
+			if err != nil || !res.Takeover || res.Record.Route != "POST /takeover" {
+				t.Fatalf("takeover of a record from before = %+v, %v", res, err)
+			}
+			page, err := st.List(ctx, idem.ListQuery{})
+			if err != nil || len(page.Records) != 2 || page.Records[0].Route != "" || page.Records[1].Route != "POST /takeover" {
+				t.Fatalf("List = %+v, %v", page, err)
+			}
+		})
+	}
+}
+
+// TestTxRunnerRoute: a TxRunner's claim stores the route its context names.
+func TestTxRunnerRoute(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, mysqlstore.Options{})
+	r := mysqlstore.NewTxRunner(st, mysqlstore.TxOptions{})
+	ctx := idem.WithRoute(context.Background(), "POST /tx")
+	_, err := r.Do(ctx, "k", idem.Fingerprint([]byte("tx")), func(context.Context) (idem.Response, error) {
+		return idem.Response{Status: 200}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Get(context.Background(), "k"); err != nil || rec.Route != "POST /tx" {
+		t.Fatalf("Get = %+v, %v; want the route POST /tx", rec, err)
+	}
+}
