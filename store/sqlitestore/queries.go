@@ -6,16 +6,17 @@ import "strings"
 // identifier, quoted). Times are Unix microseconds. A released record has expires_at = 0.
 const (
 	// selectRecord reads one record; the columns are those scanRecord expects.
-	selectRecord = `SELECT fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at
+	selectRecord = `SELECT fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route
 FROM "{{table}}" WHERE key = ?1`
 
 	// upsertClaim is the claim, in one statement: insert a new record, or overwrite one that is
 	// expired (?5 = now) or whose lease ran out with the same fingerprint (a takeover). When
 	// the existing record is anything else, the WHERE fails, nothing is written and no row is
-	// returned. The token is NextToken(previous, now): ?3 is now in microseconds.
+	// returned. The token is NextToken(previous, now): ?3 is now in microseconds. ?7 is the
+	// route: a new claim stores it, a takeover keeps the route it finds unless that is ''.
 	upsertClaim = `INSERT INTO "{{table}}" AS r
-	(key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
-VALUES (?1, ?2, 1, ?3, ?4, 1, NULL, ?5, NULL, ?6)
+	(key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route)
+VALUES (?1, ?2, 1, ?3, ?4, 1, NULL, ?5, NULL, ?6, ?7)
 ON CONFLICT (key) DO UPDATE SET
 	fingerprint  = excluded.fingerprint,
 	state        = 1,
@@ -25,9 +26,10 @@ ON CONFLICT (key) DO UPDATE SET
 	response     = NULL,
 	created_at   = CASE WHEN r.expires_at <= ?5 THEN ?5 ELSE r.created_at END,
 	completed_at = NULL,
-	expires_at   = excluded.expires_at
+	expires_at   = excluded.expires_at,
+	route        = CASE WHEN r.expires_at <= ?5 OR r.route = '' THEN excluded.route ELSE r.route END
 WHERE r.expires_at <= ?5 OR (r.state = 1 AND r.lease_until <= ?5 AND r.fingerprint = excluded.fingerprint)
-RETURNING token, attempts, created_at`
+RETURNING token, attempts, created_at, route`
 
 	// held is the fence shared by Complete, Release and Extend: in progress, this token, not
 	// released.

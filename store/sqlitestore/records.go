@@ -29,6 +29,11 @@ import (
 // upsert is tried again in a write transaction and, if it still does not fire, the existing
 // record is read in that same transaction.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
+}
+
+// ReserveRoute implements idem.RouteReserver: Reserve, whose upsert stores the route too.
+func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -38,7 +43,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if lease <= 0 || window <= 0 {
 		return idem.Reservation{}, invalid("lease %s and window %s must be positive", lease, window)
 	}
-	c := claim{key: key, fp: fingerprint, now: now.UnixMicro(), token: idem.NextToken(0, now)}
+	c := claim{key: key, fp: fingerprint, route: idem.CleanRoute(route), now: now.UnixMicro(), token: idem.NextToken(0, now)}
 	c.leaseUntil, c.expiresAt = c.now+lease.Microseconds(), c.now+window.Microseconds()
 	res, err := s.reserve(ctx, &c)
 	if err != nil {
@@ -108,14 +113,15 @@ func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, c *claim) (idem.Reserva
 
 // claim holds the arguments of one upsert, in Unix microseconds.
 type claim struct {
-	key, fp                           string
+	key, fp, route                    string
 	now, token, leaseUntil, expiresAt int64
 }
 
 // try runs the upsert. It returns a Reservation with Claimed false when the upsert did not fire.
 func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, error) {
 	var token, attempts, created int64
-	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt).Scan(&token, &attempts, &created)
+	route := c.route
+	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt, c.route).Scan(&token, &attempts, &created, &route)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Reservation{}, nil
 	}
@@ -134,6 +140,7 @@ func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, er
 			Attempts:    int(attempts),
 			CreatedAt:   time.UnixMicro(created),
 			ExpiresAt:   time.UnixMicro(c.expiresAt),
+			Route:       route,
 		},
 	}, nil
 }
@@ -230,11 +237,12 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 // asserted, which skips database/sql's reflection-based conversion, the costliest part of a
 // scan. Rows are pooled so a read allocates only what it returns.
 type row struct {
-	fp   string
-	resp sql.RawBytes // the driver's own copy of the blob
-	ints [7]any       // the integer columns, as the driver returned them
-	n    [7]int64     // the same, checked
-	dest [9]any
+	fp    string
+	route string
+	resp  sql.RawBytes // the driver's own copy of the blob
+	ints  [7]any       // the integer columns, as the driver returned them
+	n     [7]int64     // the same, checked
+	dest  [10]any
 }
 
 // Indexes in row.ints and row.n.
@@ -251,7 +259,7 @@ const (
 var rowPool = sync.Pool{New: func() any {
 	r := new(row)
 	i := &r.ints
-	r.dest = [9]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires]}
+	r.dest = [10]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires], &r.route}
 	return r
 }}
 
@@ -269,7 +277,7 @@ func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now in
 	}
 	r := rowPool.Get().(*row)
 	defer func() {
-		r.fp, r.resp, r.ints = "", nil, [7]any{}
+		r.fp, r.route, r.resp, r.ints = "", "", nil, [7]any{}
 		rowPool.Put(r)
 	}()
 	if err := rs.Scan(r.dest[:]...); err != nil {
@@ -314,6 +322,7 @@ func (r *row) record(key string) (idem.Record, error) {
 	rec := idem.Record{
 		Key:         key,
 		Fingerprint: r.fp,
+		Route:       r.route,
 		State:       idem.State(n[colState]),
 		Token:       n[colToken],
 		LeaseUntil:  time.UnixMicro(n[colLease]),
