@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	_ idem.Store   = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
 	_ idem.Deleter       = (*Store)(nil)
 	_ idem.RouteReserver = (*Store)(nil)
 )

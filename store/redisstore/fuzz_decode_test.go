@@ -25,6 +25,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add("1|5|10|1|0||20|op|99|fp") // fingerprint longer than the value
 	f.Add("1|5|10|1|0||20|op|-1|fp")
 	f.Add("1|")
+	f.Add("1|5|10|2|0||20|op|2|fpr7|POST /x")         // with a route
+	f.Add("2|5|10|1|0|0|20|op|2|fpr7|POST /x" + good) // completed, with a route
+	f.Add("1|5|10|2|0||20|op|2|fpr99|POST /x")        // route longer than the value
+	f.Add("2|5|10|1|0|0|20|op|2|fpr|" + good)         // route without a length
 	f.Fuzz(func(t *testing.T, v string) {
 		rec, op, err := decode("k", v)
 		if err != nil {
@@ -46,7 +50,11 @@ func FuzzDecodeRecord(f *testing.F) {
 				t.Fatalf("in-progress record with a response: %+v", rec)
 			}
 		case idem.StateCompleted:
-			want, derr := idem.DecodeResponse([]byte(f[9][len(rec.Fingerprint):]))
+			after := f[9][len(rec.Fingerprint):]
+			if strings.HasPrefix(after, "r") {
+				after = after[len("r"+strconv.Itoa(len(rec.Route))+"|")+len(rec.Route):]
+			}
+			want, derr := idem.DecodeResponse([]byte(after))
 			if rec.Response == nil || derr != nil || !rec.Response.Equal(want) {
 				t.Fatalf("completed record's response %+v, stored bytes decode to %+v (%v)", rec.Response, want, derr)
 			}
@@ -64,7 +72,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			claim := rec
 			claim.Attempts, claim.CompletedAt = 1, time.Time{}
 			back, backOp, err := decode("k", string(encodeClaim(claim, op)))
-			if err != nil || backOp != op || back.Token != claim.Token || back.Fingerprint != claim.Fingerprint ||
+			if err != nil || backOp != op || back.Token != claim.Token || back.Fingerprint != claim.Fingerprint || back.Route != claim.Route ||
 				!back.LeaseUntil.Equal(claim.LeaseUntil) || !back.ExpiresAt.Equal(claim.ExpiresAt) ||
 				!back.CreatedAt.Equal(claim.CreatedAt) || back.Attempts != 1 || !back.CompletedAt.IsZero() {
 				t.Fatalf("claim %+v read back as %+v, %q, %v", claim, back, backOp, err)

@@ -124,27 +124,41 @@ func TestIndexFollowsRecords(t *testing.T) {
 	}
 }
 
-// A record whose fingerprint is longer than the first bytes List reads is listed with its
-// response's status all the same (a second read).
+// A record whose fingerprint (and route) end past the first bytes List reads is listed with
+// its route and its response's status all the same (a second read).
 func TestListLongFingerprint(t *testing.T) {
 	t.Parallel()
-	st := newStore(t, standalone(t))
-	ctx := context.Background()
-	now := time.Now()
-	fp := strings.Repeat("f", 2000)
-	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Complete(ctx, "k", res.Record.Token, idem.Response{Status: 207, Body: []byte("body")}, now, now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	page, err := st.List(ctx, idem.ListQuery{})
-	if err != nil || len(page.Records) != 1 {
-		t.Fatalf("List = %+v, %v", page, err)
-	}
-	r := page.Records[0]
-	if r.Fingerprint != fp || r.Response == nil || r.Response.Status != 207 || r.Response.Body != nil {
-		t.Errorf("listed %q: fingerprint of %d bytes, response %+v", r.Key, len(r.Fingerprint), r.Response)
+	for _, tc := range []struct {
+		name  string
+		fp    int
+		route string
+	}{
+		{"LongFingerprint", 2000, ""},
+		{"LongFingerprintAndRoute", 2000, "POST /v1/orders/{id}"},
+		{"CutWithinTheRoute", 400, strings.Repeat("\u00e9", idem.MaxRouteLen/2)},
+		{"EndsNearTheFirstRead", 512 - 110, "POST /x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := newStore(t, standalone(t))
+			ctx := context.Background()
+			now := time.Now()
+			fp := strings.Repeat("f", tc.fp)
+			res, err := st.ReserveRoute(ctx, "k", fp, tc.route, now, time.Minute, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Complete(ctx, "k", res.Record.Token, idem.Response{Status: 207, Body: []byte("body")}, now, now.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			page, err := st.List(ctx, idem.ListQuery{})
+			if err != nil || len(page.Records) != 1 {
+				t.Fatalf("List = %+v, %v", page, err)
+			}
+			r := page.Records[0]
+			if r.Fingerprint != fp || r.Route != tc.route || r.Response == nil || r.Response.Status != 207 || r.Response.Body != nil {
+				t.Errorf("listed %q: fingerprint of %d bytes, route %q, response %+v", r.Key, len(r.Fingerprint), r.Route, r.Response)
+			}
+		})
 	}
 }

@@ -19,9 +19,10 @@ import (
 )
 
 var (
-	_ idem.Store        = (*Store)(nil)
-	_ idem.Deleter      = (*Store)(nil)
-	_ idem.SelfExpiring = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.SelfExpiring  = (*Store)(nil)
+	_ idem.RouteReserver = (*Store)(nil)
 )
 
 // Shards is how many hash-tag groups the records of one Prefix are spread over. A record's
@@ -270,6 +271,12 @@ func opID() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // expires_at, released, or a stale lease of the same fingerprint to take over), Reserve runs
 // the reserve script, which decides atomically on the record it finds then.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
+}
+
+// ReserveRoute implements idem.RouteReserver: Reserve, whose claim (the claim script's SET, or
+// the reserve script) writes the route into the record.
+func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.begin(ctx, key); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -284,6 +291,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	expires := now.Add(window).Truncate(time.Microsecond)
 	keys := s.keys(key)
 	op := opID()
+	route = idem.CleanRoute(route)
 	if s.readFirst() {
 		get := redis.NewStringCmd(ctx, "get", keys[0])
 		err := s.exec(ctx, get)
@@ -301,7 +309,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			if !claimable(rec, fingerprint, now) {
 				return idem.Reservation{Record: rec}, nil
 			}
-			return s.reserveScript(ctx, keys, key, fingerprint, now, leaseUntil, expires, window, op)
+			return s.reserveScript(ctx, keys, key, fingerprint, route, now, leaseUntil, expires, window, op)
 		}
 	}
 	claim := idem.Reservation{
@@ -315,6 +323,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 			Attempts:    1,
 			CreatedAt:   now,
 			ExpiresAt:   expires,
+			Route:       route,
 		},
 	}
 	reply, err := s.eval(ctx, claimScript, keys, encodeClaim(claim.Record, op), s.ttlMillis(window), s.base())
@@ -341,7 +350,7 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	if !claimable(rec, fingerprint, now) {
 		return idem.Reservation{Record: rec}, nil
 	}
-	return s.reserveScript(ctx, keys, key, fingerprint, now, leaseUntil, expires, window, op)
+	return s.reserveScript(ctx, keys, key, fingerprint, route, now, leaseUntil, expires, window, op)
 }
 
 // claimable reports whether a Reserve at now of fingerprint may claim the record rec, read
@@ -394,9 +403,9 @@ func (s *Store) found(yes bool) {
 }
 
 // reserveScript is the second round trip of a Reserve that met a record it may claim.
-func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerprint string, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
+func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerprint, route string, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
 	reply, err := s.eval(ctx, reserveScript, keys,
-		fingerprint, micros(now), micros(leaseUntil), micros(expires), s.ttlMillis(window), op, s.base())
+		fingerprint, micros(now), micros(leaseUntil), micros(expires), s.ttlMillis(window), op, s.base(), route)
 	v, ok := reply.([]any)
 	if err == nil && !ok {
 		err = fmt.Errorf("unexpected reply %T", reply)
@@ -414,9 +423,10 @@ func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerpri
 			return idem.Reservation{Record: rec}, nil
 		}
 	}
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return idem.Reservation{}, wrap("reserve", fmt.Errorf("unexpected reply of %d elements", len(v)))
 	}
+	route, _ = v[4].(string)
 	kind, _ := v[0].(int64)
 	tok, err1 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
 	att, err2 := strconv.Atoi(fmt.Sprint(v[2]))
@@ -436,6 +446,7 @@ func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerpri
 			Attempts:    att,
 			CreatedAt:   time.UnixMicro(crt),
 			ExpiresAt:   expires,
+			Route:       route,
 		},
 	}, nil
 }
@@ -516,7 +527,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // encodeClaim is the stored form of a new claim (see scripts.go for the layout).
 func encodeClaim(rec idem.Record, op string) []byte {
-	b := make([]byte, 0, 96+len(op)+len(rec.Fingerprint))
+	b := make([]byte, 0, 96+len(op)+len(rec.Fingerprint)+len(rec.Route))
 	b = append(b, "1|"...)
 	b = strconv.AppendInt(b, rec.Token, 10)
 	b = append(b, '|')
@@ -530,7 +541,19 @@ func encodeClaim(rec idem.Record, op string) []byte {
 	b = append(b, '|')
 	b = strconv.AppendInt(b, int64(len(rec.Fingerprint)), 10)
 	b = append(b, '|')
-	return append(b, rec.Fingerprint...)
+	b = append(b, rec.Fingerprint...)
+	return appendRoute(b, rec.Route)
+}
+
+// appendRoute appends the stored form of a route: nothing for none, else r<length>|<route>.
+func appendRoute(b []byte, route string) []byte {
+	if route == "" {
+		return b
+	}
+	b = append(b, 'r')
+	b = strconv.AppendInt(b, int64(len(route)), 10)
+	b = append(b, '|')
+	return append(b, route...)
 }
 
 // decode reads a stored record, and the id of the call that last wrote it. Anything else is
@@ -551,13 +574,14 @@ func decode(key, v string) (idem.Record, string, error) {
 	return rec, op, nil
 }
 
-// errShort is decodeFields' answer to a value that ends within the fingerprint.
-var errShort = fmt.Errorf("%w: value ends within the fingerprint", idem.ErrCorruptRecord)
+// errShort is decodeFields' answer to a value that ends within the fingerprint or the route.
+var errShort = fmt.Errorf("%w: value ends within the fingerprint or the route", idem.ErrCorruptRecord)
 
-// decodeFields reads a stored record's fields and fingerprint; rest is what follows (the
-// response of a completed record), op the id of the call that last wrote it, and fpEnd the
-// offset in v where the fingerprint ends (also with errShort). Anything else is an error
-// wrapping idem.ErrCorruptRecord.
+// decodeFields reads a stored record's fields, fingerprint and route; rest is what follows
+// (the response of a completed record), op the id of the call that last wrote it, and fpEnd
+// the offset in v where the fingerprint and the route end (with errShort: at least how far
+// the value must be read to hold them). Anything else is an error wrapping
+// idem.ErrCorruptRecord.
 func decodeFields(key, v string) (rec idem.Record, st idem.State, op, rest string, fpEnd int, err error) {
 	var f [9]string
 	rest = v
@@ -593,9 +617,27 @@ func decodeFields(key, v string) (rec idem.Record, st idem.State, op, rest strin
 	case err != nil:
 		return idem.Record{}, 0, "", "", 0, err
 	case fpLen > int64(len(rest)):
-		return idem.Record{}, 0, "", "", len(v) - len(rest) + int(min(fpLen, 1<<30)), fmt.Errorf("%w (%d bytes in %d)", errShort, fpLen, len(rest))
+		// Far enough for the fingerprint and the longest route after it.
+		need := len(v) - len(rest) + int(min(fpLen, 1<<30)) + len("r256|") + idem.MaxRouteLen
+		return idem.Record{}, 0, "", "", need, fmt.Errorf("%w (%d bytes in %d)", errShort, fpLen, len(rest))
 	}
 	rec.Fingerprint, rest = rest[:fpLen], rest[fpLen:]
+	if len(rest) > 0 && rest[0] == 'r' {
+		at := len(v) - len(rest) // where the route's segment begins
+		n, after, ok := strings.Cut(rest[1:], "|")
+		if !ok && len(rest) < len("r256|") {
+			// Cut short before the route's length ends: enough for the longest route.
+			return idem.Record{}, 0, "", "", at + len("r256|") + idem.MaxRouteLen, errShort
+		}
+		rl, e := strconv.Atoi(n)
+		switch {
+		case !ok || e != nil || rl < 0:
+			return idem.Record{}, 0, "", "", 0, fmt.Errorf("%w: route length %.40q", idem.ErrCorruptRecord, n)
+		case rl > len(after):
+			return idem.Record{}, 0, "", "", len(v) - len(after) + min(rl, 1<<30), fmt.Errorf("%w (route of %d bytes in %d)", errShort, rl, len(after))
+		}
+		rec.Route, rest = after[:rl], after[rl:]
+	}
 	switch f[0] {
 	case "1":
 		st = idem.StateInProgress

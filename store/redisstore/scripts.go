@@ -6,13 +6,16 @@ import "github.com/redis/go-redis/v9"
 // SET … NX GET in the claim script (see Store.Reserve), and every write sets the value and its
 // storage TTL in one command:
 //
-//	st|tok|lease|att|crt|cmp|exp|op|fplen|<fingerprint><response>
+//	st|tok|lease|att|crt|cmp|exp|op|fplen|<fingerprint>[r<routelen>|<route>]<response>
 //
 // st is the state (1 in progress, 2 completed) · tok the token · lease lease_until · att
 // attempts · crt created_at · cmp completed_at (empty until completed) · exp expires_at · op
 // the id of the last call that wrote the record · fplen the length in bytes of the fingerprint
-// that follows · then the fingerprint and, in a completed record, the response as
-// idem.EncodeResponse bytes up to the end. Times are Unix microseconds and, like tokens,
+// that follows · then the fingerprint · then, when the record has a route (idem.Record.Route),
+// the letter r, the route's length in bytes, | and the route (a record without one has
+// nothing there, as records written before routes existed) · and, in a completed record, the
+// response as idem.EncodeResponse bytes up to the end (they begin with a version byte that
+// is never the letter r). Times are Unix microseconds and, like tokens,
 // decimal integers below 2^53, so Lua's doubles hold them exactly; numbers computed in Lua are
 // written with string.format('%d') so they are stored as the same integers Go formats. A
 // released record has exp = 0 and lease = 0 and keeps its token.
@@ -33,7 +36,9 @@ import "github.com/redis/go-redis/v9"
 // The scripts run atomically on the node that owns the slot of their keys (one record and its
 // shard's index, which share a hash tag), so they run unchanged on Redis Cluster.
 
-// luaParse splits a record. It returns nil when the value is not a record.
+// luaParse splits a record: its fields, its fingerprint, where what follows them begins (the
+// response of a completed record) and its route (empty for none). It returns nil when the value
+// is not a record. rseg is the stored form of a route, to write after the fingerprint.
 const luaParse = `
 local function parse(v)
   local st, tok, lease, att, crt, cmp, exp, op, n, p = string.match(v,
@@ -41,7 +46,19 @@ local function parse(v)
   if not st then return nil end
   local e = p + tonumber(n)
   if e > #v + 1 then return nil end
-  return st, tok, lease, att, crt, cmp, exp, op, string.sub(v, p, e - 1), e
+  local fp, route = string.sub(v, p, e - 1), ''
+  if string.sub(v, e, e) == 'r' then
+    local rn, rp = string.match(v, '^r(%d+)|()', e)
+    if not rn then return nil end
+    local re = rp + tonumber(rn)
+    if re > #v + 1 then return nil end
+    route, e = string.sub(v, rp, re - 1), re
+  end
+  return st, tok, lease, att, crt, cmp, exp, op, fp, e, route
+end
+local function rseg(r)
+  if r == '' then return '' end
+  return 'r' .. #r .. '|' .. r
 end
 `
 
@@ -93,27 +110,31 @@ return false
 // script met a record that may be claimable (expired, released, or a stale lease of the same
 // fingerprint); it decides on the record it finds itself, whatever Reserve read before.
 //
+// A new claim stores the route it is given; a takeover keeps the record's route unless it has
+// none.
+//
 //	KEYS: 1 record, 2 index
 //	ARGV: 1 fingerprint, 2 now, 3 lease_until, 4 expires_at, 5 storage TTL in ms, 6 op id,
-//	      7 base (see luaIndex)
-//	→ {0, record}                             not claimed: the existing record, untouched
-//	→ {1 or 2, token, attempts, created_at}   claimed (2: a takeover)
+//	      7 base (see luaIndex), 8 route ('' for none)
+//	→ {0, record}                                    not claimed: the existing record, untouched
+//	→ {1 or 2, token, attempts, created_at, route}   claimed (2: a takeover)
 var reserveScript = redis.NewScript(luaParse + luaIndex + `
 local now = tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
-local prev, att, crt, kind = 0, 1, ARGV[2], 1
+local prev, att, crt, kind, route = 0, 1, ARGV[2], 1, ARGV[8]
 if v then
-  local st, tok, lease, a, c, cmp, exp, op, fp = parse(v)
+  local st, tok, lease, a, c, cmp, exp, op, fp, _, r = parse(v)
   if not st then return ` + luaUnreadable + ` end
   if tonumber(exp) > now then
     if st == '1' and op == ARGV[6] then
       -- This very call already claimed it (a retry after a lost reply).
       local k = 1
       if tonumber(a) > 1 then k = 2 end
-      return {k, tok, a, c}
+      return {k, tok, a, c, r}
     end
     if st == '1' and tonumber(lease) <= now and fp == ARGV[1] then
       kind, att, crt = 2, tonumber(a) + 1, c
+      if r ~= '' then route = r end
     else
       return {0, v}
     end
@@ -123,9 +144,9 @@ end
 local tok = string.format('%d', math.max(prev + 1, now))
 att = string.format('%d', att)
 redis.call('SET', KEYS[1], '1|' .. tok .. '|' .. ARGV[3] .. '|' .. att .. '|' .. crt .. '||' ..
-  ARGV[4] .. '|' .. ARGV[6] .. '|' .. #ARGV[1] .. '|' .. ARGV[1], 'PX', ARGV[5])
+  ARGV[4] .. '|' .. ARGV[6] .. '|' .. #ARGV[1] .. '|' .. ARGV[1] .. rseg(route), 'PX', ARGV[5])
 index(tonumber(ARGV[7]), tonumber(ARGV[5]))
-return {kind, tok, att, crt}
+return {kind, tok, att, crt, route}
 `)
 
 // completeScript stores a response under a held claim. It indexes the record again, which
@@ -139,13 +160,13 @@ return {kind, tok, att, crt}
 var completeScript = redis.NewScript(luaParse + luaIndex + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local st, tok, lease, att, crt, cmp, exp, op, fp = parse(v)
+local st, tok, lease, att, crt, cmp, exp, op, fp, _, route = parse(v)
 if not st then return ` + luaUnreadable + ` end
 if tok ~= ARGV[1] then return 0 end
 if st == '2' and op == ARGV[6] then return 1 end
 if st ~= '1' or exp == '0' then return 0 end
 redis.call('SET', KEYS[1], '2|' .. tok .. '|' .. lease .. '|' .. att .. '|' .. crt .. '|' ..
-  ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. #fp .. '|' .. fp .. ARGV[2], 'PX', ARGV[5])
+  ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. #fp .. '|' .. fp .. rseg(route) .. ARGV[2], 'PX', ARGV[5])
 index(tonumber(ARGV[7]), tonumber(ARGV[5]))
 return 1
 `)
@@ -159,13 +180,13 @@ return 1
 var releaseScript = redis.NewScript(luaParse + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local st, tok, lease, att, crt, cmp, exp, op, fp = parse(v)
+local st, tok, lease, att, crt, cmp, exp, op, fp, _, route = parse(v)
 if not st then return ` + luaUnreadable + ` end
 if tok ~= ARGV[1] then return 0 end
 if exp == '0' and op == ARGV[2] then return 1 end
 if st ~= '1' or exp == '0' then return 0 end
 redis.call('SET', KEYS[1], '1|' .. tok .. '|0|' .. att .. '|' .. crt .. '||0|' .. ARGV[2] .. '|' ..
-  #fp .. '|' .. fp, 'KEEPTTL')
+  #fp .. '|' .. fp .. rseg(route), 'KEEPTTL')
 return 1
 `)
 
@@ -179,13 +200,13 @@ return 1
 var extendScript = redis.NewScript(luaParse + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local st, tok, lease, att, crt, cmp, exp, op, fp = parse(v)
+local st, tok, lease, att, crt, cmp, exp, op, fp, _, route = parse(v)
 if not st then return ` + luaUnreadable + ` end
 if st ~= '1' or tok ~= ARGV[1] or exp == '0' then return 0 end
 local untl, e = tonumber(ARGV[2]), tonumber(exp)
 local rec = '1|' .. tok .. '|' .. ARGV[2] .. '|' .. att .. '|' .. crt .. '||'
 if untl > e then
-  rec = rec .. ARGV[2] .. '|' .. op .. '|' .. #fp .. '|' .. fp
+  rec = rec .. ARGV[2] .. '|' .. op .. '|' .. #fp .. '|' .. fp .. rseg(route)
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     local ttl = pttl + math.ceil((untl - e) / 1000)
@@ -194,7 +215,7 @@ if untl > e then
     return 1
   end
 else
-  rec = rec .. exp .. '|' .. op .. '|' .. #fp .. '|' .. fp
+  rec = rec .. exp .. '|' .. op .. '|' .. #fp .. '|' .. fp .. rseg(route)
 end
 redis.call('SET', KEYS[1], rec, 'KEEPTTL')
 return 1
