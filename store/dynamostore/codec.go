@@ -30,6 +30,9 @@ const (
 	// attrResponseHead, on completed records, holds the first idem.ListResponseHeadLen bytes
 	// of the encoded response: what a listing shows of it (status, body omitted).
 	attrResponseHead = "response_head"
+	// attrRoute, on records with a route (idem.Record.Route), is that route; a record
+	// without one has no such attribute.
+	attrRoute = "route"
 
 	stateInProgress = "in_progress"
 	stateCompleted  = "completed"
@@ -105,6 +108,8 @@ func (s *Store) attrName(placeholder string) string {
 		return attrListShard
 	case "#rhead":
 		return attrResponseHead
+	case "#route":
+		return attrRoute
 	}
 	panic("dynamostore: unknown placeholder " + placeholder) // a bug in this file, not input
 }
@@ -153,6 +158,13 @@ func decodeMeta(key string, it map[string]types.AttributeValue) (idem.Record, er
 		return bad("no fingerprint")
 	}
 	rec.Fingerprint = fp.Value
+	if r, present := it[attrRoute]; present {
+		rs, ok := r.(*types.AttributeValueMemberS)
+		if !ok {
+			return bad("route is not a string")
+		}
+		rec.Route = rs.Value
+	}
 	st, _ := it[attrState].(*types.AttributeValueMemberS)
 	switch {
 	case st != nil && st.Value == stateInProgress:

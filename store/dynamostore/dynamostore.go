@@ -17,9 +17,10 @@ import (
 )
 
 var (
-	_ idem.Store        = (*Store)(nil)
-	_ idem.Deleter      = (*Store)(nil)
-	_ idem.SelfExpiring = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.SelfExpiring  = (*Store)(nil)
+	_ idem.RouteReserver = (*Store)(nil)
 )
 
 // API is the part of the DynamoDB client the store uses. *dynamodb.Client implements it; tests
@@ -138,7 +139,7 @@ func New(opt Options) (*Store, error) {
 	names := map[string]bool{}
 	for _, n := range []string{opt.PartitionKey, opt.SortKey, opt.TTLAttribute, attrFingerprint, attrState, attrToken,
 		attrLeaseUntil, attrAttempts, attrResponse, attrParts, attrCreatedAt, attrCompletedAt, attrExpiresAt, attrPart,
-		attrListShard, attrResponseHead} {
+		attrListShard, attrResponseHead, attrRoute} {
 		if n == "" {
 			continue
 		}

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,12 @@ import (
 // A second write that loses to a concurrent writer re-evaluates the record it returns, a
 // bounded number of times.
 func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
+}
+
+// ReserveRoute implements idem.RouteReserver: Reserve, whose claiming PutItem writes the route
+// too (a takeover's, the route of the record it takes over unless that has none).
+func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
 	if err := s.begin(ctx, key); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -41,10 +48,11 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 	expires := micros(now.Add(window))
 
 	// First try: a fresh claim of an absent or expired key, token = now in microseconds.
+	route = idem.CleanRoute(route)
 	claim := idem.Record{Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Token: nowM, Attempts: 1,
-		CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires)}
+		CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires), Route: route}
 	fresh := func() {
-		claim.Token, claim.Attempts, claim.CreatedAt = nowM, 1, now
+		claim.Token, claim.Attempts, claim.CreatedAt, claim.Route = nowM, 1, now, route
 	}
 	cond := claimFresh
 	var prev int64
@@ -59,6 +67,9 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		item[attrExpiresAt] = num(expires)
 		item[s.opt.TTLAttribute] = num(s.ttl(expires))
 		item[attrListShard] = num(listShard(key))
+		if claim.Route != "" {
+			item[attrRoute] = str(claim.Route)
+		}
 		_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           &s.opt.Table,
 			Item:                                item,
@@ -91,10 +102,10 @@ func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.T
 		case old.Expired(now):
 			// Expired or released, but its token is not below now: claim with prev+1.
 			cond = claimExpired
-			claim.Attempts, claim.CreatedAt = 1, now
+			claim.Attempts, claim.CreatedAt, claim.Route = 1, now, route
 		case old.LeaseExpired(now) && old.Fingerprint == fingerprint:
 			cond = claimTakeover
-			claim.Attempts, claim.CreatedAt = old.Attempts+1, old.CreatedAt
+			claim.Attempts, claim.CreatedAt, claim.Route = old.Attempts+1, old.CreatedAt, cmp.Or(old.Route, route)
 		default:
 			if parts > 1 {
 				ok, err := s.loadParts(ctx, key, &old, parts)
