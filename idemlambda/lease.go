@@ -42,12 +42,25 @@ type boundKey struct{}
 type boundedStore struct{ idem.Store }
 
 func (s boundedStore) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.Store.Reserve(ctx, key, fingerprint, now, s.lease(ctx, now, lease), window)
+}
+
+// ReserveRoute is Reserve, with the route passed on to a store that keeps routes.
+func (s boundedStore) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	if rr, ok := s.Store.(idem.RouteReserver); ok {
+		return rr.ReserveRoute(ctx, key, fingerprint, route, now, s.lease(ctx, now, lease), window)
+	}
+	return s.Reserve(ctx, key, fingerprint, now, lease, window)
+}
+
+// lease caps a claim's lease by the invocation's bound, when the context carries one.
+func (boundedStore) lease(ctx context.Context, now time.Time, lease time.Duration) time.Duration {
 	if b, ok := ctx.Value(boundKey{}).(*bound); ok {
 		if left := b.until.Sub(now); left < lease {
 			lease = max(left, time.Millisecond)
 		}
 	}
-	return s.Store.Reserve(ctx, key, fingerprint, now, lease, window)
+	return lease
 }
 
 // Extend caps the extensions made until the handler returns: the engine's renewal of a claim

@@ -84,3 +84,30 @@ func fmtList(s []string) string {
 	}
 	return out + "]"
 }
+
+// A wrapped store keeps the routes an engine names: the claim passes through the hooks as a
+// Reserve and reaches the store's ReserveRoute.
+func TestRoutePassesThrough(t *testing.T) {
+	mem := memstore.New()
+	var ops []string
+	st := storehook.Wrap(mem, storehook.Hooks{Before: func(_ context.Context, op storehook.Op) error {
+		ops = append(ops, op.String())
+		return nil
+	}})
+	eng, err := idem.New(st, idem.Options{Heartbeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := idem.WithRoute(context.Background(), "POST /v1/orders")
+	if _, err := eng.Do(ctx, "k", idem.Fingerprint(nil), func(context.Context) (idem.Response, error) {
+		return idem.Response{Status: 201}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := mem.Get(context.Background(), "k"); err != nil || rec.Route != "POST /v1/orders" {
+		t.Fatalf("record = %+v, %v; want the route", rec, err)
+	}
+	if len(ops) == 0 || ops[0] != "reserve" {
+		t.Fatalf("operations seen: %v, want reserve first", ops)
+	}
+}
