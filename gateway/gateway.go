@@ -310,6 +310,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		opt.Fingerprint = idemhttp.RawFingerprint
 	}
 	opt.Fingerprint = hostFingerprint(opt.Fingerprint)
+	opt.Route = ruleRoute(rule)
 	mw, err := idemhttp.New(opt)
 	if err != nil {
 		return nil, err

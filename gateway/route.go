@@ -1,9 +1,27 @@
 package gateway
 
 import (
+	"net/http"
 	"path"
 	"strings"
+
+	"github.com/idemkit/idem/idemhttp"
 )
+
+// ruleRoute names the route of the requests a rule matched, stored with their records for
+// operators (idem.Record.Route): the rule's method and path as configured ("POST
+// /v1/orders/{id}/pay"), the request's method for a rule of any method, and the request's
+// method and path (idemhttp.DefaultRoute) for a rule without a path.
+func ruleRoute(rule Route) idemhttp.RouteFunc {
+	switch {
+	case rule.Path == "":
+		return idemhttp.DefaultRoute
+	case rule.Method == "" || rule.Method == "*":
+		return func(r *http.Request) string { return r.Method + " " + rule.Path }
+	}
+	fixed := rule.Method + " " + rule.Path
+	return func(*http.Request) string { return fixed }
+}
 
 // Rules match the canonical form of a request's path, so that a variant an upstream may
 // route to the same handler never slips past a rule (and loses its mode, scope, fingerprint

@@ -25,6 +25,12 @@
 // body canonicalised, with chosen fields ignored (JSONFingerprint, CanonicalJSON). The same
 // key with another fingerprint — another body, or another path — gets 422 and has no effect.
 //
+// The record a key claims carries the request's route, for operators who list records
+// (`idem list`, the operator console): the pattern the http.ServeMux matched when the
+// middleware wraps the handler it routes to, such as "POST /v1/orders/{id}/pay", or else the
+// method and the path (DefaultRoute). Options.Route names it otherwise, or not at all
+// (NoRoute).
+//
 // # Memory
 //
 // A body is read as it arrives, into a buffer that grows with the bytes received: a declared

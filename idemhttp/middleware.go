@@ -291,7 +291,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	res, err := m.eng.Do(r.Context(), StorageKey(scope, key), fp, c.run)
+	ctx := r.Context()
+	if route := m.opt.Route(r); route != "" {
+		ctx = idem.WithRoute(ctx, route)
+	}
+	res, err := m.eng.Do(ctx, StorageKey(scope, key), fp, c.run)
 	done = true
 	if c.panicked != nil {
 		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers

@@ -66,6 +66,14 @@ type Options struct {
 	// Fingerprint identifies the request behind a key. Default RawFingerprint (method, path,
 	// query and body bytes); JSONFingerprint canonicalises JSON bodies.
 	Fingerprint FingerprintFunc
+	// Route names the route of a request, stored with the record its key claims for
+	// operators (idem.Record.Route: `idem list`, the operator console), cut to
+	// idem.MaxRouteLen bytes. It takes no part in what is a duplicate. Default DefaultRoute:
+	// the pattern the http.ServeMux matched, when the middleware wraps the handler the mux
+	// routes to, or else the method and the path, which may carry identifiers (an order id, an
+	// e-mail address) into the store: return a fixed label to keep them out, or use NoRoute to
+	// store none.
+	Route RouteFunc
 	// MaxRequestBody is the largest request body read, in bytes; a larger one is answered 413
 	// (ProblemRequestTooLarge) without running the handler. The body is read as it arrives,
 	// into a buffer that grows with the bytes received: a declared Content-Length is checked
@@ -158,6 +166,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Fingerprint == nil {
 		o.Fingerprint = RawFingerprint
+	}
+	if o.Route == nil {
+		o.Route = DefaultRoute
 	}
 	o.MaxRequestBody = cmp.Or(o.MaxRequestBody, DefaultMaxRequestBody)
 	o.MaxResponseBody = cmp.Or(o.MaxResponseBody, DefaultMaxResponseBody)
