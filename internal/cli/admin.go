@@ -190,6 +190,7 @@ type inspection struct {
 	ClientKey    string              `json:"client_key,omitempty"` // the client's key, for a key made by a gateway
 	Condition    string              `json:"condition"`
 	State        string              `json:"state"`
+	Route        string              `json:"route,omitempty"` // what claimed the key, such as "POST /v1/orders/{id}/pay"
 	Expired      bool                `json:"expired"`
 	Fingerprint  string              `json:"fingerprint"`
 	Token        int64               `json:"token"`
@@ -224,7 +225,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	cond := console.ConditionOf(rec, now)
 	in := inspection{
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(), Expired: rec.Expired(now), Fingerprint: rec.Fingerprint,
-		Token: rec.Token, Attempts: rec.Attempts, Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(),
+		Token: rec.Token, Attempts: rec.Attempts, Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(), Route: rec.Route,
 	}
 	if scope, client, ok := splitKey(rec.Key); ok {
 		in.Scope, in.ClientKey = &scope, client
@@ -256,6 +257,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "scope        %s\nclient key   %s\n", cmp.Or(*in.Scope, "(none)"), printable(in.ClientKey))
 	}
 	fmt.Fprintf(w, "state        %s\n", console.Explain(cond, rec, now))
+	if in.Route != "" {
+		fmt.Fprintf(w, "route        %s\n", printable(in.Route))
+	}
 	fmt.Fprintf(w, "fingerprint  %s\n", in.Fingerprint)
 	fmt.Fprintf(w, "token        %d\nattempts     %d\nage          %s\n", in.Token, in.Attempts, in.Age)
 	if in.LeaseLeft != "" {

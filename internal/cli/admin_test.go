@@ -32,7 +32,7 @@ func seed(t *testing.T) string {
 	defer st.Close()
 	now := time.Now()
 	fp := idem.Fingerprint([]byte("x"))
-	res, _ := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+	res, _ := st.ReserveRoute(ctx, "done", fp, "POST /v1/charges", now, time.Minute, time.Hour)
 	if err := st.Complete(ctx, "done", res.Record.Token, idem.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}, now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +57,20 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	store := seed(t)
 	code, out, errs := run(t, "inspect", "--store", store, "--body", "done")
-	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "status       201") || !strings.Contains(out, `{"id":"ch_1"}`) {
+	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "status       201") || !strings.Contains(out, `{"id":"ch_1"}`) ||
+		!strings.Contains(out, "route        POST /v1/charges\n") {
 		t.Fatalf("code %d\n%s\n%s", code, out, errs)
 	}
 	code, out, _ = run(t, "inspect", "--store", store, "--json", "stuck")
 	if code != 0 || !strings.Contains(out, `"state": "in_progress"`) || !strings.Contains(out, `"lease_left"`) {
 		t.Fatalf("code %d\n%s", code, out)
+	}
+	if strings.Contains(out, `"route"`) {
+		t.Errorf("a record without a route has one in --json:\n%s", out)
+	}
+	code, out, _ = run(t, "inspect", "--store", store, "--json", "done")
+	if code != 0 || !strings.Contains(out, `"route": "POST /v1/charges"`) {
+		t.Fatalf("--json of a routed record: code %d\n%s", code, out)
 	}
 	if code, _, errs = run(t, "inspect", "--store", store, "nope"); code != 1 || !strings.Contains(errs, "no record") {
 		t.Fatalf("missing key: code %d %s", code, errs)

@@ -34,6 +34,7 @@ type listed struct {
 	ExpiresAt   string  `json:"expires_at"`
 	Status      int     `json:"status,omitempty"`
 	BodyOmitted bool    `json:"body_omitted,omitempty"`
+	Route       string  `json:"route,omitempty"` // what claimed the key, such as "POST /v1/orders/{id}/pay"
 }
 
 func runList(ctx context.Context, e *env, args []string) error {
@@ -101,7 +102,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	var tw *tabwriter.Writer
 	if !*asJSON {
 		tw = tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tSTATE\tAGE\tATTEMPTS\tLEASE LEFT\tSTATUS")
+		fmt.Fprintln(tw, "KEY\tSTATE\tAGE\tATTEMPTS\tLEASE LEFT\tSTATUS\tROUTE")
 	}
 	enc := json.NewEncoder(e.stdout)
 	printed, next := 0, ""
@@ -126,7 +127,11 @@ func runList(ctx context.Context, e *env, args []string) error {
 					status += " (body not kept)"
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", printable(r.Key), r.Condition, r.Age, r.Attempts, cmp.Or(r.LeaseLeft, "-"), status)
+			route := "-"
+			if r.Route != "" {
+				route = printable(r.Route)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(r.Key), r.Condition, r.Age, r.Attempts, cmp.Or(r.LeaseLeft, "-"), status, route)
 		}
 		printed += len(page.Records)
 		next = page.Next
@@ -153,6 +158,7 @@ func listing(rec idem.Record, now time.Time) listed {
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(),
 		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Second).String(),
 		Attempts: rec.Attempts, Token: rec.Token, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		Route: rec.Route,
 	}
 	if scope, client, ok := splitKey(rec.Key); ok {
 		r.Scope, r.ClientKey = &scope, client

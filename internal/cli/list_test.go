@@ -23,9 +23,18 @@ func TestList(t *testing.T) {
 	if got := strings.Join(keys(out), " "); got != "done held old stale stuck" {
 		t.Errorf("list keys = %q, want every record in key order\n%s", got, out)
 	}
-	for _, want := range []string{"KEY", "LEASE LEFT", "STATUS", "completed", "held", "running", "stale", "expired", "201"} {
+	for _, want := range []string{"KEY", "LEASE LEFT", "STATUS", "ROUTE", "completed", "held", "running", "stale", "expired", "201"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("list output lacks %q:\n%s", want, out)
+		}
+	}
+
+	for _, line := range strings.Split(out, "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) > 0 && f[0] == "done" && !strings.HasSuffix(line, "  POST /v1/charges"):
+			t.Errorf("the route is not the last column of done's line: %q", line)
+		case len(f) > 0 && f[0] == "stuck" && f[len(f)-1] != "-":
+			t.Errorf("a record without a route does not show -: %q", line)
 		}
 	}
 
@@ -68,7 +77,8 @@ func TestList(t *testing.T) {
 		got = append(got, r)
 	}
 	if len(got) != 2 || got[0].Key != "done" || got[0].Status != 201 || got[0].Condition != "completed" ||
-		got[1].Key != "old" || got[1].Condition != "expired" || got[0].Attempts != 1 {
+		got[1].Key != "old" || got[1].Condition != "expired" || got[0].Attempts != 1 ||
+		got[0].Route != "POST /v1/charges" || got[1].Route != "" || !strings.Contains(out, `"route":"POST /v1/charges"`) {
 		t.Errorf("--json = %+v", got)
 	}
 }
@@ -80,7 +90,7 @@ func TestListMemoryAndErrors(t *testing.T) {
 		t.Errorf("list of an empty memory store: %d %q %q", code, out, errs)
 	}
 	code, out, _ = run(t, "list", "--store", "memory://")
-	if code != 0 || strings.TrimSpace(out) != "KEY  STATE  AGE  ATTEMPTS  LEASE LEFT  STATUS" {
+	if code != 0 || strings.TrimSpace(out) != "KEY  STATE  AGE  ATTEMPTS  LEASE LEFT  STATUS  ROUTE" {
 		t.Errorf("list of an empty memory store: %d %q", code, out)
 	}
 	for _, args := range [][]string{

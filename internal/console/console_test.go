@@ -550,3 +550,29 @@ func TestRates(t *testing.T) {
 		t.Fatalf("a console without rates does not say where they are")
 	}
 }
+
+// TestRoute: the list has a route column and the record page shows the route, escaped; a
+// record without one shows a dash.
+func TestRoute(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	if _, err := b.st.ReserveRoute(ctx, "t|routed", fp, `POST /v1/orders/{id}/<b>pay</b>`, b.now, time.Hour, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b.running(t, "t|plain")
+	c := b.client(t)
+	list := mustGet(t, c, "/")
+	if !strings.Contains(list, "<th>Route</th>") {
+		t.Errorf("the list has no route column:\n%s", list)
+	}
+	routes := regexp.MustCompile(`<span class="route">([^<]*)</span>`).FindAllStringSubmatch(list, -1)
+	if len(routes) != 2 || routes[0][1] != "—" || routes[1][1] != "POST /v1/orders/{id}/&lt;b&gt;pay&lt;/b&gt;" {
+		t.Errorf("routes listed: %q", routes)
+	}
+	for key, want := range map[string]string{"t|routed": `<code id="route">POST /v1/orders/{id}/&lt;b&gt;pay&lt;/b&gt;</code>`, "t|plain": `<code id="route">—</code>`} {
+		if page := mustGet(t, c, "/record?key="+url.QueryEscape(key)); !strings.Contains(page, want) {
+			t.Errorf("record page of %s lacks %s:\n%s", key, want, page)
+		}
+	}
+}

@@ -46,6 +46,7 @@ type filter struct {
 // row is one listed record.
 type row struct {
 	Key, ClientKey, Tenant, TenantFull string
+	Route                              string // printable, "—" for none
 	Condition                          Condition
 	Stuck                              bool
 	Age, LeaseLeft, Status             string
@@ -108,6 +109,7 @@ func (c *Console) row(rec idem.Record, now time.Time) row {
 	r := row{
 		Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope, Condition: cond,
 		Stuck: c.stuck(cond, rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: rec.Attempts, Status: "—", created: rec.CreatedAt,
+		Route: routeText(rec.Route),
 	}
 	if cond.Live() {
 		r.LeaseLeft = age(rec.LeaseUntil.Sub(now))
@@ -119,6 +121,14 @@ func (c *Console) row(rec idem.Record, now time.Time) row {
 		}
 	}
 	return r
+}
+
+// routeText is a record's route for display: printable, or "—" when it has none.
+func routeText(route string) string {
+	if route == "" {
+		return "—"
+	}
+	return printable(route)
 }
 
 // age rounds d for display: seconds under an hour, minutes under a day.
@@ -271,6 +281,7 @@ type recordView struct {
 	Explain                            string
 	Stuck, Live                        bool
 	Fingerprint                        string
+	Route                              string // printable, "—" for none
 	Token                              int64
 	Attempts                           int
 	Created, Expires, Lease, Completed string
@@ -311,7 +322,7 @@ func (c *Console) view(w http.ResponseWriter, r *http.Request, rec idem.Record, 
 	v := recordView{
 		page: c.page(w, r, "Record"), Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope,
 		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(cond, rec, now), Live: cond.Live(),
-		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: rec.Attempts,
+		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: rec.Attempts, Route: routeText(rec.Route),
 		Created: rec.CreatedAt.UTC().Format(timeLayout) + " (" + age(now.Sub(rec.CreatedAt)) + " ago)",
 	}
 	if cond != Released {
