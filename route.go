@@ -13,10 +13,9 @@ const MaxRouteLen = 256
 // routeKey is the context key of the route set by WithRoute.
 type routeKey struct{}
 
-// WithRoute returns a copy of ctx that names the route on whose behalf Engine.Do (and DoJSON,
-// DoBytes and the other helpers over it) claims a key: a label for operators, such as
-// "POST /v1/orders/{id}/pay", stored in the record's Route when the key is claimed and shown
-// by `idem list` and the operator console. It takes no part in the contract: the key and the
+// WithRoute returns a copy of ctx that names the route on whose behalf Engine.Do (and DoJSON)
+// claims a key: a label for operators, such as "POST /v1/orders/{id}/pay", stored in the
+// record's Route when the key is claimed and shown by `idem list` and the operator console. It takes no part in the contract: the key and the
 // fingerprint decide what is a duplicate, never the route.
 //
 // The route is made valid UTF-8 without NUL bytes (each invalid byte and each NUL becomes
