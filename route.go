@@ -15,8 +15,9 @@ type routeKey struct{}
 
 // WithRoute returns a copy of ctx that names the route on whose behalf Engine.Do (and DoJSON)
 // claims a key: a label for operators, such as "POST /v1/orders/{id}/pay", stored in the
-// record's Route when the key is claimed and shown by `idem list` and the operator console. It takes no part in the contract: the key and the
-// fingerprint decide what is a duplicate, never the route.
+// record's Route when the key is claimed and shown by `idem list` and the operator console.
+// It takes no part in the contract: the key and the fingerprint decide what is a duplicate,
+// never the route.
 //
 // The route is made valid UTF-8 without NUL bytes (each invalid byte and each NUL becomes
 // U+FFFD) and cut to at most MaxRouteLen bytes at a rune boundary. An empty route stores none.
