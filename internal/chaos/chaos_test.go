@@ -185,7 +185,7 @@ func runChaos(t *testing.T, cfg config, binary, storePrefix string) chaos.Verdic
 
 	_, _, unstored, _ := h.gatewayLogs()
 	v := chaos.Judge(chaos.History{Effects: h.up.effects(t), Answers: h.answers, Kills: h.kills, Pauses: h.pauses,
-		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Unstored: unstored, Lease: cfg.lease})
+		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Stalls: h.stalls, Unstored: unstored, Lease: cfg.lease})
 	var b strings.Builder
 	v.Report(&b)
 	h.faultMix(&b, loadTime)
@@ -219,6 +219,8 @@ func (h *harness) load(ctx context.Context) time.Duration {
 			go fn(faultCtx, &faults)
 		}
 	}
+	faults.Add(1)
+	go h.stallProbe(faultCtx, &faults)
 
 	opc := make(chan int)
 	var workers sync.WaitGroup
@@ -443,6 +445,16 @@ func (h *harness) faultMix(b *strings.Builder, load time.Duration) {
 		paused += p.To.Sub(p.From)
 	}
 	fmt.Fprintf(b, "  gateway SIGSTOP past the lease, then SIGCONT: %d (%s in all)\n", len(h.pauses), paused.Round(time.Millisecond))
+	var longest time.Duration
+	half := 0
+	for _, st := range h.stalls {
+		longest = max(longest, st.Late)
+		if st.Late >= h.lease/2 {
+			half++
+		}
+	}
+	fmt.Fprintf(b, "  machine stalls (the harness's 20ms sleep woke %s late or more): %d, %d of them half a lease or more, longest %s\n",
+		stallLate, len(h.stalls), half, longest.Round(time.Millisecond))
 	var plans []string
 	for _, m := range planMix {
 		n := 0
@@ -466,5 +478,24 @@ func (h *harness) faultMix(b *strings.Builder, load time.Duration) {
 	fmt.Fprintf(b, "  operator `idem release`: %d [%s]\n", len(h.releases), strings.Join(rel, ", "))
 	for _, f := range h.releaseFailures {
 		fmt.Fprintf(b, "    failed: %s\n", clipLine(f))
+	}
+}
+
+// stallLate is how late a wake-up of the stall probe must be to count as a stall.
+const stallLate = 200 * time.Millisecond
+
+// stallProbe sleeps 20ms again and again and records each wake-up that came stallLate or more
+// late: times the machine starved the harness, and likely the gateways with it.
+func (h *harness) stallProbe(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	const nap = 20 * time.Millisecond
+	for ctx.Err() == nil {
+		t := time.Now()
+		time.Sleep(nap)
+		if late := time.Since(t) - nap; late >= stallLate {
+			h.mu.Lock()
+			h.stalls = append(h.stalls, chaos.Stall{At: time.Now(), Late: late})
+			h.mu.Unlock()
+		}
 	}
 }

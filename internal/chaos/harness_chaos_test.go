@@ -335,6 +335,7 @@ type harness struct {
 	outages         []chaos.Outage
 	lost            []chaos.LostAnswer
 	releases        []chaos.Release
+	stalls          []chaos.Stall
 	answers         []chaos.Answer
 	inFlight        map[string]bool // operations being delivered
 	succeededOps    []string        // finished operations that succeeded, for forced releases

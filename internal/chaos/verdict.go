@@ -75,6 +75,15 @@ type Outage struct {
 	From, To time.Time
 }
 
+// Stall is a time the harness's own process was not run for a while (a 20ms sleep that woke
+// late): the machine was starved, and the gateways likely were too. A gateway starved past its
+// lease can be taken over like a paused one, but the harness did not cause it, so a stall
+// excuses nothing; the examples show the stalls near each execution they judge.
+type Stall struct {
+	At   time.Time     // when the late wake-up came
+	Late time.Duration // how late it was
+}
+
 // LostAnswer is an upstream answer that never reached the gateway whole although the
 // upstream had acted (cut off on its way, cut short mid-body, or later than the gateway's
 // upstream timeout): the gateway saw an uncertain outcome, which it must hold for its lease.
@@ -126,6 +135,7 @@ type History struct {
 	Outages     []Outage
 	LostAnswers []LostAnswer
 	Releases    []Release
+	Stalls      []Stall
 	Unstored    []Unstored
 	// Lease is the gateways' lease (default 2s). A holder that is cut off (killed, paused,
 	// or unable to reach the store) keeps its claim until its lease runs out, and renews it
@@ -248,14 +258,15 @@ type judge struct {
 	lost            map[[2]string][]*LostAnswer // by op and gateway; nil once used
 	forced          map[string][]*Release       // forced releases that deleted, by op; nil once used
 	releases        map[string][]Release        // every release, by op, for the examples
-	unstored        map[[2]string]bool          // by op and gateway
+	stalls          []Stall
+	unstored        map[[2]string]bool // by op and gateway
 }
 
 func newJudge(h History) *judge {
 	j := &judge{
 		lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
 		effects: map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
-		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{}, releases: map[string][]Release{},
+		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{}, releases: map[string][]Release{}, stalls: h.Stalls,
 		unstored: map[[2]string]bool{},
 	}
 	for _, u := range h.Unstored {
@@ -370,6 +381,11 @@ func (j *judge) nearby(prev, next Effect) string {
 	for _, o := range j.outages {
 		if near(o, prev.At) || near(o, next.At) {
 			parts = append(parts, fmt.Sprintf("store down from %+dms to %+dms", o.From.Sub(prev.At).Milliseconds(), o.To.Sub(prev.At).Milliseconds()))
+		}
+	}
+	for _, st := range j.stalls {
+		if !st.At.Before(prev.At.Add(-j.inFlight)) && !st.At.Add(-st.Late).After(next.At) {
+			parts = append(parts, fmt.Sprintf("machine stalled %dms until %+dms", st.Late.Milliseconds(), st.At.Sub(prev.At).Milliseconds()))
 		}
 	}
 	for _, r := range j.releases[prev.Op] {

@@ -294,3 +294,20 @@ func TestJudgeNotRetained(t *testing.T) {
 		t.Fatalf("a success that is not marked as not retained and matches no execution passed: %+v", v)
 	}
 }
+
+// A stall of the machine near two executions excuses nothing (the harness did not cause it),
+// but the example names it, so a reader sees the likely cause.
+func TestJudgeStallShownNotExcused(t *testing.T) {
+	t.Parallel()
+	var h chaos.History
+	twice(&h, 1500)
+	h.Lease = 2 * time.Second
+	h.Stalls = []chaos.Stall{{At: at(1200), Late: 1100 * time.Millisecond}, {At: at(90_000), Late: time.Second}}
+	v := chaos.Judge(h)
+	if v.UnexplainedDoubles != 1 || len(v.Examples) != 1 {
+		t.Fatalf("unexplained %d, examples %q: want the double unexplained", v.UnexplainedDoubles, v.Examples)
+	}
+	if ex := v.Examples[0]; !strings.Contains(ex, "machine stalled 1100ms until +1200ms") || strings.Contains(ex, "+90000ms") {
+		t.Errorf("example %q: want the stall near the executions, and only it", ex)
+	}
+}
