@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -385,11 +386,16 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 	}()
 	resp, ferr := fn(fnCtx)
 	finished = true
-	hb.stop()
 	defer e.wake.done(key)
 
 	result = Result{Response: resp, Executed: true, Takeover: res.Takeover}
-	switch e.opt.Policy(resp, ferr) {
+	policy := e.opt.Policy(resp, ferr)
+	if policy != Keep || ferr != nil {
+		// Stopped before the claim is held or released: an extension after a hold would
+		// shorten the hold to one lease.
+		hb.stop()
+	}
+	switch policy {
 	case Keep:
 		if ferr != nil {
 			// A policy may keep a response that came with an error; the error still goes
@@ -398,7 +404,13 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		}
 		now := e.opt.Now()
 		expires := now.Add(e.opt.TTL)
-		if err := e.complete(ctx, key, token, resp, now, expires); err != nil {
+		// The heartbeat goes on until the result is stored: the effect has run, and a store
+		// that is slow to take the result (down for a moment, a pool reconnecting) must not
+		// let the lease lapse meanwhile, or another process would run the effect again.
+		hb.settle()
+		err := e.complete(ctx, key, token, resp, now, expires)
+		hb.stop()
+		if err != nil {
 			ev.Outcome, ev.Err = storeOutcome(err), err
 			effect.end(ev)
 			return result, err
@@ -552,6 +564,7 @@ func (e *Engine) heartbeat(ctx *effectContext, key string, token int64, until ti
 		until = e.opt.Now().Add(e.opt.Lease) // a store that does not report the claim's lease
 	}
 	b.e, b.ctx, b.key, b.token, b.stopped, b.until, b.failed = e, ctx, key, token, false, until, 0
+	b.settling.Store(false)
 	b.t.Reset(e.nextBeat(until))
 	b.mu.Unlock()
 	return b
@@ -571,6 +584,8 @@ type beat struct {
 	until   time.Time   // end of the lease as last extended (or claimed)
 	failed  int         // extensions that failed in a row
 	t       *time.Timer // calls fire
+	// settling is set once the effect has returned and its result is being stored.
+	settling atomic.Bool
 }
 
 func (b *beat) fire() {
@@ -595,8 +610,12 @@ func (b *beat) fire() {
 	c()
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", b.key)
-		b.ctx.lose()
+		if !b.settling.Load() {
+			// Once the result is being stored, a completed record refuses the extension
+			// too; the completion itself reports a lease that was really lost.
+			e.opt.Logger.Warn("idem: lease lost while the effect ran", "key", b.key)
+			b.ctx.lose()
+		}
 		return
 	case err != nil:
 		if b.failed++; b.failed == 1 {
@@ -618,6 +637,14 @@ func (b *beat) fire() {
 // that was slow to land).
 func (e *Engine) nextBeat(until time.Time) time.Duration {
 	return min(e.opt.Heartbeat, max(until.Sub(e.opt.Now())/2, time.Millisecond))
+}
+
+// settle notes that the effect has returned and its result is being stored: the heartbeat
+// goes on, but a lease it finds lost is the completion's to report.
+func (b *beat) settle() {
+	if b != nil {
+		b.settling.Store(true)
+	}
 }
 
 func (b *beat) stop() {

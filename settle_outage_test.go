@@ -1,0 +1,92 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// downStore is a memstore that stops answering while down is set: Complete fails at once (a
+// refused connection) and Extend hangs until its context ends (a store that does not answer).
+type downStore struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+var errRefused = errors.New("connection refused")
+
+func (s *downStore) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expires time.Time) error {
+	if s.down.Load() {
+		return errRefused
+	}
+	return s.Store.Complete(ctx, key, token, resp, now, expires)
+}
+
+func (s *downStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
+	if s.down.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Extend(ctx, key, token, until)
+}
+
+// TestLeaseHeldWhileTheResultIsStored: the store goes down just as the effect returns, for
+// less than the lease. The engine keeps trying to store the result, and its lease must not
+// lapse meanwhile: another process trying the key all along never takes it over (which would
+// run the effect a second time), and the result is stored once the store is back.
+func TestLeaseHeldWhileTheResultIsStored(t *testing.T) {
+	t.Parallel()
+	const (
+		lease = 900 * time.Millisecond
+		beat  = 300 * time.Millisecond
+	)
+	st := &downStore{Store: memstore.New()}
+	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, StoreTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := idem.Fingerprint([]byte("settle"))
+	var takeovers atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		_, err := eng.Do(context.Background(), "k", fp, func(context.Context) (idem.Response, error) {
+			st.down.Store(true)
+			time.AfterFunc(700*time.Millisecond, func() { st.down.Store(false) })
+			return idem.Response{Status: 201, Body: []byte("once")}, nil
+		})
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			if n := takeovers.Load(); n != 0 {
+				t.Fatalf("the key was taken over %d times while its result was being stored", n)
+			}
+			rec, err := st.Store.Get(context.Background(), "k")
+			if err != nil || rec.State != idem.StateCompleted || string(rec.Response.Body) != "once" {
+				t.Fatalf("record %+v, %v: want completed with the effect's answer", rec, err)
+			}
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if st.down.Load() {
+			continue // the other process cannot reach the store either
+		}
+		res, err := st.Store.Reserve(context.Background(), "k", fp, time.Now(), lease, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed {
+			takeovers.Add(1)
+			_ = st.Store.Release(context.Background(), "k", res.Record.Token)
+		}
+	}
+}
