@@ -306,6 +306,19 @@ func (j *judge) completed(e Effect) bool {
 	})
 }
 
+// lastRenewal is when a holder killed at t could last have renewed its lease: t, or, when it
+// died during a store outage or before it could renew after one (the engine tries a failed
+// extension again every eighth of a heartbeat; a lease/8 covers that and a reconnection), the
+// outage's start. Its lease then runs out a lease after that, not after the kill.
+func (j *judge) lastRenewal(t time.Time) time.Time {
+	for _, o := range j.outages {
+		if !t.Before(o.From) && !t.After(o.To.Add(j.lease/8)) && o.From.Before(t) {
+			t = o.From
+		}
+	}
+	return t
+}
+
 // cutOff reports whether t, when prev's holder was cut off, can explain next: the holder was
 // cut off no earlier than while prev's request was on its way, and at least half a lease
 // before next (the claim had to expire first).
@@ -344,7 +357,7 @@ func (j *judge) explain(prev, next Effect) excuse {
 			return uncertain
 		}
 	}
-	if slices.ContainsFunc(j.kills[prev.Gateway], func(t time.Time) bool { return j.cutOff(t, prev, next) }) {
+	if slices.ContainsFunc(j.kills[prev.Gateway], func(t time.Time) bool { return j.cutOff(j.lastRenewal(t), prev, next) }) {
 		return crash
 	}
 	if slices.ContainsFunc(j.pauses[prev.Gateway], func(p Pause) bool {
@@ -381,6 +394,11 @@ func (j *judge) nearby(prev, next Effect) string {
 	for _, o := range j.outages {
 		if near(o, prev.At) || near(o, next.At) {
 			parts = append(parts, fmt.Sprintf("store down from %+dms to %+dms", o.From.Sub(prev.At).Milliseconds(), o.To.Sub(prev.At).Milliseconds()))
+		}
+	}
+	for _, k := range j.kills[prev.Gateway] {
+		if !k.Before(prev.At.Add(-j.inFlight)) && !k.After(next.At) {
+			parts = append(parts, fmt.Sprintf("holder %s killed at %+dms", prev.Gateway, k.Sub(prev.At).Milliseconds()))
 		}
 	}
 	for _, st := range j.stalls {

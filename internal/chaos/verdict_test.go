@@ -311,3 +311,24 @@ func TestJudgeStallShownNotExcused(t *testing.T) {
 		t.Errorf("example %q: want the stall near the executions, and only it", ex)
 	}
 }
+
+// A holder killed during a store outage, or before it could renew after one, could not renew
+// its lease since the outage began: a takeover a lease after that is the documented window,
+// even when the kill itself came less than half a lease before it. Killed well after the store
+// was back (it could have renewed), the same takeover is not excused.
+func TestJudgeKillAfterOutage(t *testing.T) {
+	t.Parallel()
+	crashed := func(v chaos.Verdict) int { return v.CrashTakeovers }
+	outage := func(h *chaos.History, from, to, kill, next int) {
+		twice(h, next)
+		h.Outages = []chaos.Outage{{From: at(from), To: at(to)}}
+		h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(kill)}}
+	}
+	runJudgeCases(t, []judgeCase{
+		// With a 2s lease a kill excuses a takeover at 2300ms when it came by 1300ms.
+		{"killed during the outage", func(h *chaos.History) { outage(h, 0, 1500, 1400, 2300) }, crashed, true},
+		{"killed just after it, before a renewal could land", func(h *chaos.History) { outage(h, 0, 1200, 1400, 2300) }, crashed, true},
+		{"killed well after the store was back", func(h *chaos.History) { outage(h, 0, 950, 1400, 2300) }, unexplained, false},
+		{"killed before the outage began", func(h *chaos.History) { outage(h, 1450, 1900, 1400, 2300) }, unexplained, false},
+	})
+}
