@@ -42,8 +42,12 @@ func (s *downStore) Extend(ctx context.Context, key string, token int64, until t
 func TestLeaseHeldWhileTheResultIsStored(t *testing.T) {
 	t.Parallel()
 	const (
-		lease = 900 * time.Millisecond
-		beat  = 300 * time.Millisecond
+		lease = 2 * time.Second
+		beat  = 600 * time.Millisecond
+		// Down past the completion attempt at 1270ms (its retries back off 10ms, 20ms, …
+		// 640ms), so the next comes after the lease, at 2270ms; with the heartbeat on, a
+		// renewal has 700ms to land once the store is back, room for a loaded machine.
+		down = 1300 * time.Millisecond
 	)
 	st := &downStore{Store: memstore.New()}
 	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, StoreTimeout: 5 * time.Second})
@@ -56,7 +60,7 @@ func TestLeaseHeldWhileTheResultIsStored(t *testing.T) {
 	go func() {
 		_, err := eng.Do(context.Background(), "k", fp, func(context.Context) (idem.Response, error) {
 			st.down.Store(true)
-			time.AfterFunc(700*time.Millisecond, func() { st.down.Store(false) })
+			time.AfterFunc(down, func() { st.down.Store(false) })
 			return idem.Response{Status: 201, Body: []byte("once")}, nil
 		})
 		done <- err
