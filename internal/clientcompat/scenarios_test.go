@@ -208,8 +208,10 @@ func answerLost(t *testing.T, c client) {
 	b := setup(t, 50*time.Millisecond)
 	url, dropped := dropFirstAnswer(t, b.url)
 	r := c.post(t, url, "lost-"+c.name, charge("lost"))
-	if dropped() != 1 {
-		t.Fatalf("%d answers dropped, want 1", dropped())
+	// At least the first: a client that sent another attempt while the first was out (a
+	// 409 in flight) may lose that answer too, before the proxy stops dropping.
+	if dropped() < 1 {
+		t.Fatalf("%d answers dropped, want the first", dropped())
 	}
 	if r.Err != "" || r.Status != http.StatusCreated || !r.Replayed || !strings.Contains(r.Body, `"op":"lost"`) {
 		t.Fatalf("got %+v", r)

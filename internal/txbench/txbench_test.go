@@ -41,22 +41,23 @@ type backend struct {
 
 // flights counts a connection's round trips: every write that follows a read (or opens the
 // connection) starts one, however many statements it pipelines.
+//
+// pgx may read on a goroutine of its own while it writes, so writing is atomic.
 type flights struct {
 	net.Conn
 	n       *atomic.Int64
-	writing bool
+	writing atomic.Bool
 }
 
 func (c *flights) Write(b []byte) (int, error) {
-	if !c.writing {
-		c.writing = true
+	if !c.writing.Swap(true) {
 		c.n.Add(1)
 	}
 	return c.Conn.Write(b)
 }
 
 func (c *flights) Read(b []byte) (int, error) {
-	c.writing = false
+	c.writing.Store(false)
 	return c.Conn.Read(b)
 }
 
