@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	idemretry "github.com/idemkit/idem/internal/retry"
 	"github.com/idemkit/idem/store/internal/txmode"
 )
 
@@ -218,7 +219,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	for pause := 10 * time.Millisecond; poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
 		// Only the statement was rolled back: the transaction goes on, and the claim is
 		// tried again in it.
-		if !sleep(wctx, pause) {
+		if idemretry.Sleep(wctx, pause) != nil {
 			break
 		}
 		r, err = s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, route, now, ttl)
@@ -338,18 +339,6 @@ func (s *Store) mariaDB(ctx context.Context, conn *sql.Conn) (bool, error) {
 // wait ends, so that the server's lock wait timeout (error 1205) ends the wait, not the
 // client.
 const lockWaitMargin = 250 * time.Millisecond
-
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // The session's lock wait bound, set for a TxRunner's claim and given back after it. The
 // server's setting counts whole seconds; the claim's context ends the wait on time.
