@@ -24,7 +24,8 @@ pg_private_start() {
 	bin=$(pg_private_bin) || return 1
 	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	mkdir -p "$dir"
-	[ "$(id -u)" = 0 ] && chown postgres: "$dir"
+	# As root, the postgres user must be able to reach DIR: mktemp's directories are 0700.
+	[ "$(id -u)" = 0 ] && { chown postgres: "$dir"; chmod o+x "$(dirname "$dir")"; }
 	pg_private_as "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; return 1; }
 	pg_private_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "-p $port -k $dir \
