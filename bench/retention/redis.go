@@ -29,6 +29,9 @@ type RedisResult struct {
 	UsedDelta float64
 	// ValueBytes is the mean length of a record's value (STRLEN).
 	ValueBytes float64
+	// IndexPerRecord is the MEMORY USAGE of the listing index (the sorted sets beside the
+	// records, one member per record) divided by the records.
+	IndexPerRecord float64
 	// TTL is the storage TTL Redis holds on a fresh record written with a 24h window.
 	TTL time.Duration
 }
@@ -111,11 +114,27 @@ func redisMemory(ctx context.Context, rdb *redis.Client, n, size int) (RedisResu
 		return RedisResult{}, err
 	}
 	r := RedisResult{BodyBytes: size, Records: n, UsedDelta: float64(after-before) / float64(n)}
-	// Sample keys by SCAN, then MEMORY USAGE (SAMPLES 0: exact), STRLEN and PTTL of each.
-	var usage, strlen int64
+	// Sample keys by SCAN, then MEMORY USAGE (SAMPLES 0: exact), STRLEN and PTTL of each
+	// record; the listing index's sorted sets, under the same prefix, are summed apart.
+	var usage, strlen, index int64
 	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) && r.Sampled < 1000 {
+	for iter.Next(ctx) {
 		k := iter.Val()
+		typ, err := rdb.Type(ctx, k).Result()
+		if err != nil {
+			return r, err
+		}
+		if typ != "string" {
+			u, err := rdb.MemoryUsage(ctx, k, 0).Result()
+			if err != nil {
+				return r, err
+			}
+			index += u
+			continue
+		}
+		if r.Sampled >= 1000 {
+			continue
+		}
 		u, err := rdb.MemoryUsage(ctx, k, 0).Result()
 		if err != nil {
 			return r, err
@@ -133,6 +152,7 @@ func redisMemory(ctx context.Context, rdb *redis.Client, n, size int) (RedisResu
 		strlen += l
 		r.Sampled++
 	}
+	r.IndexPerRecord = float64(index) / float64(n)
 	if err := iter.Err(); err != nil {
 		return r, err
 	}

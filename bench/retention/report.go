@@ -143,11 +143,11 @@ func thousands(n int) string {
 // WriteRedis writes the results of RedisMemory, with DynamoDB's item size for the same
 // records beside them.
 func WriteRedis(w io.Writer, rs []RedisResult) {
-	fmt.Fprintf(w, "| response body | records | STRLEN of a record | MEMORY USAGE per record (mean of %s) | used_memory change per record | DynamoDB item size (computed) | PTTL of a fresh record |\n", "a sample")
-	fmt.Fprintf(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "| response body | records | STRLEN of a record | MEMORY USAGE per record (mean of %s) | listing index per record | used_memory change per record | DynamoDB item size (computed) | PTTL of a fresh record |\n", "a sample")
+	fmt.Fprintf(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rs {
 		enc := len(idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: make([]byte, r.BodyBytes)}))
-		fmt.Fprintf(w, "| %d B | %s | %.0f B | %.0f B (%d sampled) | %.0f B | %d B | %s |\n", r.BodyBytes, thousands(r.Records),
-			r.ValueBytes, r.UsageMean, r.Sampled, r.UsedDelta, DynamoItemSize(len("idem:")+len(Key(0)), enc), r.TTL.Round(1e9))
+		fmt.Fprintf(w, "| %d B | %s | %.0f B | %.0f B (%d sampled) | %.0f B | %.0f B | %d B | %s |\n", r.BodyBytes, thousands(r.Records),
+			r.ValueBytes, r.UsageMean, r.Sampled, r.IndexPerRecord, r.UsedDelta, DynamoItemSize(len("idem:")+len(Key(0)), enc), r.TTL.Round(1e9))
 	}
 }
