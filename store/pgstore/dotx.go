@@ -65,9 +65,9 @@ type txWait struct {
 // wait for a concurrent holder that ends by w.lock or by ctx's deadline is an
 // *idem.InFlightError, not a store failure.
 //
-// A new key costs one round trip more than fn's own transaction would: BEGIN; the claim (with
-// the lock_timeout setting around it, pipelined); fn's statements; the completion and COMMIT,
-// pipelined.
+// A new key costs the round trips fn's own transaction would: BEGIN and the claim (with the
+// lock_timeout setting around it) pipelined in one; fn's statements; the completion and
+// COMMIT pipelined in one.
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
@@ -90,20 +90,17 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		}
 		conn.Release()
 	}()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
-	}
 	var lock string
 	if w != nil && w.lock > 0 {
 		lock = fmt.Sprintf("%dms", max(1, w.lock.Milliseconds()))
 	}
-	r, err := s.claimTx(ctx, tx, args, lock)
+	tx, r, err := s.beginClaim(ctx, conn.Conn(), args, lock)
 	if err != nil {
-		if errors.Is(err, idem.ErrInvalidInput) {
+		var se *idem.StoreError
+		switch {
+		case errors.Is(err, idem.ErrInvalidInput), errors.As(err, &se):
 			return res, false, err
-		}
-		if w != nil && waitEnded(ctx, err) {
+		case w != nil && waitEnded(ctx, err):
 			return res, false, txmode.WaitEnded(key)
 		}
 		return res, retryable(err), &idem.StoreError{Op: "reserve", Err: opErr("reserve", err)}
@@ -141,6 +138,39 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: expires.Truncate(time.Microsecond)}, false, nil
 }
 
+// beginClaim begins a READ COMMITTED transaction on conn and claims the key in it. On the
+// plain layout BEGIN and the claim share one round trip. A failed claim returns the
+// database's error, for doTx to tell a bounded wait from a failure.
+func (s *Store) beginClaim(ctx context.Context, conn *pgx.Conn, args []any, lock string) (pgx.Tx, idem.Reservation, error) {
+	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+	if s.part != nil {
+		tx, err := conn.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, idem.Reservation{}, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
+		}
+		r, err := s.claimTx(ctx, tx, args, lock)
+		return tx, r, err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(opts)
+	queueClaim(b, s.q.reserve, args, lock)
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	if _, err := br.Exec(); err != nil {
+		// The server sends BEGIN's answer with the claim's, so a claim that waited past the
+		// deadline fails here too: the error goes to doTx as the claim's.
+		_ = br.Close()
+		return nil, idem.Reservation{}, err
+	}
+	r, again, err := readClaim(br, args[0].(string), lock)
+	if err != nil || !again {
+		return tx, r, err
+	}
+	// The blocking row is not in the claim's snapshot: run it again, in the transaction.
+	r, err = s.claimTx(ctx, tx, args, lock)
+	return tx, r, err
+}
+
 // claimTx runs the claim statement in tx. With lock set, the claim's wait for a concurrent
 // holder is bounded by that lock_timeout, and the setting given back to the caller's
 // statements right after: all three statements pipelined in one round trip.
@@ -163,37 +193,45 @@ func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, args []any, lock string)
 	key := args[0].(string)
 	for range reserveRetries {
 		b := &pgx.Batch{}
-		if lock != "" {
-			b.Queue(`SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)`, lock)
-		}
-		b.Queue(s.q.reserve, args...)
-		if lock != "" {
-			b.Queue(`SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`)
-		}
-		br := tx.SendBatch(ctx, b)
-		var (
-			res                idem.Reservation
-			again              bool
-			err, restore, rErr error
-		)
-		if lock != "" {
-			_, err = br.Exec()
-		}
-		if err == nil {
-			again, rErr, err = scanReservation(br.QueryRow(), key, &res)
-		}
-		if err == nil && lock != "" {
-			_, restore = br.Exec()
-		}
-		if err = cmp.Or(err, restore, br.Close(), rErr); err != nil {
-			return idem.Reservation{}, err
-		}
-		if !again {
-			return res, nil
+		queueClaim(b, s.q.reserve, args, lock)
+		r, again, err := readClaim(tx.SendBatch(ctx, b), key, lock)
+		if err != nil || !again {
+			return r, err
 		}
 		// The blocking row is not in this statement's snapshot: run it again.
 	}
 	return idem.Reservation{}, errNeither(key)
+}
+
+// queueClaim queues the claim statement, with lock set between the statements that set
+// lock_timeout to it and give the previous setting back.
+func queueClaim(b *pgx.Batch, reserve string, args []any, lock string) {
+	if lock != "" {
+		b.Queue(`SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)`, lock)
+	}
+	b.Queue(reserve, args...)
+	if lock != "" {
+		b.Queue(`SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`)
+	}
+}
+
+// readClaim reads what queueClaim queued from br and closes it; again reports a claim that
+// found neither a claim nor a record, to run again.
+func readClaim(br pgx.BatchResults, key, lock string) (res idem.Reservation, again bool, err error) {
+	var restore, rErr error
+	if lock != "" {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		again, rErr, err = scanReservation(br.QueryRow(), key, &res)
+	}
+	if err == nil && lock != "" {
+		_, restore = br.Exec()
+	}
+	if err = cmp.Or(err, restore, br.Close(), rErr); err != nil {
+		return idem.Reservation{}, false, err
+	}
+	return res, again, nil
 }
 
 // waitEnded reports a claim that failed because its wait for a concurrent holder ran out:
