@@ -67,7 +67,7 @@ type txWait struct {
 //
 // A new key costs the round trips fn's own transaction would: BEGIN and the claim (with the
 // lock_timeout setting around it) pipelined in one; fn's statements; the completion and
-// COMMIT pipelined in one.
+// COMMIT pipelined in one. A key that has a row (a replay, a takeover) costs one more.
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
@@ -139,8 +139,9 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 }
 
 // beginClaim begins a READ COMMITTED transaction on conn and claims the key in it. On the
-// plain layout BEGIN and the claim share one round trip. A failed claim returns the
-// database's error, for doTx to tell a bounded wait from a failure.
+// plain layout BEGIN and the claim of a new key share one round trip; a key that has a row
+// takes a second one. A failed claim returns the database's error, for doTx to tell a
+// bounded wait from a failure.
 func (s *Store) beginClaim(ctx context.Context, conn *pgx.Conn, args []any, lock string) (pgx.Tx, idem.Reservation, error) {
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	if s.part != nil {
@@ -151,9 +152,14 @@ func (s *Store) beginClaim(ctx context.Context, conn *pgx.Conn, args []any, lock
 		r, err := s.claimTx(ctx, tx, args, lock)
 		return tx, r, err
 	}
+	key := args[0].(string)
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
-	queueClaim(b, s.q.reserve, args, lock)
+	if lock == "" {
+		b.Queue(s.q.claimNew, args...)
+	} else {
+		b.Queue(s.q.claimNewBounded, append(args[:len(args):len(args)], lock)...)
+	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	if _, err := br.Exec(); err != nil {
@@ -162,11 +168,18 @@ func (s *Store) beginClaim(ctx context.Context, conn *pgx.Conn, args []any, lock
 		_ = br.Close()
 		return nil, idem.Reservation{}, err
 	}
-	r, again, err := readClaim(br, args[0].(string), lock)
-	if err != nil || !again {
+	var r idem.Reservation
+	again, rErr, err := scanReservation(br.QueryRow(), key, &r)
+	if err = cmp.Or(err, br.Close(), rErr); err != nil || !again {
 		return tx, r, err
 	}
-	// The blocking row is not in the claim's snapshot: run it again, in the transaction.
+	// The key has a row: the full claim, in the transaction, replays it, takes it over or
+	// reports it in flight. lock_timeout is still set from the first try.
+	b = &pgx.Batch{}
+	queueClaim(b, s.q.reserve, args, lock, false)
+	if r, again, err = readClaim(tx.SendBatch(ctx, b), key, lock, false); err != nil || !again {
+		return tx, r, err
+	}
 	r, err = s.claimTx(ctx, tx, args, lock)
 	return tx, r, err
 }
@@ -193,8 +206,8 @@ func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, args []any, lock string)
 	key := args[0].(string)
 	for range reserveRetries {
 		b := &pgx.Batch{}
-		queueClaim(b, s.q.reserve, args, lock)
-		r, again, err := readClaim(tx.SendBatch(ctx, b), key, lock)
+		queueClaim(b, s.q.reserve, args, lock, true)
+		r, again, err := readClaim(tx.SendBatch(ctx, b), key, lock, true)
 		if err != nil || !again {
 			return r, err
 		}
@@ -203,10 +216,11 @@ func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, args []any, lock string)
 	return idem.Reservation{}, errNeither(key)
 }
 
-// queueClaim queues the claim statement, with lock set between the statements that set
-// lock_timeout to it and give the previous setting back.
-func queueClaim(b *pgx.Batch, reserve string, args []any, lock string) {
-	if lock != "" {
+// queueClaim queues the claim statement. With lock set, lock_timeout is set to lock around
+// it and the previous setting given back after it; set false: lock_timeout is lock already
+// and the previous setting saved.
+func queueClaim(b *pgx.Batch, reserve string, args []any, lock string, set bool) {
+	if lock != "" && set {
 		b.Queue(`SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)`, lock)
 	}
 	b.Queue(reserve, args...)
@@ -217,9 +231,9 @@ func queueClaim(b *pgx.Batch, reserve string, args []any, lock string) {
 
 // readClaim reads what queueClaim queued from br and closes it; again reports a claim that
 // found neither a claim nor a record, to run again.
-func readClaim(br pgx.BatchResults, key, lock string) (res idem.Reservation, again bool, err error) {
+func readClaim(br pgx.BatchResults, key, lock string, set bool) (res idem.Reservation, again bool, err error) {
 	var restore, rErr error
-	if lock != "" {
+	if lock != "" && set {
 		_, err = br.Exec()
 	}
 	if err == nil {

@@ -3,7 +3,7 @@ package pgstore
 // queries are the store's statements for one table. Column order everywhere: fingerprint,
 // state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route.
 type queries struct {
-	reserve, complete, release, extend, get, del, sweep, sweepByKey string
+	reserve, claimNew, claimNewBounded, complete, release, extend, get, del, sweep, sweepByKey string
 }
 
 const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route`
@@ -57,6 +57,28 @@ func newQueries(t string) queries {
 	FOR SHARE
 )
 SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
+
+		// claimNew is the first try of transaction mode's claim, with reserve's arguments: it
+		// inserts the claim of a key that has no row, and returns nothing when the key has one
+		// (after waiting, like reserve, for a transaction that holds it to end). Planned once
+		// and simpler than reserve, it is most of a new key's claim; reserve, run next in the
+		// same transaction, answers for a key that has a row.
+		claimNew: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
+	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text)
+	ON CONFLICT (key) DO NOTHING
+	RETURNING true, ` + cols,
+		// claimNewBounded is claimNew with its wait for a holder bounded by $8, a lock_timeout,
+		// without statements of its own around it: the row's values are computed before the
+		// row is inserted, so the route's expression saves lock_timeout (in idem.lock_timeout)
+		// and sets it to $8 before the insert can wait; RETURNING, computed once the row is in,
+		// gives the saved setting back. When the key has a row nothing is returned and
+		// lock_timeout stays $8, for the full claim that follows to give back.
+		claimNewBounded: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
+	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint,
+		$7::text || left(set_config('lock_timeout', $8::text || left(set_config('idem.lock_timeout', current_setting('lock_timeout'), true), 0), true), 0))
+	ON CONFLICT (key) DO NOTHING
+	RETURNING true, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at,
+		route || left(set_config('lock_timeout', current_setting('idem.lock_timeout'), true), 0)`,
 
 		// Fenced on the token, and on the claim being live: a released claim
 		// (expires_at = 0) is dead for its holder.

@@ -96,3 +96,48 @@ func TestTxRunnerCompletionIsHOT(t *testing.T) {
 		t.Errorf("%d of %d completions were HOT updates, want nearly all", hot, upd)
 	}
 }
+
+// A key that has a row takes the second try of the claim: there too the handler runs with the
+// session's lock_timeout, whether the claim took the key over or replayed it.
+func TestTxRunnerLockTimeoutGivenBackAfterTakeover(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, pgstore.Options{})
+	ctx := context.Background()
+	var session string
+	if err := pool(t).QueryRow(ctx, "SHOW lock_timeout").Scan(&session); err != nil {
+		t.Fatal(err)
+	}
+	fp := idem.Fingerprint([]byte("takeover"))
+	// An engine's claim whose lease and window ran out an hour ago.
+	old := time.Now().Add(-time.Hour)
+	if _, err := st.Reserve(ctx, "k", fp, old, time.Second, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	run := pgstore.NewTxRunner(st, pgstore.TxOptions{Wait: 300 * time.Millisecond})
+	var inside string
+	res, err := run.Do(ctx, "k", fp, func(ctx context.Context) (idem.Response, error) {
+		err := pgstore.TxFromContext(ctx).QueryRow(ctx, "SHOW lock_timeout").Scan(&inside)
+		return idem.Response{Status: 201}, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Kept || res.Replayed {
+		t.Fatalf("Do over an expired claim: %+v, want it executed and kept", res)
+	}
+	if inside != session {
+		t.Errorf("after taking over an expired claim the handler's lock_timeout is %q, want the session's %q", inside, session)
+	}
+	res, err = run.Do(ctx, "k", fp, func(context.Context) (idem.Response, error) {
+		t.Error("a replay ran fn")
+		return idem.Response{}, nil
+	})
+	if err != nil || !res.Replayed {
+		t.Fatalf("second Do: %+v, %v, want a replay", res, err)
+	}
+	// The replay's transaction is gone; the session keeps its setting.
+	var after string
+	if err := pool(t).QueryRow(ctx, "SHOW lock_timeout").Scan(&after); err != nil || after != session {
+		t.Errorf("lock_timeout after the replay: %q (%v), want %q", after, err, session)
+	}
+}
