@@ -38,8 +38,10 @@ buffers_mb=$(( mem_mb / 4 < 6144 ? mem_mb / 4 : 6144 ))
 settings="shared_buffers and innodb_buffer_pool_size ${buffers_mb} MB"
 pgdir=""
 mysql_pool=""
+huge_prev=""
 restore() {
 	[ -n "$pgdir" ] && pg_private_stop "$pgdir"
+	[ -n "$huge_prev" ] && pg_private_huge_pages_restore "$huge_prev"
 	[ -n "$mysql_pool" ] && mysql_set_pool "$mysql_pool"
 	rm -rf "$work"
 }
@@ -47,9 +49,16 @@ trap restore EXIT
 if [ -z "${IDEM_POSTGRES_URL:-}" ] && [[ ,$engines, == *,postgres,* ]]; then
 	. scripts/pg-private.sh
 	pgdir=$(mktemp -d "${TMPDIR:-/tmp}/idem-bench-pg.XXXXXX")
-	IDEM_POSTGRES_URL=$(pg_private_start "$pgdir/pg" "${buffers_mb}MB")
+	# Huge pages, as docs/retention.md recommends for a large shared_buffers: without them every
+	# server process maps the buffers it touches page by page, and random lookups over a table of
+	# millions of records pay for it on every round.
+	huge_prev=$(pg_private_huge_pages "$buffers_mb")
+	huge=try
+	[ -n "$huge_prev" ] && huge=on
+	IDEM_POSTGRES_URL=$(pg_private_start "$pgdir/pg" "${buffers_mb}MB" "$huge")
 	export IDEM_POSTGRES_URL
-	echo "bench: private PostgreSQL at $IDEM_POSTGRES_URL, shared_buffers ${buffers_mb}MB" >&2
+	settings="$settings; PostgreSQL huge_pages=$huge"
+	echo "bench: private PostgreSQL at $IDEM_POSTGRES_URL, shared_buffers ${buffers_mb}MB, huge_pages=$huge" >&2
 else
 	settings="innodb_buffer_pool_size ${buffers_mb} MB (PostgreSQL: the server's own settings)"
 fi
