@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -38,7 +39,16 @@ func storeFlag(e *env, fs interface {
 	return &s
 }
 
-func openStore(ctx context.Context, raw string) (storeurl.Store, error) {
+// openStore opens the store at raw for a command that reports its own failure: the store
+// clients' own lines (go-redis retrying a dial, say) go to stderr only at level error, so a
+// store that is down gives one line, the command's, and not one per attempt.
+func openStore(ctx context.Context, e *env, raw string) (storeurl.Store, error) {
+	return openStoreLogging(ctx, raw, newLogger(e.stderr, "text", "error"))
+}
+
+// openStoreLogging opens the store at raw with the store clients' lines going to log.
+func openStoreLogging(ctx context.Context, raw string, log *slog.Logger) (storeurl.Store, error) {
+	storeurl.SetLogger(log)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st, err := storeurl.Open(ctx, raw)
@@ -48,7 +58,7 @@ func openStore(ctx context.Context, raw string) (storeurl.Store, error) {
 // openRecord parses a subcommand's flags and its one KEY argument (a storage key, or a client
 // key with the scope flags), opens the store and reads the key's record. On success the
 // caller closes the store.
-func openRecord(ctx context.Context, fs *flag.FlagSet, args []string, store *string, sc *scopeFlags) (storeurl.Store, idem.Record, error) {
+func openRecord(ctx context.Context, e *env, fs *flag.FlagSet, args []string, store *string, sc *scopeFlags) (storeurl.Store, idem.Record, error) {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, idem.Record{}, err
@@ -60,7 +70,7 @@ func openRecord(ctx context.Context, fs *flag.FlagSet, args []string, store *str
 	if err != nil {
 		return nil, idem.Record{}, err
 	}
-	st, err := openStore(ctx, *store)
+	st, err := openStore(ctx, e, *store)
 	if err != nil {
 		return nil, idem.Record{}, err
 	}
@@ -136,7 +146,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	st, err := openStore(ctx, *store)
+	st, err := openStore(ctx, e, *store)
 	if err != nil {
 		return err
 	}
@@ -168,7 +178,7 @@ func runSweep(ctx context.Context, e *env, args []string) error {
 	if *target < time.Millisecond {
 		return usageError("--target-latency must be at least 1ms")
 	}
-	st, err := openStore(ctx, *store)
+	st, err := openStore(ctx, e, *store)
 	if err != nil {
 		return err
 	}
@@ -216,7 +226,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	sc := bindScope(e, fs)
 	body := fs.Bool("body", false, "print the stored body too")
 	asJSON := fs.Bool("json", false, "print JSON")
-	st, rec, err := openRecord(ctx, fs, args, store, sc)
+	st, rec, err := openRecord(ctx, e, fs, args, store, sc)
 	if err != nil {
 		return err
 	}
@@ -313,7 +323,7 @@ unless --force:
     evicts it. Restart the gateways, or run them with --cache -1, when a forced release must
     take effect at once.`)
 	}
-	st, rec, err := openRecord(ctx, fs, args, store, sc)
+	st, rec, err := openRecord(ctx, e, fs, args, store, sc)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,5 +157,29 @@ func TestUsage(t *testing.T) {
 	}
 	if code, out, _ := run(t, "version"); code != 0 || !strings.HasPrefix(out, "idem ") {
 		t.Fatalf("version: %d %s", code, out)
+	}
+}
+
+// A one-shot command against a store that is down says so in one line: the store client's own
+// lines (go-redis logging each failed dial to the process's stderr) stay out of the way. The
+// command runs in a process of its own, whose stderr the test reads whole.
+func TestStoreDownIsOneLine(t *testing.T) {
+	args := []string{"release", "--store", "redis://127.0.0.1:1", "--scope", "none", "k"}
+	if os.Getenv("IDEM_CLI_SUBPROCESS") == "1" {
+		os.Exit(Main(context.Background(), args, os.Stdout, os.Stderr))
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreDownIsOneLine$")
+	cmd.Env = append(os.Environ(), "IDEM_CLI_SUBPROCESS=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("idem %s: %v, want exit status 1\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "connection refused") {
+		t.Errorf("release against a Redis that is down: stderr has %d lines:\n%s\nwant the failure in one line", len(lines), stderr.String())
 	}
 }

@@ -201,7 +201,7 @@ rates need the console of a running gateway: idem serve --admin-listen ADDR.`)
 		return err
 	}
 	log := newLogger(e.stderr, "text", "info")
-	st, err := openStore(ctx, *store)
+	st, err := openStoreLogging(ctx, *store, log)
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if _, err := q.Bounds(); err != nil {
 		return usageError("%v", err)
 	}
-	st, err := openStore(ctx, *store)
+	st, err := openStore(ctx, e, *store)
 	if err != nil {
 		return err
 	}

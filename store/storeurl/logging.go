@@ -8,18 +8,25 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/smithy-go/logging"
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 )
+
+// go-sql-driver/mysql copies its process-wide logger into each DSN's configuration when it
+// parses one, so its lines go through the forwarder from the start (before any store opens,
+// and without racing with one that does).
+func init() { _ = mysql.SetLogger(mysqlLogger{}) }
 
 // clientLogger receives the store clients' own log lines; nil: slog.Default().
 var clientLogger atomic.Pointer[slog.Logger]
 
-// SetLogger routes the log lines of the store clients (go-redis's, the AWS SDK's) through l,
-// so that they come out in the program's format (JSON with --log-format json, say) and obey
-// its level, each with a "component" attribute (redis, aws) instead of a plain line on
-// standard error. go-redis's logger is process-wide: SetLogger sets it for every Redis client
-// of the program, including those opened before the call. DynamoDB stores use the logger set
-// when Open created them. A nil l stands for slog.Default().
+// SetLogger routes the log lines of the store clients (go-redis's, go-sql-driver/mysql's, the
+// AWS SDK's) through l, so that they come out in the program's format (JSON with --log-format
+// json, say) and obey its level, each with a "component" attribute (redis, mysql, aws) instead
+// of a plain line on standard error. go-redis's and the MySQL driver's loggers are
+// process-wide: SetLogger sets them for every client of the program, including those opened
+// before the call (the MySQL driver's goes through slog.Default() until SetLogger is called).
+// DynamoDB stores use the logger set when Open created them. A nil l stands for slog.Default().
 func SetLogger(l *slog.Logger) {
 	clientLogger.Store(l)
 	redis.SetLogger(redisLogger{})
@@ -42,6 +49,18 @@ func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 		return
 	}
 	l.Log(ctx, slog.LevelWarn, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "redis")
+}
+
+// mysqlLogger is go-sql-driver/mysql's logger over slog. The driver logs what went wrong on a
+// connection (an unexpected EOF, a bad idle connection it closed): at Warn.
+type mysqlLogger struct{}
+
+func (mysqlLogger) Print(v ...any) {
+	l := currentLogger()
+	if !l.Enabled(context.Background(), slog.LevelWarn) {
+		return
+	}
+	l.Log(context.Background(), slog.LevelWarn, strings.TrimSpace(fmt.Sprint(v...)), "component", "mysql")
 }
 
 // awsLogger is the AWS SDK's logger over slog: its DEBUG lines (the request and retry

@@ -3,6 +3,7 @@ package storeurl
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -51,7 +52,7 @@ func (s *syncBuffer) records(t *testing.T) []map[string]any {
 	return out
 }
 
-// TestClientLogsThroughSlog: go-redis's and the AWS SDK's log lines come out as records of
+// TestClientLogsThroughSlog: go-redis's, the MySQL driver's and the AWS SDK's log lines come out as records of
 // the logger given to SetLogger, with their component, and nothing else is written.
 func TestClientLogsThroughSlog(t *testing.T) {
 	var buf syncBuffer
@@ -82,6 +83,28 @@ func TestClientLogsThroughSlog(t *testing.T) {
 	})
 	_, _ = client.ListTables(context.Background(), &dynamodb.ListTablesInput{})
 
+	// go-sql-driver/mysql: a server that closes the connection before its greeting.
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mln.Close() })
+	go func() {
+		for {
+			c, err := mln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	db, err := sql.Open("mysql", "root@tcp("+mln.Addr().String()+")/test?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Ping()
+	db.Close()
+
 	seen := map[string]int{}
 	for _, rec := range buf.records(t) {
 		c, _ := rec["component"].(string)
@@ -90,8 +113,8 @@ func TestClientLogsThroughSlog(t *testing.T) {
 			t.Errorf("record without a message: %v", rec)
 		}
 	}
-	if seen["redis"] == 0 || seen["aws"] == 0 {
-		t.Errorf("records by component %v, want some from redis and aws", seen)
+	if seen["redis"] == 0 || seen["aws"] == 0 || seen["mysql"] == 0 {
+		t.Errorf("records by component %v, want some from redis, mysql and aws", seen)
 	}
 }
 
