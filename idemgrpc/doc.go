@@ -22,7 +22,8 @@
 // different clients are the same request, and the same key sent to another method is a
 // mismatch. The storage key is the scope (ServerOptions.Scope, such as MetadataScope hashing an
 // API key) and the key, as idemhttp.StorageKey builds it, so operators find a record with
-// `idem inspect` as for HTTP.
+// `idem inspect` as for HTTP; the record's route (idem.Record.Route, shown by `idem list` and
+// the operator console) is the full method name.
 //
 // The first call runs the handler. Its outcome is stored: the reply message (as a
 // google.protobuf.Any, so with its full type name) or the error status (code, message and

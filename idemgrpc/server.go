@@ -182,6 +182,8 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, status.Errorf(codes.Internal, "idemgrpc: marshalling the request: %v", err)
 	}
 	fp := idem.Fingerprint([]byte(info.FullMethod), body)
+	// The record names the method it was claimed for, for operators (idem list, the console).
+	ctx = idem.WithRoute(ctx, info.FullMethod)
 
 	var (
 		reply    any

@@ -373,3 +373,20 @@ func TestHTTPStatus(t *testing.T) {
 		}
 	}
 }
+
+// A record names the gRPC method that claimed it, as its route.
+func TestRecordRoute(t *testing.T) {
+	t.Parallel()
+	b := setup(t, config{})
+	ctx := ctxT(t)
+	if r := b.call(ctx, "route-key", nil); r.err != nil {
+		t.Fatal(describe(r))
+	}
+	rec, err := b.store.Get(ctx, idemhttp.StorageKey("", "route-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Route != "/test.Payments/Charge" {
+		t.Errorf("record's route %q, want the method /test.Payments/Charge", rec.Route)
+	}
+}
