@@ -62,6 +62,11 @@ type Store interface {
 // untouched, with its stored route. route is at most MaxRouteLen bytes of valid UTF-8 without
 // NUL bytes (see CleanRoute); "" stores none, exactly as Reserve does. The engine calls
 // ReserveRoute when the caller named a route with WithRoute, and Reserve otherwise.
+//
+// A wrapper around a store that changes Reserve (to count, to fail, to bound leases) must
+// change ReserveRoute the same way: a wrapper that embeds a RouteReserver store has its
+// ReserveRoute too, and the engine calls that one, not the wrapper's Reserve, whenever a route
+// is named (idemhttp and idemgrpc name one for every request by default).
 type RouteReserver interface {
 	ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (Reservation, error)
 }
