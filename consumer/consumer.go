@@ -27,7 +27,8 @@ type Message struct {
 	// tag, SQS MessageId). It is for logs only: it is never the idempotency key.
 	ID string
 	// Subject is where the message came from: the NATS subject, the AMQP routing key, the
-	// queue name. Informational.
+	// queue name. Informational: Handle stores it as the record's route (idem.Record.Route,
+	// shown by `idem list` and the operator console) unless ctx names one (idem.WithRoute).
 	Subject string
 	// Redelivered reports that the broker has delivered this message before (when the broker
 	// says so). Informational: a first delivery can be a duplicate too.
@@ -204,6 +205,10 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 		fp = idem.Fingerprint(m.Body)
 	}
 
+	if m.Subject != "" && idem.RouteFromContext(ctx) == "" {
+		// The record names where its message came from, for operators (idem list, the console).
+		ctx = idem.WithRoute(ctx, m.Subject)
+	}
 	stop := c.extend(ctx, m)
 	var out []byte
 	succeeded := false

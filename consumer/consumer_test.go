@@ -41,6 +41,11 @@ func newCountingStore(st idem.Store) *countingStore {
 	return s
 }
 
+// ReserveRoute passes routed claims on (storehook's store keeps routes), counted like the rest.
+func (s *countingStore) ReserveRoute(ctx context.Context, key, fp, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+	return s.Store.(idem.RouteReserver).ReserveRoute(ctx, key, fp, route, now, lease, window)
+}
+
 type bundle struct {
 	store   *countingStore
 	mem     *memstore.Store
@@ -380,5 +385,33 @@ func TestNewValidates(t *testing.T) {
 	}
 	if r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:" + strings.Repeat("k", 600) + ":")}); r.Outcome != consumer.Rejected {
 		t.Errorf("key too long: %v", r.Outcome)
+	}
+}
+
+// A record names the subject its message came from as its route, unless the context names one.
+func TestRecordRouteIsTheSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	c := newConsumer(t, b.engine, b.charge, consumer.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		ctx  context.Context
+		body string
+		want string
+	}{
+		{ctx, "order:r1:1", "orders.created"},
+		{idem.WithRoute(ctx, "billing"), "order:r2:1", "billing"},
+	} {
+		if r := c.Handle(tc.ctx, &consumer.Message{Body: []byte(tc.body), Subject: "orders.created"}); r.Outcome != consumer.Processed {
+			t.Fatalf("%s: %+v", tc.body, r)
+		}
+		key, _ := orderKey(&consumer.Message{Body: []byte(tc.body)})
+		rec, err := b.mem.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Route != tc.want {
+			t.Errorf("%s: record's route %q, want %q", tc.body, rec.Route, tc.want)
+		}
 	}
 }
