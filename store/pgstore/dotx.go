@@ -67,7 +67,8 @@ type txWait struct {
 //
 // A new key costs the round trips fn's own transaction would: BEGIN and the claim (with the
 // lock_timeout setting around it) pipelined in one; fn's statements; the completion and
-// COMMIT pipelined in one. A key that has a row (a replay, a takeover) costs one more.
+// COMMIT pipelined in one. A key that has a row (a replay, a takeover) takes a second round
+// trip for its claim.
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
