@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -257,6 +258,9 @@ func TestBenchSweepGateway(t *testing.T) {
 			"share. Then the unpaced sweep (`sweeper.Sweep`, batch after batch, as `idem sweep` runs without `--max-share`) on a fresh\n" +
 			"backlog of half the size, against the rate just before it. Ratio = new keys/s during ÷ without. Measured " + time.Now().UTC().Format("2006-01-02 15:04 UTC") +
 			" with `IDEM_SWEEP_BENCH=1 go test -run TestBenchSweepGateway ./store/sweeper/`.\n\n" + rep.String()
+		if !filepath.IsAbs(out) {
+			out = filepath.Join("..", "..", out) // relative to the module's root, where scripts/bench.sh runs
+		}
 		if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
