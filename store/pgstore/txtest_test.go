@@ -1,9 +1,11 @@
 package pgstore_test
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,12 +29,23 @@ func TestTxConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
+	// The plain layout claims a new key with BEGIN in one round trip; the partitioned layout
+	// claims across partitions with statements of its own: each runs the whole suite.
+	for _, width := range []time.Duration{0, 10 * time.Minute} {
+		t.Run(cmp.Or(map[time.Duration]string{0: "plain"}[width], "partitioned"), func(t *testing.T) {
+			t.Parallel()
+			runTxConformance(t, p, width)
+		})
+	}
+}
+
+func runTxConformance(t *testing.T, p *pgxpool.Pool, width time.Duration) {
 	txtest.Run(t, func(t *testing.T, cfg txtest.Config) txtest.Harness {
 		table, orders, attach := strings.Cut(cfg.Attach, " ")
 		if !attach {
 			table = randomName("t_")
 		}
-		st, err := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table, TxTTL: cfg.TTL, Now: cfg.Now})
+		st, err := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: table, TxTTL: cfg.TTL, Now: cfg.Now, PartitionWidth: width})
 		if err != nil {
 			t.Fatal(err)
 		}
