@@ -35,42 +35,37 @@ type TxOptions struct {
 // committed response, or claims the key itself if the first rolled back. Unlike DoTx, Do never
 // runs fn a second time: a serialization failure or deadlock after fn ran rolls back and
 // returns an *idem.StoreError, and a retry of the request executes.
-type TxRunner struct {
-	st     *Store
-	policy idem.Policy
-	wait   time.Duration
-}
+type TxRunner struct{ r txmode.Runner[pgx.Tx] }
 
 var _ idem.Runner = (*TxRunner)(nil)
 
 // NewTxRunner returns a TxRunner over st; its records are the ones engines and DoTx on st
 // use, so all of them see each other's keys.
 func NewTxRunner(st *Store, opt TxOptions) *TxRunner {
-	r := &TxRunner{st: st}
-	r.policy, r.wait = txmode.Settings(opt.Policy, opt.Wait)
-	return r
+	return &TxRunner{txmode.NewRunner(txmode.Store[pgx.Tx]{
+		Ready: st.ready, TTL: st.opt.TxTTL, Now: st.opt.Now, CtxKey: txKey{},
+		Attempt: func(ctx context.Context, key, fingerprint string, wait time.Duration, fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
+			return st.doTx(ctx, key, fingerprint, fn, &txWait{lock: wait})
+		},
+	}, opt.Policy, opt.Wait)}
 }
 
 // Options returns the settings middlewares read from a Runner: Policy, TTL (the store's
 // Options.TxTTL) and Now. The other fields are zero.
 func (r *TxRunner) Options() idem.Options {
-	return idem.Options{Policy: r.policy, TTL: r.st.opt.TxTTL, Now: r.st.opt.Now}
+	return r.r.Options()
 }
 
 type txKey struct{}
 
 // TxFromContext returns the transaction a TxRunner runs fn in, or nil outside one.
 func TxFromContext(ctx context.Context) pgx.Tx {
-	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
-	return tx
+	return txmode.FromContext[pgx.Tx](ctx, txKey{})
 }
 
 // Do implements idem.Runner: it returns what DoTx returns, and, when the policy rolled back
 // fn's transaction, a Result with fn's response (Executed true, Kept false) and fn's error.
 // A panic in fn rolls the transaction back and goes on.
 func (r *TxRunner) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
-	w := &txWait{lock: r.wait}
-	return txmode.Run(ctx, r.st.ready, r.policy, fn, txKey{}, func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
-		return r.st.doTx(ctx, key, fingerprint, fn, w)
-	})
+	return r.r.Do(ctx, key, fingerprint, fn)
 }

@@ -1,8 +1,8 @@
 // Package txmode holds what the SQL stores' transaction modes (DoTx and TxRunner in pgstore,
 // mysqlstore and sqlitestore) share and that does not depend on the database: the answer to a
 // duplicate from the record it found, the retry loop of DoTx, the defaults of TxOptions, and
-// the body of TxRunner.Do. Each store keeps its own transaction, claim and error
-// classification.
+// TxRunner's workings (Runner). Each store keeps its own transaction, claim and error
+// classification, and its exported names and their documentation.
 package txmode
 
 import (

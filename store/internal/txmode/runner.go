@@ -1,0 +1,58 @@
+package txmode
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Store is what a TxRunner needs of its store, over the store's transaction type T.
+type Store[T any] struct {
+	// Ready fails when the store is closed or the context is done.
+	Ready func(context.Context) error
+	// TTL and Now are the store's Options.TxTTL and Options.Now.
+	TTL time.Duration
+	Now func() time.Time
+	// CtxKey is where the store's TxFromContext looks for the transaction in fn's context.
+	CtxKey any
+	// Attempt is one transaction of DoTx running fn for key, as a TxRunner runs it: a wait for
+	// a concurrent holder of key that ends after wait (0: only at ctx's deadline), or at ctx's
+	// deadline, is an *idem.InFlightError (see WaitEnded).
+	Attempt func(ctx context.Context, key, fingerprint string, wait time.Duration, fn Func[T]) (idem.Result, bool, error)
+}
+
+// Runner is a store's TxRunner without its exported face: each store's TxRunner holds one
+// and documents its methods, which call Runner's.
+type Runner[T any] struct {
+	st     Store[T]
+	policy idem.Policy
+	wait   time.Duration
+}
+
+// NewRunner returns the Runner of a TxRunner over st with a TxOptions' Policy and Wait,
+// defaults filled in by Settings.
+func NewRunner[T any](st Store[T], policy idem.Policy, wait time.Duration) Runner[T] {
+	r := Runner[T]{st: st}
+	r.policy, r.wait = Settings(policy, wait)
+	return r
+}
+
+// Options is TxRunner.Options: Policy, TTL and Now; the other fields are zero.
+func (r *Runner[T]) Options() idem.Options {
+	return idem.Options{Policy: r.policy, TTL: r.st.TTL, Now: r.st.Now}
+}
+
+// Do is TxRunner.Do: Run with the store's attempt, bounded by the runner's wait.
+func (r *Runner[T]) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
+	return Run(ctx, r.st.Ready, r.policy, fn, r.st.CtxKey, func(fn Func[T]) (idem.Result, bool, error) {
+		return r.st.Attempt(ctx, key, fingerprint, r.wait, fn)
+	})
+}
+
+// FromContext is TxFromContext: the transaction of type T under key in ctx (where Run puts
+// it), or T's zero value outside one.
+func FromContext[T any](ctx context.Context, key any) T {
+	tx, _ := ctx.Value(key).(T)
+	return tx
+}
