@@ -50,15 +50,9 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // The stored response is replayed for Options.TxTTL; fn's response is always kept (return an
 // error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
-	if err := s.ready(ctx); err != nil {
-		return idem.Result{}, err
-	}
-	if fn == nil {
-		return idem.Result{}, invalid("nil function")
-	}
-	return txmode.Retry(func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
+	return txmode.DoTx(ctx, "mysqlstore", s.ready, txmode.Func[*sql.Tx](fn), func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
 		return s.doTx(ctx, key, fingerprint, fn, nil)
-	}, txmode.Func[*sql.Tx](fn))
+	})
 }
 
 // txWait says how a TxRunner's attempt waits for a concurrent holder of its key.

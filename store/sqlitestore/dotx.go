@@ -46,15 +46,9 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // A panic in fn rolls the transaction back and goes on. The stored response is replayed for
 // Options.TxTTL; fn's response is always kept (return an error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
-	if err := s.ready(ctx); err != nil {
-		return idem.Result{}, err
-	}
-	if fn == nil {
-		return idem.Result{}, invalid("nil function")
-	}
-	return txmode.Retry(func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
+	return txmode.DoTx(ctx, "sqlitestore", s.ready, txmode.Func[*sql.Tx](fn), func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
 		return s.doTx(ctx, key, fingerprint, fn, nil)
-	}, txmode.Func[*sql.Tx](fn))
+	})
 }
 
 // txWait bounds a TxRunner's wait for the write lock; a wait that ends by it or by the

@@ -38,6 +38,19 @@ func Retry[T any](attempt Attempt[T], fn Func[T]) (idem.Result, error) {
 	}
 }
 
+// DoTx is a store's DoTx: once ready (the store open, ctx not done) and given a function, it
+// runs fn through attempt, retried as Retry does. A nil fn is an error wrapping
+// idem.ErrInvalidInput, prefixed with pkg, the store's package name.
+func DoTx[T any](ctx context.Context, pkg string, ready func(context.Context) error, fn Func[T], attempt Attempt[T]) (idem.Result, error) {
+	if err := ready(ctx); err != nil {
+		return idem.Result{}, err
+	}
+	if fn == nil {
+		return idem.Result{}, fmt.Errorf("%s: %w: nil function", pkg, idem.ErrInvalidInput)
+	}
+	return Retry(attempt, fn)
+}
+
 // Settings fills in a TxOptions' defaults: policy idem.DefaultPolicy; wait DefaultWait when
 // 0, and 0 (no bound but the context's deadline) when negative.
 func Settings(policy idem.Policy, wait time.Duration) (idem.Policy, time.Duration) {
