@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/retry"
 )
 
 // Options configure a Worker. Stream and Group are required; the zero value of every other
@@ -184,7 +185,7 @@ func (w *Worker) read(ctx context.Context, jobs chan<- redis.XMessage) {
 		case err != nil:
 			if ctx.Err() == nil {
 				w.opt.Logger.Warn("redisstream: read", "stream", w.opt.Stream, "err", err)
-				w.sleep(ctx, time.Second)
+				_ = retry.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -199,7 +200,7 @@ func (w *Worker) read(ctx context.Context, jobs chan<- redis.XMessage) {
 // reclaim takes over entries pending for MinIdle, every ClaimEvery, until ctx is done.
 func (w *Worker) reclaim(ctx context.Context, jobs chan<- redis.XMessage) {
 	start := "0-0"
-	for w.sleep(ctx, w.opt.ClaimEvery) && !w.dead.Load() {
+	for retry.Sleep(ctx, w.opt.ClaimEvery) == nil && !w.dead.Load() {
 		msgs, next, err := w.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: w.opt.Stream, Group: w.opt.Group, Consumer: w.opt.Consumer,
 			MinIdle: w.opt.MinIdle, Start: start, Count: int64(w.opt.Concurrency),
@@ -214,18 +215,6 @@ func (w *Worker) reclaim(ctx context.Context, jobs chan<- redis.XMessage) {
 		if !w.feed(ctx, jobs, msgs) {
 			return
 		}
-	}
-}
-
-// sleep waits d; false when ctx is done first.
-func (w *Worker) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/retry"
 )
 
 // errInvalid is what option and argument checks wrap, so that callers match them with
@@ -232,7 +233,7 @@ func (w *Worker) receiveLoop(ctx, hctx context.Context, slots chan struct{}, wg 
 			}
 			w.stats.errors.Add(1)
 			w.log.Warn("consumer/sqs: receive failed; retrying", "queue", w.opt.QueueURL, "err", err, "backoff", backoff)
-			if !sleep(ctx, backoff) {
+			if retry.Sleep(ctx, backoff) != nil {
 				return nil
 			}
 			backoff = min(backoff*2, 10*time.Second)
@@ -305,7 +306,7 @@ func (w *Worker) settle(ctx context.Context, receipt string, r consumer.Result) 
 		if _, invalid := errors.AsType[*types.ReceiptHandleIsInvalid](err); invalid {
 			return err
 		}
-		if !sleep(ctx, backoff) {
+		if retry.Sleep(ctx, backoff) != nil {
 			return err
 		}
 		backoff *= 2
@@ -353,16 +354,4 @@ func changeVisibility(ctx context.Context, api API, queueURL, receipt string, d 
 		VisibilityTimeout: secs,
 	})
 	return err
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
