@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/sweepcheck"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -485,14 +486,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // expires_at index from the oldest; no long lock, no full scan. A negative batch is an error;
 // 0 deletes nothing.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if run, err := sweepcheck.Batch(ctx, s.ready, "mysqlstore", batch); !run {
 		return 0, err
-	}
-	if batch < 0 {
-		return 0, invalid("sweep batch %d is negative", batch)
-	}
-	if batch == 0 {
-		return 0, nil
 	}
 	r, err := s.exec(ctx, s.q.sweep, now.UnixMicro(), batch)
 	if err != nil {

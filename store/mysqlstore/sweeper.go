@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemkit/idem/store/internal/sweepcheck"
 	"github.com/idemkit/idem/store/sweeper"
 )
 
@@ -28,11 +29,8 @@ func StartSweeper(s *Store, opt SweeperOptions) (*Sweeper, error) {
 // counting no further than limit, read from the expires_at index. A Sweeper calls it as each
 // run begins, for the backlog it reports.
 func (s *Store) CountExpired(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := sweepcheck.Limit(ctx, s.ready, "mysqlstore", limit); err != nil {
 		return 0, err
-	}
-	if limit < 0 {
-		return 0, invalid("count limit %d is negative", limit)
 	}
 	var n int
 	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT 1 FROM "+s.name+" WHERE expires_at <= ? LIMIT ?) AS expired",

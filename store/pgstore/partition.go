@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/sweepcheck"
 )
 
 // partitionLockTimeout bounds the waits of partition maintenance for its locks, so that a
@@ -490,14 +491,8 @@ func (p *partitioning) dropIfExpired(ctx context.Context, name string, cutoff in
 // the partitioned layout it is for records that must go before their partition is dropped
 // (the partitions' drop makes it unnecessary otherwise).
 func (s *Store) SweepRows(ctx context.Context, now time.Time, batch int) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if run, err := sweepcheck.Batch(ctx, s.ready, "pgstore", batch); !run {
 		return 0, err
-	}
-	if batch < 0 {
-		return 0, invalid("sweep batch %d is negative", batch)
-	}
-	if batch == 0 {
-		return 0, nil
 	}
 	return s.sweepRows(ctx, now, batch)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/sweepcheck"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -391,14 +392,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // all expired at least Options.PartitionMargin before now, and returns how many records the
 // dropped partitions held (which may exceed batch). SweepRows deletes rows in that layout too.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if run, err := sweepcheck.Batch(ctx, s.ready, "pgstore", batch); !run {
 		return 0, err
-	}
-	if batch < 0 {
-		return 0, invalid("sweep batch %d is negative", batch)
-	}
-	if batch == 0 {
-		return 0, nil
 	}
 	if s.part != nil {
 		n, err := s.part.maintain(ctx, now)
