@@ -49,7 +49,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if !ok {
 		return idem.ListPage{}, invalid("Options.Client does not implement QueryAPI (Query), which List needs")
 	}
-	l := &lister{s: s, api: api, b: b, need: b.Limit + 1}
+	l := &lister{s: s, api: api, page: shardmerge.NewPage(b)}
 	// The range of partition keys to read: KeyPrefix + the listing's range, or every key
 	// with KeyPrefix.
 	l.lo = s.opt.KeyPrefix + b.From
@@ -69,19 +69,17 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if err := l.run(ctx); err != nil {
 		return idem.ListPage{}, wrap("list", err)
 	}
-	return b.Page(l.recs), nil
+	return l.page.Result(), nil
 }
 
 // lister is one List call: a k-way merge of the index partitions' key ranges.
 type lister struct {
 	s      *Store
 	api    QueryAPI
-	b      idem.ListBounds
-	need   int    // records to find: Limit+1
+	page   *shardmerge.Page
 	lo, hi string // partition keys k with lo <= k (and k < hi when hi is not "")
 	shards [ListShards]shardRange
 	merge  *shardmerge.Merge
-	recs   []idem.Record
 }
 
 // shardRange is where a List call stands in one index partition.
@@ -93,9 +91,9 @@ type shardRange struct {
 func (l *lister) run(ctx context.Context) error {
 	l.merge = shardmerge.New(ListShards)
 	for i := range l.shards {
-		l.shards[i].n = int32(min(2*l.need/ListShards+4, idem.MaxListLimit))
+		l.shards[i].n = int32(min(2*l.page.Need/ListShards+4, idem.MaxListLimit))
 	}
-	return l.merge.Run(ctx, func() int { return l.need - len(l.recs) }, l.read, l.check)
+	return l.merge.Run(ctx, l.page.Want, l.read, l.check)
 }
 
 // read reads the next keys of the given partitions' ranges, one Query each, concurrently.
@@ -223,9 +221,7 @@ func (l *lister) check(ctx context.Context, keys []string) error {
 			}
 			rec.Response = &resp
 		}
-		if l.b.Match(k, rec.State, rec.CreatedAt.UnixMicro()) && len(l.recs) < l.need {
-			l.recs = append(l.recs, rec)
-		}
+		l.page.Keep(k, rec)
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if err := s.ready(ctx); err != nil {
 		return idem.ListPage{}, err
 	}
-	l := &lister{s: s, b: b, need: b.Limit + 1}
+	l := &lister{s: s, page: shardmerge.NewPage(b)}
 	l.start, l.stop = "-", "+"
 	if b.From != "" {
 		l.start = "[" + b.From
@@ -59,18 +59,16 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if err := l.run(ctx); err != nil {
 		return idem.ListPage{}, wrap("list", err)
 	}
-	return b.Page(l.recs), nil
+	return l.page.Result(), nil
 }
 
 // lister is one List call: a k-way merge of the shards' index ranges.
 type lister struct {
 	s           *Store
-	b           idem.ListBounds
-	need        int    // records to find: Limit+1
+	page        *shardmerge.Page
 	start, stop string // the range of every index, as ZRANGE BYLEX bounds
 	shards      []shardRange
 	merge       *shardmerge.Merge
-	recs        []idem.Record
 	gone        []string // keys whose record is gone, to remove from the index
 }
 
@@ -84,11 +82,11 @@ func (l *lister) run(ctx context.Context) error {
 	l.shards = make([]shardRange, Shards)
 	l.merge = shardmerge.New(Shards)
 	// Enough keys per shard that, keys being spread evenly, a page rarely uses up a shard's.
-	per := 2*l.need/Shards + 2
+	per := 2*l.page.Need/Shards + 2
 	for i := range l.shards {
 		l.shards[i].n = per
 	}
-	if err := l.merge.Run(ctx, func() int { return l.need - len(l.recs) }, l.read, l.check); err != nil {
+	if err := l.merge.Run(ctx, l.page.Want, l.read, l.check); err != nil {
 		return err
 	}
 	return l.unindex(ctx)
@@ -119,7 +117,7 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 			r.last = keys[len(keys)-1]
 		}
 		more := len(keys) == r.n // a short read reached the range's end
-		r.n = min(2*r.n, l.need)
+		r.n = min(2*r.n, l.page.Need)
 		l.merge.Add(sh, keys, more)
 	}
 	return nil
@@ -160,9 +158,7 @@ func (l *lister) check(ctx context.Context, keys []string) error {
 		if err != nil {
 			return err
 		}
-		if l.b.Match(k, rec.State, rec.CreatedAt.UnixMicro()) && len(l.recs) < l.need {
-			l.recs = append(l.recs, rec)
-		}
+		l.page.Keep(k, rec)
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package shardmerge merges, in key order, the sorted key ranges of a store's shards when each
 // range is read a chunk at a time: redisstore's and dynamostore's listings (one index range
 // per shard) share it. The merge never hands out a key while a shard whose keys in hand ran
-// out still has more to read: that shard's next key might come first.
+// out still has more to read: that shard's next key might come first. A Page keeps, of the
+// records of the keys handed out, those a listing's page takes.
 package shardmerge
 
 import (
