@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/storeerr"
 )
 
 var (
@@ -169,18 +170,13 @@ func (s *Store) Close() error {
 type Error = idem.StoreError
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("dynamostore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return storeerr.Invalid("dynamostore", format, args...)
 }
 
 func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // ready fails if the store is closed or ctx is done.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return idem.ErrClosed
-	}
-	return ctx.Err()
-}
+func (s *Store) ready(ctx context.Context) error { return storeerr.Ready(ctx, s.closed.Load()) }
 
 // begin checks what every keyed operation checks first.
 func (s *Store) begin(ctx context.Context, key string) error {

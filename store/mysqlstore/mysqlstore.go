@@ -14,7 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/internal/sweepcheck"
+	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -70,7 +70,7 @@ var validName = sqlmigrate.ValidName
 func quote(name string) string { return "`" + name + "`" }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("mysqlstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return storeerr.Invalid("mysqlstore", format, args...)
 }
 
 // ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
@@ -235,19 +235,9 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, 
 }
 
 // ready fails if the store is closed or ctx is done.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return idem.ErrClosed
-	}
-	return ctx.Err()
-}
+func (s *Store) ready(ctx context.Context) error { return storeerr.Ready(ctx, s.closed.Load()) }
 
-func opErr(op string, err error) error {
-	if err == nil || errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == idem.ErrClosed {
-		return err
-	}
-	return fmt.Errorf("mysqlstore: %s: %w", op, err)
-}
+func opErr(op string, err error) error { return storeerr.Op("mysqlstore", op, err) }
 
 // MySQL error numbers the store handles.
 const (
@@ -486,7 +476,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // expires_at index from the oldest; no long lock, no full scan. A negative batch is an error;
 // 0 deletes nothing.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if run, err := sweepcheck.Batch(ctx, s.ready, "mysqlstore", batch); !run {
+	if run, err := storeerr.SweepBatch(ctx, s.ready, "mysqlstore", batch); !run {
 		return 0, err
 	}
 	r, err := s.exec(ctx, s.q.sweep, now.UnixMicro(), batch)

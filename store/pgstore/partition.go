@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/internal/sweepcheck"
+	"github.com/idemkit/idem/store/internal/storeerr"
 )
 
 // partitionLockTimeout bounds the waits of partition maintenance for its locks, so that a
@@ -491,7 +491,7 @@ func (p *partitioning) dropIfExpired(ctx context.Context, name string, cutoff in
 // the partitioned layout it is for records that must go before their partition is dropped
 // (the partitions' drop makes it unnecessary otherwise).
 func (s *Store) SweepRows(ctx context.Context, now time.Time, batch int) (int, error) {
-	if run, err := sweepcheck.Batch(ctx, s.ready, "pgstore", batch); !run {
+	if run, err := storeerr.SweepBatch(ctx, s.ready, "pgstore", batch); !run {
 		return 0, err
 	}
 	return s.sweepRows(ctx, now, batch)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/internal/sweepcheck"
+	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -98,7 +98,7 @@ func (o Options) withDefaults() (Options, error) {
 var validName = sqlmigrate.ValidName
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("pgstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return storeerr.Invalid("pgstore", format, args...)
 }
 
 // ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
@@ -210,22 +210,9 @@ type querier interface {
 }
 
 // ready fails if the store is closed or ctx is done.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return idem.ErrClosed
-	}
-	return ctx.Err()
-}
+func (s *Store) ready(ctx context.Context) error { return storeerr.Ready(ctx, s.closed.Load()) }
 
-func opErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, idem.ErrInvalidInput) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) || err == idem.ErrClosed {
-		return err
-	}
-	return fmt.Errorf("pgstore: %s: %w", op, err)
-}
+func opErr(op string, err error) error { return storeerr.Op("pgstore", op, err) }
 
 // reserveRetries bounds the re-runs of the claim statement when the row that blocked it was
 // not visible to the statement's snapshot (see queries.reserve): each re-run has a newer one.
@@ -392,7 +379,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // all expired at least Options.PartitionMargin before now, and returns how many records the
 // dropped partitions held (which may exceed batch). SweepRows deletes rows in that layout too.
 func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
-	if run, err := sweepcheck.Batch(ctx, s.ready, "pgstore", batch); !run {
+	if run, err := storeerr.SweepBatch(ctx, s.ready, "pgstore", batch); !run {
 		return 0, err
 	}
 	if s.part != nil {

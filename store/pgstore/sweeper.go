@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemkit/idem/store/internal/sweepcheck"
+	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/sweeper"
 )
 
@@ -29,7 +29,7 @@ func StartSweeper(s *Store, opt SweeperOptions) (*Sweeper, error) {
 // counting no further than limit, read from the expires_at index. A Sweeper calls it as each
 // run begins, for the backlog it reports.
 func (s *Store) CountExpired(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := sweepcheck.Limit(ctx, s.ready, "pgstore", limit); err != nil {
+	if err := storeerr.CountLimit(ctx, s.ready, "pgstore", limit); err != nil {
 		return 0, err
 	}
 	var n int

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/storeerr"
 )
 
 var (
@@ -181,16 +182,11 @@ func (s *Store) Close() error {
 type Error = idem.StoreError
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("redisstore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return storeerr.Invalid("redisstore", format, args...)
 }
 
 // ready fails if the store is closed or ctx is done.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return idem.ErrClosed
-	}
-	return ctx.Err()
-}
+func (s *Store) ready(ctx context.Context) error { return storeerr.Ready(ctx, s.closed.Load()) }
 
 // begin checks what every keyed operation checks first.
 func (s *Store) begin(ctx context.Context, key string) error {

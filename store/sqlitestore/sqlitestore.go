@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/sqlmigrate"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -95,7 +96,7 @@ func validTable(s string) bool {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("sqlitestore: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	return storeerr.Invalid("sqlitestore", format, args...)
 }
 
 // ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
@@ -290,12 +291,7 @@ func (s *Store) closeAll() error {
 }
 
 // ready fails if the store is closed or ctx is done.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return idem.ErrClosed
-	}
-	return ctx.Err()
-}
+func (s *Store) ready(ctx context.Context) error { return storeerr.Ready(ctx, s.closed.Load()) }
 
 // fail wraps a driver error with the operation's name. An error caused by Close racing the
 // call is reported as idem.ErrClosed.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/internal/storeerr"
 )
 
 // Retries bounds the re-runs of a DoTx whose transaction the database aborted as a
@@ -46,7 +47,7 @@ func DoTx[T any](ctx context.Context, pkg string, ready func(context.Context) er
 		return idem.Result{}, err
 	}
 	if fn == nil {
-		return idem.Result{}, fmt.Errorf("%s: %w: nil function", pkg, idem.ErrInvalidInput)
+		return idem.Result{}, storeerr.Invalid(pkg, "nil function")
 	}
 	return Retry(attempt, fn)
 }
