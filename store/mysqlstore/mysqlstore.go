@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/storeerr"
+	"github.com/idemkit/idem/store/internal/txmode"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -48,10 +49,7 @@ type Options struct {
 
 func (o Options) withDefaults() (Options, error) {
 	o.Table = cmp.Or(o.Table, DefaultTable)
-	o.TxTTL = cmp.Or(o.TxTTL, 24*time.Hour)
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.TxTTL, o.Now = txmode.Defaults(o.TxTTL, o.Now)
 	switch {
 	case o.TxTTL < time.Millisecond:
 		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/storeerr"
+	"github.com/idemkit/idem/store/internal/txmode"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -74,10 +75,7 @@ type Options struct {
 
 func (o Options) withDefaults() (Options, error) {
 	o.Table = cmp.Or(o.Table, DefaultTable)
-	o.TxTTL = cmp.Or(o.TxTTL, 24*time.Hour)
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.TxTTL, o.Now = txmode.Defaults(o.TxTTL, o.Now)
 	switch {
 	case !validName(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)

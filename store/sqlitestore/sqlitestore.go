@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/storeerr"
+	"github.com/idemkit/idem/store/internal/txmode"
 	"github.com/idemkit/idem/store/sqlmigrate"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -68,10 +69,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.Readers = cmp.Or(o.Readers, max(4, runtime.GOMAXPROCS(0)))
 	o.KnownKeys = cmp.Or(o.KnownKeys, 1<<16)
 	o.Synchronous = strings.ToUpper(cmp.Or(o.Synchronous, "NORMAL"))
-	o.TxTTL = cmp.Or(o.TxTTL, 24*time.Hour)
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.TxTTL, o.Now = txmode.Defaults(o.TxTTL, o.Now)
 	switch {
 	case !validTable(o.Table):
 		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)

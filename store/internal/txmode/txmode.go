@@ -6,6 +6,7 @@
 package txmode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,18 @@ const Retries = 5
 
 // DefaultWait is TxOptions.Wait's default.
 const DefaultWait = 10 * time.Second
+
+// DefaultTTL is the default of the stores' Options.TxTTL.
+const DefaultTTL = 24 * time.Hour
+
+// Defaults fills in the stores' Options.TxTTL (DefaultTTL when 0) and Options.Now (time.Now
+// when nil). Each store checks the TTL with its other options.
+func Defaults(ttl time.Duration, now func() time.Time) (time.Duration, func() time.Time) {
+	if now == nil {
+		now = time.Now
+	}
+	return cmp.Or(ttl, DefaultTTL), now
+}
 
 // Func is a DoTx function over a transaction of type T.
 type Func[T any] func(ctx context.Context, tx T) (idem.Response, error)
