@@ -169,20 +169,39 @@ func (s *Store) beginClaim(ctx context.Context, conn *pgx.Conn, args []any, lock
 		_ = br.Close()
 		return nil, idem.Reservation{}, err
 	}
-	var r idem.Reservation
-	again, rErr, err := scanReservation(br.QueryRow(), key, &r)
-	if err = cmp.Or(err, br.Close(), rErr); err != nil || !again {
-		return tx, r, err
+	tag, err := br.Exec()
+	if err = cmp.Or(err, br.Close()); err != nil {
+		return tx, idem.Reservation{}, err
+	}
+	if tag.RowsAffected() == 1 {
+		return tx, newClaim(args), nil
 	}
 	// The key has a row: the full claim, in the transaction, replays it, takes it over or
 	// reports it in flight. lock_timeout is still set from the first try.
 	b = &pgx.Batch{}
 	queueClaim(b, s.q.reserve, args, lock, false)
-	if r, again, err = readClaim(tx.SendBatch(ctx, b), key, lock, false); err != nil || !again {
+	r, again, err := readClaim(tx.SendBatch(ctx, b), key, lock, false)
+	if err != nil || !again {
 		return tx, r, err
 	}
 	r, err = s.claimTx(ctx, tx, args, lock)
 	return tx, r, err
+}
+
+// newClaim is the reservation claimNew made: the record its arguments (from reserveArgs)
+// describe, claimed for the first time.
+func newClaim(args []any) idem.Reservation {
+	return idem.Reservation{Claimed: true, Record: idem.Record{
+		Key:         args[0].(string),
+		Fingerprint: args[1].(string),
+		State:       idem.StateInProgress,
+		Token:       args[5].(int64),
+		LeaseUntil:  time.UnixMicro(args[3].(int64)),
+		Attempts:    1,
+		CreatedAt:   time.UnixMicro(args[2].(int64)),
+		ExpiresAt:   time.UnixMicro(args[4].(int64)),
+		Route:       args[6].(string),
+	}}
 }
 
 // claimTx runs the claim statement in tx. With lock set, the claim's wait for a concurrent

@@ -59,14 +59,14 @@ func newQueries(t string) queries {
 SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 
 		// claimNew is the first try of transaction mode's claim, with reserve's arguments: it
-		// inserts the claim of a key that has no row, and returns nothing when the key has one
-		// (after waiting, like reserve, for a transaction that holds it to end). Planned once
-		// and simpler than reserve, it is most of a new key's claim; reserve, run next in the
-		// same transaction, answers for a key that has a row.
+		// inserts the claim of a key that has no row (command tag INSERT 0 1: the claim is
+		// exactly its arguments, so nothing is read back), and inserts nothing when the key has
+		// one (INSERT 0 0, after waiting, like reserve, for a transaction that holds it to end).
+		// Planned once and simpler than reserve, it is most of a new key's claim; reserve, run
+		// next in the same transaction, answers for a key that has a row.
 		claimNew: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
 	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text)
-	ON CONFLICT (key) DO NOTHING
-	RETURNING true, ` + cols,
+	ON CONFLICT (key) DO NOTHING`,
 		// claimNewBounded is claimNew with its wait for a holder bounded by $8, a lock_timeout,
 		// without statements of its own around it: the row's values are computed before the
 		// row is inserted, so the route's expression saves lock_timeout (in idem.lock_timeout)
@@ -77,8 +77,7 @@ SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint,
 		$7::text || left(set_config('lock_timeout', $8::text || left(set_config('idem.lock_timeout', current_setting('lock_timeout'), true), 0), true), 0))
 	ON CONFLICT (key) DO NOTHING
-	RETURNING true, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at,
-		route || left(set_config('lock_timeout', current_setting('idem.lock_timeout'), true), 0)`,
+	RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`,
 
 		// Fenced on the token, and on the claim being live: a released claim
 		// (expires_at = 0) is dead for its holder.
