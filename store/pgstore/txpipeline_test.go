@@ -18,10 +18,7 @@ func TestTxRunnerLockTimeoutAroundTheClaim(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, pgstore.Options{})
 	ctx := context.Background()
-	var session string
-	if err := pool(t).QueryRow(ctx, "SHOW lock_timeout").Scan(&session); err != nil {
-		t.Fatal(err)
-	}
+	session := sessionLockTimeout(t)
 	run := pgstore.NewTxRunner(st, pgstore.TxOptions{Wait: 300 * time.Millisecond})
 	fp := idem.Fingerprint([]byte("lock"))
 	began, hold, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -103,10 +100,7 @@ func TestTxRunnerLockTimeoutGivenBackAfterTakeover(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, pgstore.Options{})
 	ctx := context.Background()
-	var session string
-	if err := pool(t).QueryRow(ctx, "SHOW lock_timeout").Scan(&session); err != nil {
-		t.Fatal(err)
-	}
+	session := sessionLockTimeout(t)
 	fp := idem.Fingerprint([]byte("takeover"))
 	// An engine's claim whose lease and window ran out an hour ago.
 	old := time.Now().Add(-time.Hour)
@@ -136,8 +130,18 @@ func TestTxRunnerLockTimeoutGivenBackAfterTakeover(t *testing.T) {
 		t.Fatalf("second Do: %+v, %v, want a replay", res, err)
 	}
 	// The replay's transaction is gone; the session keeps its setting.
-	var after string
-	if err := pool(t).QueryRow(ctx, "SHOW lock_timeout").Scan(&after); err != nil || after != session {
-		t.Errorf("lock_timeout after the replay: %q (%v), want %q", after, err, session)
+	if after := sessionLockTimeout(t); after != session {
+		t.Errorf("lock_timeout after the replay: %q, want %q", after, session)
 	}
+}
+
+// sessionLockTimeout returns the lock_timeout of a connection of the shared pool, outside any
+// transaction.
+func sessionLockTimeout(t *testing.T) string {
+	t.Helper()
+	var v string
+	if err := pool(t).QueryRow(context.Background(), "SHOW lock_timeout").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
