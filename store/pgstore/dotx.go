@@ -44,15 +44,9 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
 // The stored response is replayed for Options.TxTTL from the claim; fn's response is always
 // kept (return an error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
-	if err := s.ready(ctx); err != nil {
-		return idem.Result{}, err
-	}
-	if fn == nil {
-		return idem.Result{}, invalid("nil function")
-	}
-	return txmode.Retry(func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
+	return txmode.DoTx(ctx, "pgstore", s.ready, txmode.Func[pgx.Tx](fn), func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
 		return s.doTx(ctx, key, fingerprint, fn, nil)
-	}, txmode.Func[pgx.Tx](fn))
+	})
 }
 
 // txWait says how a TxRunner's attempt waits for a concurrent holder of its key.
