@@ -59,8 +59,8 @@ type txWait struct {
 // wait for a concurrent holder that ends by w.lock or by ctx's deadline is an
 // *idem.InFlightError, not a store failure.
 //
-// A new key costs the round trips fn's own transaction would: BEGIN and the claim (with the
-// lock_timeout setting around it) pipelined in one; fn's statements; the completion and
+// A new key costs the round trips fn's own transaction would: BEGIN and the claim (one
+// INSERT that bounds its own wait) pipelined in one; fn's statements; the completion and
 // COMMIT pipelined in one. A key that has a row (a replay, a takeover) takes a second round
 // trip for its claim.
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
