@@ -12,10 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// go-sql-driver/mysql copies its process-wide logger into each DSN's configuration when it
-// parses one, so its lines go through the forwarder from the start (before any store opens,
-// and without racing with one that does).
-func init() { _ = mysql.SetLogger(mysqlLogger{}) }
+// go-redis's and go-sql-driver/mysql's loggers are process-wide variables (the MySQL driver
+// also copies its logger into each DSN's configuration when it parses one), so they are set
+// once, here, to forwarders that read clientLogger when they log: SetLogger then writes only
+// that atomic pointer, and never races with a client that logs or a store that opens.
+func init() {
+	redis.SetLogger(redisLogger{})
+	_ = mysql.SetLogger(mysqlLogger{})
+}
 
 // clientLogger receives the store clients' own log lines; nil: slog.Default().
 var clientLogger atomic.Pointer[slog.Logger]
@@ -25,11 +29,11 @@ var clientLogger atomic.Pointer[slog.Logger]
 // json, say) and obey its level, each with a "component" attribute (redis, mysql, aws) instead
 // of a plain line on standard error. go-redis's and the MySQL driver's loggers are
 // process-wide: SetLogger sets them for every client of the program, including those opened
-// before the call (the MySQL driver's goes through slog.Default() until SetLogger is called).
+// before the call (until it is called, their lines go through slog.Default()). It is safe to
+// call at any time, from any goroutine.
 // DynamoDB stores use the logger set when Open created them. A nil l stands for slog.Default().
 func SetLogger(l *slog.Logger) {
 	clientLogger.Store(l)
-	redis.SetLogger(redisLogger{})
 }
 
 func currentLogger() *slog.Logger {
