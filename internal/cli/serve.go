@@ -211,9 +211,19 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 	_ = l.UnmarshalText([]byte(level)) // validated by Config.Validate; "" is info
 	opt := &slog.HandlerOptions{Level: l}
 	if format == "json" {
+		opt.ReplaceAttr = durationText
 		return slog.New(slog.NewJSONHandler(w, opt))
 	}
 	return slog.New(slog.NewTextHandler(w, opt))
+}
+
+// durationText writes a duration in a JSON log as the text handler does ("1.5s"), not as
+// slog's JSON default of integer nanoseconds, which a reader cannot tell from a count.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 func runServe(ctx context.Context, e *env, args []string) error {

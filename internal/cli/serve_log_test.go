@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -58,5 +59,21 @@ func TestLogBuffer(t *testing.T) {
 	stop()
 	if s := out.String(); !strings.Contains(s, "msg=fourth") {
 		t.Fatalf("stop did not flush: %q", s)
+	}
+}
+
+// A JSON log writes durations as text ("1.5s"), as the text log does, not as nanoseconds.
+func TestJSONLogDurations(t *testing.T) {
+	var b bytes.Buffer
+	newLogger(&b, "json", "info").Info("x", "lease_left", 1500*time.Millisecond, "group", slog.GroupValue(slog.Duration("after", 2*time.Second)))
+	var rec map[string]any
+	if err := json.Unmarshal(b.Bytes(), &rec); err != nil {
+		t.Fatalf("%v: %s", err, b.Bytes())
+	}
+	if rec["lease_left"] != "1.5s" {
+		t.Errorf("lease_left = %#v, want \"1.5s\"", rec["lease_left"])
+	}
+	if g, _ := rec["group"].(map[string]any); g == nil || g["after"] != "2s" {
+		t.Errorf("group = %#v, want after \"2s\" inside it", rec["group"])
 	}
 }
