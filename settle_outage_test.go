@@ -11,12 +11,9 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-// downStore is a memstore that stops answering while down is set: Complete fails at once (a
-// refused connection) and Extend hangs until its context ends (a store that does not answer).
-type downStore struct {
-	*memstore.Store
-	down atomic.Bool
-}
+// downStore is an outageStore whose Complete also fails, at once (a refused connection),
+// while down is set.
+type downStore struct{ outageStore }
 
 var errRefused = errors.New("connection refused")
 
@@ -25,14 +22,6 @@ func (s *downStore) Complete(ctx context.Context, key string, token int64, resp 
 		return errRefused
 	}
 	return s.Store.Complete(ctx, key, token, resp, now, expires)
-}
-
-func (s *downStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	if s.down.Load() {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return s.Store.Extend(ctx, key, token, until)
 }
 
 // TestLeaseHeldWhileTheResultIsStored: the store goes down just as the effect returns, for
@@ -49,7 +38,7 @@ func TestLeaseHeldWhileTheResultIsStored(t *testing.T) {
 		// renewal has 700ms to land once the store is back, room for a loaded machine.
 		down = 1300 * time.Millisecond
 	)
-	st := &downStore{Store: memstore.New()}
+	st := &downStore{outageStore{Store: memstore.New()}}
 	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, StoreTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
