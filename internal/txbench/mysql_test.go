@@ -63,6 +63,7 @@ func openMySQL(t *testing.T) *backend {
 	// claim must precede the handler and the completion follow it: the claim (one INSERT) and
 	// the completion (one UPDATE) are two round trips more, and none can be fewer.
 	b.extra = 2
+	b.server = []string{"mariadbd", "mysqld"}
 	return b
 }
 

@@ -95,7 +95,7 @@ func openPostgres(t *testing.T) *backend {
 	}))
 	return &backend{
 		name: "PostgreSQL (pgstore)", bare: bare, tx: tx,
-		trips: trips.Load, extra: 0,
+		trips: trips.Load, extra: 0, server: []string{"postgres"},
 		rows: func(ctx context.Context) (n int, err error) {
 			err = pool.QueryRow(ctx, "SELECT count(*) FROM "+orders).Scan(&n)
 			return n, err
