@@ -317,6 +317,11 @@ func openPostgres(ctx context.Context, cfg SQLConfig, pool *pgxpool.Pool, t *tab
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
+	// Write out what the fill dirtied now, not in a checkpoint during the first rounds: a server
+	// that has been serving the table carries no such backlog.
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		fmt.Fprintf(cfg.Progress, "postgres: no CHECKPOINT after the fill (%v)\n", err)
+	}
 	return prewarmPostgres(ctx, cfg, pool, tbl, name)
 }
 
@@ -407,7 +412,59 @@ func openMySQL(ctx context.Context, cfg SQLConfig, t *table, fp string, resp []b
 	if _, err = db.ExecContext(ctx, `ANALYZE TABLE `+st.Table()); err != nil {
 		return err
 	}
+	if err := settleMySQL(ctx, cfg, db); err != nil {
+		return err
+	}
 	return prewarmMySQL(ctx, cfg, db, st.Table())
+}
+
+// settleMySQL waits until InnoDB has written out the pages the fill dirtied (at most 1% of
+// the buffer pool left dirty, or 5 minutes), so that the first round does not run beside the
+// page cleaner writing gigabytes: a server that has been serving the table carries no such
+// backlog. It lowers innodb_max_dirty_pages_pct to 0 meanwhile, which makes the page cleaner
+// flush at full speed, and gives the setting back.
+func settleMySQL(ctx context.Context, cfg SQLConfig, db *sql.DB) error {
+	var pct string
+	if err := db.QueryRowContext(ctx, `SELECT @@innodb_max_dirty_pages_pct`).Scan(&pct); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `SET GLOBAL innodb_max_dirty_pages_pct = 0`); err != nil {
+		fmt.Fprintf(cfg.Progress, "mysql: cannot speed up flushing (%v): waiting at the server's pace\n", err)
+	} else {
+		defer func() {
+			_, _ = db.ExecContext(context.WithoutCancel(ctx), `SET GLOBAL innodb_max_dirty_pages_pct = `+pct)
+		}()
+	}
+	status := func(name string) (int64, error) {
+		var n string
+		var v int64
+		err := db.QueryRowContext(ctx, `SHOW GLOBAL STATUS LIKE '`+name+`'`).Scan(&n, &v)
+		return v, err
+	}
+	start := time.Now()
+	for {
+		dirty, err := status("Innodb_buffer_pool_pages_dirty")
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		total, err := status("Innodb_buffer_pool_pages_total")
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		switch {
+		case dirty*100 <= total:
+			fmt.Fprintf(cfg.Progress, "mysql: %d dirty pages of %d after %s\n", dirty, total, time.Since(start).Round(time.Second))
+			return nil
+		case time.Since(start) > 5*time.Minute:
+			fmt.Fprintf(cfg.Progress, "mysql: still %d dirty pages of %d after %s: going on\n", dirty, total, time.Since(start).Round(time.Second))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // prewarmMySQL reads the whole table through its primary key, where InnoDB keeps the rows, so
