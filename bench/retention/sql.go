@@ -317,11 +317,6 @@ func openPostgres(ctx context.Context, cfg SQLConfig, pool *pgxpool.Pool, t *tab
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
-	// Write out what the fill dirtied now, not in a checkpoint during the first rounds: a server
-	// that has been serving the table carries no such backlog.
-	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
-		fmt.Fprintf(cfg.Progress, "postgres: no CHECKPOINT after the fill (%v)\n", err)
-	}
 	return prewarmPostgres(ctx, cfg, pool, tbl, name)
 }
 
