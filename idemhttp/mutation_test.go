@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // A handler may use every status net/http accepts, 100 to 999: an informational 100 goes to
@@ -272,5 +274,104 @@ func TestValidScopeEnds(t *testing.T) {
 	}
 	if idemhttp.ValidScope("a\x1fb") || idemhttp.ValidScope("a\x7fb") {
 		t.Error("a scope with 0x1f or DEL is accepted")
+	}
+}
+
+// The Connection header's list is split at commas and each name trimmed of spaces and tabs on
+// both sides; an empty element (",,", ", ,") names nothing. Every header it names is hop-by-hop
+// and not stored; the others are.
+func TestConnectionListTrimmed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd["Connection"] = []string{"X-Hop-A \t, \tX-Hop-B,,X-Hop-C, ,", "\tx-hop-d"}
+		for _, k := range []string{"X-Hop-A", "X-Hop-B", "X-Hop-C", "X-Hop-D", "X-Kept"} {
+			hd.Set(k, "1")
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	first := b.do(http.MethodPost, "/", "k", `{}`)
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if first.Status != http.StatusOK || r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" || r.Header.Get("X-Kept") != "1" {
+		t.Fatalf("first %d, replay %d %v; want 200 and a replay with X-Kept", first.Status, r.Status, r.Header)
+	}
+	for _, k := range []string{"X-Hop-A", "X-Hop-B", "X-Hop-C", "X-Hop-D"} {
+		if r.Header.Get(k) != "" {
+			t.Errorf("%s, named in Connection, was stored: %v", k, r.Header)
+		}
+	}
+}
+
+// An event's Start is when the middleware received the request, and its Duration the time
+// since: both set whenever OnEvent is.
+func TestEventStartAndDuration(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(2 * time.Millisecond)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	before := time.Now()
+	b.do(http.MethodPost, "/", "k", `{}`)
+	b.do(http.MethodGet, "/", "", "")
+	after := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.events) != 2 {
+		t.Fatalf("%d events, want 2", len(b.events))
+	}
+	for _, ev := range b.events {
+		if ev.Start.Before(before) || ev.Start.After(after) || ev.Duration <= 0 || ev.Duration > after.Sub(before) {
+			t.Errorf("%s event: Start %v, Duration %v; want the request's start, between %v and %v, and a positive duration", ev.Outcome, ev.Start, ev.Duration, before, after)
+		}
+	}
+	if ev := b.events[0]; ev.Outcome != idemhttp.OutcomeExecuted || ev.Handler < 2*time.Millisecond || ev.Handler > ev.Duration {
+		t.Errorf("executed event: %s, Handler %v, Duration %v; want the handler's time within the request's", ev.Outcome, ev.Handler, ev.Duration)
+	}
+}
+
+// A panic before the handler began to answer goes on to the caller of ServeHTTP (http.Server
+// logs it and closes the connection) once the middleware has answered 500 and reported the
+// release with status 500; http.ErrAbortHandler goes on too, but with nothing answered and a
+// status of 0.
+func TestPanicBeforeAnswerGoesOn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		value  any
+		status int // the recorder's (200: nothing written) and the event's (0 then)
+	}{
+		{"panic", "boom", http.StatusInternalServerError},
+		{"abort", http.ErrAbortHandler, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng, err := idem.New(memstore.New(), idem.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var events []idemhttp.Event
+			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic(tc.value) }))
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+			req.Header.Set("Idempotency-Key", "k")
+			got := func() (v any) {
+				defer func() { v = recover() }()
+				h.ServeHTTP(rec, req)
+				return nil
+			}()
+			if got != tc.value {
+				t.Fatalf("ServeHTTP recovered %v, want the handler's panic %v to go on", got, tc.value)
+			}
+			if want := max(tc.status, http.StatusOK); rec.Code != want || (tc.status == 0) != (rec.Body.Len() == 0) {
+				t.Errorf("answered %d %q, want %d (a problem only for a panic)", rec.Code, rec.Body, want)
+			}
+			if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeReleased || events[0].Status != tc.status || events[0].Key != "k" {
+				t.Fatalf("events %+v, want one release with status %d", events, tc.status)
+			}
+		})
 	}
 }
