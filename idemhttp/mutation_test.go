@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -371,6 +372,155 @@ func TestPanicBeforeAnswerGoesOn(t *testing.T) {
 			}
 			if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeReleased || events[0].Status != tc.status || events[0].Key != "k" {
 				t.Fatalf("events %+v, want one release with status %d", events, tc.status)
+			}
+		})
+	}
+}
+
+// A request buffer that grows is charged to the memory budget by what it grows: a 1 MiB body
+// of unknown length (chunked), its buffer doubling from 4 KiB, holds 1 MiB of the budget and
+// little more; a body of declared length grows its buffer to that length and one byte, no
+// further.
+func TestRequestGrowthChargedOnce(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 20
+	for _, tc := range []struct {
+		name    string
+		length  int64 // the request's ContentLength; -1: chunked
+		atLeast int64
+		atMost  int64
+	}{
+		{"chunked", -1, size, size + 64<<10},
+		{"declared", 300 << 10, 300 << 10, 300<<10 + 64<<10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			budget := idemhttp.NewBudget(1 << 30)
+			var held, got atomic.Int64
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxRequestBody: size}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n, _ := io.Copy(io.Discard, r.Body)
+				got.Store(n)
+				held.Store(budget.InUse())
+			}))
+			body := strings.Repeat("r", size)
+			if tc.length > 0 {
+				body = body[:tc.length]
+			}
+			req, err := http.NewRequest(http.MethodPost, b.srv.URL, struct{ io.Reader }{strings.NewReader(body)}) // no length: chunked
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = tc.length
+			req.Header.Set("Idempotency-Key", "k")
+			resp, err := b.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || got.Load() != int64(len(body)) {
+				t.Fatalf("got %d, the handler read %d bytes; want 200 and all %d", resp.StatusCode, got.Load(), len(body))
+			}
+			if h := held.Load(); h < tc.atLeast || h > tc.atMost {
+				t.Fatalf("%d bytes of the budget held for a %d-byte body, want %d to %d", h, len(body), tc.atLeast, tc.atMost)
+			}
+		})
+	}
+}
+
+// scriptedBody is a request body that checks how it is read: it hands out data in pieces of
+// at most 1000 bytes, returns (0, nil) first when stall is set, then tail once data is out
+// (after open closes, if set: a stream its client keeps open), and fails a Read with an empty buffer (which could never make progress).
+type scriptedBody struct {
+	data  []byte
+	stall bool
+	open  <-chan struct{} // if set, a Read once data is out waits for it to close
+	tail  error
+}
+
+var (
+	errEmptyRead = errors.New("Read with an empty buffer")
+	errPastEnd   = errors.New("Read past the declared length")
+)
+
+func (b *scriptedBody) Read(p []byte) (int, error) {
+	switch {
+	case len(p) == 0:
+		return 0, errEmptyRead
+	case b.stall:
+		b.stall = false
+		return 0, nil
+	case len(b.data) == 0:
+		if b.open != nil {
+			<-b.open
+		}
+		return 0, b.tail
+	}
+	n := copy(p[:min(len(p), 1000)], b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
+
+func (b *scriptedBody) Close() error { return nil }
+
+// The middleware reads a request body to its declared length and not past it (a client may
+// keep the stream open after its last byte), to EOF when the length is unknown or 0 (as
+// net/http's client reads a 0 with a body), across a Read that returns nothing, and a body of
+// exactly MaxRequestBody bytes is accepted, either way, without ever reading into an empty
+// buffer.
+func TestRequestBodyReadToItsEnd(t *testing.T) {
+	t.Parallel()
+	const limit = 10_000
+	full := []byte(strings.Repeat("q", limit))
+	open := make(chan struct{})
+	t.Cleanup(func() { close(open) }) // after the subtests
+	for _, tc := range []struct {
+		name   string
+		length int64
+		body   scriptedBody
+		status int
+	}{
+		{"declared, the limit", limit, scriptedBody{data: full, tail: errPastEnd}, http.StatusOK},
+		{"declared, short", 2, scriptedBody{data: []byte("{}"), tail: errPastEnd}, http.StatusOK},
+		{"declared, the stream left open", 2, scriptedBody{data: []byte("{}"), open: open, tail: io.EOF}, http.StatusOK},
+		{"unknown, the limit", -1, scriptedBody{data: full, tail: io.EOF}, http.StatusOK},
+		{"unknown, stalled first", -1, scriptedBody{data: []byte("{}"), stall: true, tail: io.EOF}, http.StatusOK},
+		{"zero, with a body", 0, scriptedBody{data: []byte("{}"), stall: true, tail: io.EOF}, http.StatusOK},
+		{"unknown, past the limit", -1, scriptedBody{data: append(full, 'q'), tail: io.EOF}, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng, err := idem.New(memstore.New(), idem.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, MaxRequestBody: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got, _ = io.ReadAll(r.Body)
+			}))
+			want := string(tc.body.data)
+			req := httptest.NewRequest(http.MethodPost, "/", nil)
+			req.Body, req.ContentLength = &tc.body, tc.length
+			req.Header.Set("Idempotency-Key", "k")
+			rec := httptest.NewRecorder()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.ServeHTTP(rec, req)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the middleware still reads the body 10s after its declared length arrived")
+			}
+			if rec.Code != tc.status {
+				t.Fatalf("got %d %q, want %d", rec.Code, rec.Body, tc.status)
+			}
+			if tc.status == http.StatusOK && string(got) != want {
+				t.Fatalf("the handler read %d bytes, want all %d", len(got), len(want))
 			}
 		})
 	}
