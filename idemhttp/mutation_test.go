@@ -2,14 +2,20 @@ package idemhttp_test
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -521,6 +527,151 @@ func TestRequestBodyReadToItsEnd(t *testing.T) {
 			}
 			if tc.status == http.StatusOK && string(got) != want {
 				t.Fatalf("the handler read %d bytes, want all %d", len(got), len(want))
+			}
+		})
+	}
+}
+
+// runnerFunc is an idem.Runner whose Do is the function itself.
+type runnerFunc func(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
+
+func (f runnerFunc) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
+	return f(ctx, key, fingerprint, fn)
+}
+
+// serveOnce sends one keyed POST through the middleware over runner r (logging to log, if
+// set) to a handler that answers 201 "made", and returns the answer and the events.
+func serveOnce(t *testing.T, r idem.Runner, log *slog.Logger) (*httptest.ResponseRecorder, []idemhttp.Event) {
+	t.Helper()
+	var events []idemhttp.Event
+	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: cmp.Or(log, quiet), OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "k")
+	rec := httptest.NewRecorder()
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "made")
+	})).ServeHTTP(rec, req)
+	return rec, events
+}
+
+// The 409 of a request in flight has a Retry-After of the runner's estimate in whole seconds,
+// rounded up, and 1 when the error carries none.
+func TestInFlightRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&idem.InFlightError{Key: "k", RetryAfter: 3 * time.Second}, "3"},
+		{&idem.InFlightError{Key: "k", RetryAfter: 1500 * time.Millisecond}, "2"},
+		{&idem.InFlightError{Key: "k", RetryAfter: 41*time.Second + time.Nanosecond}, "42"},
+		{&idem.InFlightError{Key: "k"}, "1"},
+		{fmt.Errorf("wrapped: %w", idem.ErrInFlight), "1"},
+	} {
+		rec, events := serveOnce(t, runnerFunc(func(context.Context, string, string, idem.Func) (idem.Result, error) {
+			return idem.Result{}, tc.err
+		}), nil)
+		if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") != tc.want {
+			t.Errorf("%v: got %d, Retry-After %q; want 409, %s", tc.err, rec.Code, rec.Header().Get("Retry-After"), tc.want)
+		}
+		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeConflict {
+			t.Errorf("%v: events %+v, want one conflict", tc.err, events)
+		}
+	}
+}
+
+// When the handler ran but its result could not be recorded, the client has its answer and
+// the event carries the runner's error (a conflict until the lease runs out follows); when it
+// was recorded, the event has no error.
+func TestUnrecordedResultInTheEvent(t *testing.T) {
+	t.Parallel()
+	storeErr := &idem.StoreError{Op: "complete", Err: errors.New("connection lost")}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"store error", storeErr},
+		{"lease lost", idem.ErrLeaseLost},
+		{"recorded", nil},
+	} {
+		var logs bytes.Buffer
+		rec, events := serveOnce(t, runnerFunc(func(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, error) {
+			resp, err := fn(ctx)
+			return idem.Result{Response: resp, Executed: true, Kept: tc.err == nil}, cmp.Or(err, tc.err)
+		}), slog.New(slog.NewTextHandler(&logs, nil)))
+		if rec.Code != http.StatusCreated || rec.Body.String() != "made" {
+			t.Errorf("%s: got %d %q, want the handler's 201", tc.name, rec.Code, rec.Body)
+		}
+		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeExecuted || events[0].Err != tc.err {
+			t.Fatalf("%s: events %+v, want one executed event with error %v", tc.name, events, tc.err)
+		}
+		if warned := strings.Contains(logs.String(), "result was not stored"); warned != (tc.err != nil) {
+			t.Errorf("%s: logs %q; want a warning that the result was not stored only on an error", tc.name, logs.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A panic after the handler began to answer is logged as an error with the panic's value and
+// the stack where it began; http.ErrAbortHandler (a reverse proxy's upstream cut off) is
+// logged as a warning, without a stack.
+func TestAbortAfterAnswerLogged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		value any
+		want  []string
+		not   []string
+	}{
+		{"panic", "boom-value", []string{"level=ERROR", "panicked after it began to answer", "panic=boom-value", "stack=", "TestAbortAfterAnswerLogged"}, []string{"level=WARN"}},
+		{"abort", http.ErrAbortHandler, []string{"level=WARN", "aborted after it began to answer"}, []string{"level=ERROR", "stack="}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "partial")
+				panic(tc.value)
+			}))
+			if r := b.do(http.MethodPost, "/", "k", `{}`); r.Err == nil {
+				t.Fatalf("got %d %q, want the answer cut off", r.Status, r.Body)
+			}
+			var got string
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if got = logs.String(); strings.Contains(got, "after it began to answer") {
+					break
+				}
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("logs lack %q:\n%s", w, got)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(got, w) {
+					t.Errorf("logs have %q:\n%s", w, got)
+				}
 			}
 		})
 	}
