@@ -539,16 +539,17 @@ func (f runnerFunc) Do(ctx context.Context, key, fingerprint string, fn idem.Fun
 	return f(ctx, key, fingerprint, fn)
 }
 
-// serveOnce sends one keyed POST through the middleware over runner r (logging to log, if
-// set) to a handler that answers 201 "made", and returns the answer and the events.
-func serveOnce(t *testing.T, r idem.Runner, log *slog.Logger) (*httptest.ResponseRecorder, []idemhttp.Event) {
+// serveOnce sends one keyed POST with context ctx through the middleware over runner r
+// (logging to log, if set) to a handler that answers 201 "made", and returns the answer and
+// the events.
+func serveOnce(t *testing.T, ctx context.Context, r idem.Runner, log *slog.Logger) (*httptest.ResponseRecorder, []idemhttp.Event) {
 	t.Helper()
 	var events []idemhttp.Event
 	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: cmp.Or(log, quiet), OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "k")
 	rec := httptest.NewRecorder()
 	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -572,7 +573,7 @@ func TestInFlightRetryAfter(t *testing.T) {
 		{&idem.InFlightError{Key: "k"}, "1"},
 		{fmt.Errorf("wrapped: %w", idem.ErrInFlight), "1"},
 	} {
-		rec, events := serveOnce(t, runnerFunc(func(context.Context, string, string, idem.Func) (idem.Result, error) {
+		rec, events := serveOnce(t, context.Background(), runnerFunc(func(context.Context, string, string, idem.Func) (idem.Result, error) {
 			return idem.Result{}, tc.err
 		}), nil)
 		if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") != tc.want {
@@ -599,7 +600,7 @@ func TestUnrecordedResultInTheEvent(t *testing.T) {
 		{"recorded", nil},
 	} {
 		var logs bytes.Buffer
-		rec, events := serveOnce(t, runnerFunc(func(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, error) {
+		rec, events := serveOnce(t, context.Background(), runnerFunc(func(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, error) {
 			resp, err := fn(ctx)
 			return idem.Result{Response: resp, Executed: true, Kept: tc.err == nil}, cmp.Or(err, tc.err)
 		}), slog.New(slog.NewTextHandler(&logs, nil)))
@@ -674,5 +675,32 @@ func TestAbortAfterAnswerLogged(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An error the middleware does not expect from its runner is answered 500 and logged as an
+// error, unless the client went away (the error is then its context's, and nothing was done).
+func TestUnexpectedRunnerErrorLogged(t *testing.T) {
+	t.Parallel()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		logged bool
+	}{
+		{"client there", context.Background(), true},
+		{"client gone", gone, false},
+	} {
+		var logs bytes.Buffer
+		rec, events := serveOnce(t, tc.ctx, runnerFunc(func(ctx context.Context, _, _ string, _ idem.Func) (idem.Result, error) {
+			return idem.Result{}, cmp.Or(ctx.Err(), errors.New("runner confused"))
+		}), slog.New(slog.NewTextHandler(&logs, nil)))
+		if rec.Code != http.StatusInternalServerError || len(events) != 1 || events[0].Outcome != idemhttp.OutcomeError || events[0].Err == nil {
+			t.Errorf("%s: got %d, events %+v; want 500 and one error event with its error", tc.name, rec.Code, events)
+		}
+		if logged := strings.Contains(logs.String(), "level=ERROR") && strings.Contains(logs.String(), "unexpected engine error"); logged != tc.logged {
+			t.Errorf("%s: logs %q; want the unexpected error logged: %v", tc.name, logs.String(), tc.logged)
+		}
 	}
 }
