@@ -1,14 +1,14 @@
 package idem_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/syncbuf"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
@@ -41,7 +41,7 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 	st := &outageStore{Store: memstore.New()}
 	// This process's clock runs 30ms behind the other's, as clocks of two machines may.
 	behind := func() time.Time { return time.Now().Add(-30 * time.Millisecond) }
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, Now: behind, Logger: logger})
 	if err != nil {
@@ -93,22 +93,4 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 			_ = st.Release(context.Background(), "k", res.Record.Token)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/console"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
 
 // TestConditions: the condition inspect, list, release and the console show for each kind of
@@ -81,7 +82,7 @@ func TestConsoleNeedsACredential(t *testing.T) {
 func TestAdminCommand(t *testing.T) {
 	t.Parallel()
 	store := seed(t)
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	vars := map[string]string{"IDEM_ADMIN_TOKEN": "admin-command-token-0123"}
 	e := &env{stdout: io.Discard, stderr: logs, getenv: func(k string) string { return vars[k] }}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -5,34 +5,17 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the flusher goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLogBuffer: info lines wait (at most the flush interval), a warning is written at once
 // with the lines before it, and stopping writes the rest.
 func TestLogBuffer(t *testing.T) {
 	t.Parallel()
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	buf := newLogBuffer(out)
 	log := newLogger(buf, "text", "info")
 	log = slog.New(flushHandler{log.Handler(), buf}).With("component", "test")

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/syncbuf"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/gateway"
@@ -134,24 +135,6 @@ func newGate(t *testing.T, target string) *gate {
 	return g
 }
 
-// syncBuffer is a log destination read while written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServeWaitsForStore: for every kind of network store, a gateway started with
 // --wait-for-store while its store does not answer logs its attempts, starts once the store
 // answers, and serves requests from it.
@@ -161,7 +144,7 @@ func TestServeWaitsForStore(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			g := newGate(t, k.server(t))
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			cfg := gateway.Config{Upstream: "http://127.0.0.1:1", Store: k.url(g.ln.Addr().String()), Scope: gateway.ScopeNone,
 				Listen: "127.0.0.1:0", WaitForStore: gateway.Duration(60 * time.Second)}.WithDefaults()

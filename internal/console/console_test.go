@@ -12,10 +12,11 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/syncbuf"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -28,34 +29,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const token = "s3cret-console-token"
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type bundle struct {
 	st   *memstore.Store
 	srv  *httptest.Server
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	now  time.Time
 }
 
 func setup(t *testing.T, mod func(*console.Options)) *bundle {
 	t.Helper()
-	b := &bundle{st: memstore.New(), logs: &syncBuffer{}, now: time.Now()}
+	b := &bundle{st: memstore.New(), logs: &syncbuf.Buffer{}, now: time.Now()}
 	opt := console.Options{Store: b.st, Token: token, Logger: slog.New(slog.NewTextHandler(b.logs, nil)), StoreName: "memory://"}
 	if mod != nil {
 		mod(&opt)
