@@ -3,6 +3,7 @@ package txbench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,7 +37,7 @@ func readCPU(names []string) cpuTime {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		comm, err := os.ReadFile(d + "/comm")
-		if err != nil || !containsName(names, strings.TrimSpace(string(comm))) {
+		if err != nil || !slices.Contains(names, strings.TrimSpace(string(comm))) {
 			continue
 		}
 		if t, ok := procTicks(d + "/stat"); ok {
@@ -45,15 +46,6 @@ func readCPU(names []string) cpuTime {
 		}
 	}
 	return c
-}
-
-func containsName(names []string, n string) bool {
-	for _, x := range names {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 // procTicks returns utime + stime from a /proc/PID/stat file. The fields are counted after
