@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -13,10 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/syncbuf"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
@@ -104,7 +104,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	logs := &syncWriter{}
+	logs := &syncbuf.Buffer{}
 	go func() {
 		served <- serve(ctx, nil, cfg, newLogger(logs, "text", "info"), func(a serveAddrs) { gwAddr <- a.addr }, con)
 	}()
@@ -324,22 +324,4 @@ func sum(xs []float64) float64 {
 		s += x
 	}
 	return s
-}
-
-// syncWriter collects log lines written from the server's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
