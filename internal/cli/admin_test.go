@@ -12,13 +12,16 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/syncbuf"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
-// run runs the idem command in-process and returns its exit code and output.
+// run runs the idem command in-process and returns its exit code and output. The store
+// clients' logger is process-wide, so a client of a test running in parallel may write to
+// this command's stderr after it has returned: the buffers are safe for that.
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb syncbuf.Buffer
 	code := Main(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -17,13 +16,15 @@ import (
 
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
 
 // runEnv runs the idem command in-process with the environment vars (nothing else of the
-// process's) and returns its exit code and output.
+// process's) and returns its exit code and output, in buffers that a parallel test's store
+// client may still write to (see run).
 func runEnv(t *testing.T, vars map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb syncbuf.Buffer
 	code := mainEnv(context.Background(), args, &env{stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }})
 	return code, out.String(), errb.String()
 }
