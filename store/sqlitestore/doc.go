@@ -38,8 +38,10 @@
 // single UPDATEs fenced on the claim's token; Release expires the record rather than
 // deleting it, so the next claim's token is larger. Reserve also looks at the record without
 // the write lock, first for keys it has seen existing, after the claim for others: a replay
-// or an in-flight duplicate is answered from a reader connection and never waits for the
-// writer, while a new key costs exactly the claim. See Store.Reserve and Options.KnownKeys.
+// or an in-flight duplicate of a key it knows is answered from a reader connection and never
+// waits for the writer, while a new key costs exactly the claim. When most keys it does not
+// know turn out to exist (after a restart, or with more live keys than Options.KnownKeys), it
+// looks first for those too, so replays stay off the writer. See Store.Reserve.
 //
 // # Connections and throughput
 //

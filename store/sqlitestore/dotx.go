@@ -76,10 +76,12 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	// A key this store has seen existing is looked up first, on a reader: a completed record,
 	// or one an engine holds, is the answer as read, since a claim could not change it. Any
 	// other key is most likely new, and the claim in the write transaction finds the record
-	// anyway, so the look would only cost a query.
+	// anyway, so the look would only cost a query; unless most unknown keys of late existed
+	// (see Reserve), and then they are looked up first too.
 	// A request that waited for the writer while a duplicate completed its key looks again
 	// before it begins, so a burst of duplicates replays from the readers instead of taking
 	// the write lock one by one.
+	first, known := s.known.lookFirst(key)
 	looked := false
 	look := func() (done bool, res idem.Result, err error) {
 		looked = true
@@ -87,13 +89,16 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		if err != nil {
 			return true, res, s.storeErr("get", err)
 		}
+		if !known {
+			s.known.learn(found && !claimable)
+		}
 		if found && !claimable {
 			res, _, err = txmode.Answer(&rec, fingerprint, now)
 			return true, res, err
 		}
 		return false, res, nil
 	}
-	if s.known.has(key) {
+	if first {
 		if done, res, err := look(); done {
 			return res, false, err
 		}
@@ -122,6 +127,9 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	r, err := s.claimIn(ctx, tx, &c)
 	if err != nil {
 		return res, false, s.storeErr("reserve", err)
+	}
+	if !known && !looked {
+		s.known.learn(!r.Claimed)
 	}
 	if !r.Claimed {
 		s.known.mark(key)

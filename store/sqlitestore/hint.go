@@ -10,10 +10,21 @@ import (
 // lock-free, allocation-free, fixed in size. It is only ever a hint: a wrong answer (a
 // collision, an eviction, a key written by another process) costs time, never correctness,
 // because the claim itself is always the atomic upsert.
+//
+// For the keys it does not know, it learns which look pays: most of them are new keys on a
+// store that has been serving, but after a restart, or with more live keys than slots, most
+// of them exist, and claiming first would send every replay through the one writer.
 type hint struct {
 	seed  maphash.Seed
 	slots []atomic.Uint64
+	// lean counts, saturating at ±leanLimit, whether the unknown keys of the latest calls
+	// existed (up) or were new (down). Above zero, unknown keys are read first too.
+	lean atomic.Int32
 }
+
+// leanLimit bounds hint.lean: after a change of workload, that many calls with the other
+// outcome turn the order back.
+const leanLimit = 32
 
 func newHint(size int) *hint {
 	if size <= 0 {
@@ -43,5 +54,30 @@ func (h *hint) mark(key string) {
 	s := &h.slots[v%uint64(len(h.slots))]
 	if s.Load() != v {
 		s.Store(v)
+	}
+}
+
+// lookFirst reports whether a call for key should read the record before it claims: when
+// key is known to exist, or when most unknown keys of late turned out to exist. known is
+// has(key), which the caller passes to learn.
+func (h *hint) lookFirst(key string) (look, known bool) {
+	known = h.has(key)
+	return known || h.lean.Load() > 0, known
+}
+
+// learn records whether a key that was not known (lookFirst's known false) existed.
+func (h *hint) learn(existed bool) {
+	if h == nil {
+		return
+	}
+	step := int32(-1)
+	if existed {
+		step = 1
+	}
+	for {
+		n := h.lean.Load()
+		if n+step > leanLimit || n+step < -leanLimit || h.lean.CompareAndSwap(n, n+step) {
+			return
+		}
 	}
 }

@@ -23,7 +23,10 @@ import (
 //     snapshot is the answer: the record was in that state at that instant, and a claim could
 //     not have changed it. Replays and in-flight duplicates never wait for the writer.
 //   - For other keys, most likely new, Reserve claims at once. If the upsert does not fire,
-//     the record is read on a reader and returned under the same rule.
+//     the record is read on a reader and returned under the same rule. When most of the
+//     unknown keys of late turned out to exist (after a restart, or with more live keys than
+//     Options.KnownKeys), Reserve reads those first too, so that replays do not queue for
+//     the writer.
 //
 // When the read shows a record that could be claimed after all (it changed in between), the
 // upsert is tried again in a write transaction and, if it still does not fire, the existing
@@ -54,17 +57,30 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 }
 
 func (s *Store) reserve(ctx context.Context, c *claim) (idem.Reservation, error) {
+	look, known := s.known.lookFirst(c.key)
 	looked := false
-	if s.known.has(c.key) {
+	if look {
 		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)
-		if err != nil || found && !claimable {
-			return idem.Reservation{Record: rec}, err
+		if err != nil {
+			return idem.Reservation{}, err
+		}
+		if !known {
+			s.known.learn(found && !claimable)
+		}
+		if found && !claimable {
+			return idem.Reservation{Record: rec}, nil
 		}
 		looked = true
 	}
 	res, err := c.try(ctx, s.upsert)
-	if err != nil || res.Claimed {
+	if err != nil {
 		return res, err
+	}
+	if !known && !looked {
+		s.known.learn(!res.Claimed)
+	}
+	if res.Claimed {
+		return res, nil
 	}
 	if !looked {
 		rec, found, claimable, err := s.read(ctx, s.get, c.key, c.fp, c.now, true)

@@ -46,9 +46,9 @@ type Options struct {
 	Readers int
 	// KnownKeys is the size of a table of key hashes (8 bytes each) by which Reserve, DoTx and
 	// TxRunner remember which keys they have seen existing: for those they first look without
-	// the write lock (fast replays); for others they claim first (fast new keys). Default
-	// 65536; negative disables it, and every call then looks first. It never affects
-	// correctness, only speed.
+	// the write lock (fast replays); for others they claim first (fast new keys), unless most
+	// of those turned out to exist of late, as after a restart. Default 65536; negative
+	// disables it, and every call then looks first. It never affects correctness, only speed.
 	KnownKeys int
 	// Synchronous is SQLite's synchronous setting for the writer: "NORMAL" (default) or "FULL".
 	// With NORMAL in WAL mode a commit survives a crash of the process but the last commits
