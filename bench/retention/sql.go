@@ -148,7 +148,12 @@ func SQL(ctx context.Context, cfg SQLConfig) ([]Result, error) {
 		for round := 1; round <= cfg.Rounds; round++ {
 			for _, t := range tables {
 				for _, path := range []string{"new key", "replay"} {
-					r := measure(ctx, cfg, t, path, fp)
+					r, added := measure(ctx, cfg, t, path, fp)
+					if err := t.remove(ctx, cfg.Clients, added); err != nil {
+						cleanup()
+						closePool()
+						return results, fmt.Errorf("%s, %d records: deleting the new keys: %w", engine, t.size, err)
+					}
 					r.Engine, r.Size, r.Round = engine, t.size, round
 					fmt.Fprintf(cfg.Progress, "%s round %d, %d records, %s: %.0f ops/s (%d errors)\n", engine, round, t.size, path, r.Rate, r.Errors)
 					results = append(results, r)
@@ -184,9 +189,39 @@ func removeIfExists(path string) error {
 	return nil
 }
 
-// measure runs cfg.Clients goroutines on path for cfg.Run.
-func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp string) Result {
+// remove deletes the records of keys with clients goroutines, so that a new-key run leaves the
+// table at its size: the smallest table would otherwise grow several times over in a run.
+func (t *table) remove(ctx context.Context, clients int, keys []string) error {
+	del, ok := t.store.(idem.Deleter)
+	if !ok || len(keys) == 0 {
+		return nil
+	}
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(keys)); i = next.Add(1) - 1 {
+				if err := del.Delete(ctx, keys[i]); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// measure runs cfg.Clients goroutines on path for cfg.Run. It returns the result and the keys
+// a new-key run added.
+func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp string) (Result, []string) {
 	var ops, errs atomic.Int64
+	var mu sync.Mutex
+	var added []string
 	deadline := time.Now().Add(cfg.Run)
 	resp := idem.Response{Status: 201, Body: []byte(`{"id":"ch_new"}`)}
 	var wg sync.WaitGroup
@@ -195,6 +230,12 @@ func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp strin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var mine []string
+			defer func() {
+				mu.Lock()
+				added = append(added, mine...)
+				mu.Unlock()
+			}()
 			for time.Now().Before(deadline) {
 				var err error
 				now := time.Now()
@@ -211,6 +252,7 @@ func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp strin
 						continue
 					}
 					if err == nil {
+						mine = append(mine, Key(x))
 						err = t.store.Complete(ctx, Key(x), res.Record.Token, resp, now, now.Add(24*time.Hour))
 					}
 				} else {
@@ -231,7 +273,7 @@ func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp strin
 	}
 	wg.Wait()
 	el := time.Since(start)
-	return Result{Path: path, Ops: int(ops.Load()), Errors: int(errs.Load()), Rate: float64(ops.Load()) / el.Seconds()}
+	return Result{Path: path, Ops: int(ops.Load()), Errors: int(errs.Load()), Rate: float64(ops.Load()) / el.Seconds()}, added
 }
 
 func openTable(ctx context.Context, cfg SQLConfig, engine string, size int, fp string, resp []byte, pool *pgxpool.Pool) (*table, error) {
