@@ -6,8 +6,9 @@ import (
 )
 
 // hint remembers, approximately, which keys this Store has seen existing, so that Reserve
-// knows which look to take first (see Reserve). It is a direct-mapped table of key hashes:
-// lock-free, allocation-free, fixed in size. It is only ever a hint: a wrong answer (a
+// knows which look to take first (see Reserve). It is a table of key hashes in pairs of
+// slots, a key in either slot of its pair (so that two keys whose hashes pick the same pair
+// do not keep evicting each other): lock-free, allocation-free, fixed in size. It is only ever a hint: a wrong answer (a
 // collision, an eviction, a key written by another process) costs time, never correctness,
 // because the claim itself is always the atomic upsert.
 //
@@ -26,35 +27,45 @@ type hint struct {
 // outcome turn the order back.
 const leanLimit = 32
 
+// newHint returns a hint of size slots (rounded up to a whole pair), or nil for size <= 0.
 func newHint(size int) *hint {
 	if size <= 0 {
 		return nil
 	}
-	return &hint{seed: maphash.MakeSeed(), slots: make([]atomic.Uint64, size)}
+	return &hint{seed: maphash.MakeSeed(), slots: make([]atomic.Uint64, size+size%2)}
 }
 
-func (h *hint) hash(key string) uint64 { return maphash.String(h.seed, key) | 1 } // never 0, the empty slot
+// find returns key's hash, never 0 (the empty slot), and the two slots of its pair.
+func (h *hint) find(key string) (v uint64, a, b *atomic.Uint64) {
+	x := maphash.String(h.seed, key)
+	i := x % uint64(len(h.slots)/2) * 2 // from the hash itself: v, always odd, would use half the pairs
+	v = x | 1
+	return v, &h.slots[i], &h.slots[i+1]
+}
 
-// has reports whether key was marked (or a key with the same slot and hash). A nil hint has
+// has reports whether key was marked (or a key with the same pair and hash). A nil hint has
 // every key, so that Reserve always looks first.
 func (h *hint) has(key string) bool {
 	if h == nil {
 		return true
 	}
-	v := h.hash(key)
-	return h.slots[v%uint64(len(h.slots))].Load() == v
+	v, a, b := h.find(key)
+	return a.Load() == v || b.Load() == v
 }
 
-// mark records that key exists.
+// mark records that key exists. A key new to its pair takes the first slot and moves the key
+// there to the second, evicting the older one: the pair keeps the two latest.
 func (h *hint) mark(key string) {
 	if h == nil {
 		return
 	}
-	v := h.hash(key)
-	s := &h.slots[v%uint64(len(h.slots))]
-	if s.Load() != v {
-		s.Store(v)
+	v, a, b := h.find(key)
+	first := a.Load()
+	if first == v || b.Load() == v {
+		return
 	}
+	b.Store(first)
+	a.Store(v)
 }
 
 // lookFirst reports whether a call for key should read the record before it claims: when

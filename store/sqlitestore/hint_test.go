@@ -65,3 +65,46 @@ func TestHintLeanConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestHintPairs: two keys that share a pair of slots are both remembered; a third evicts the
+// older of them; marking a key already there changes nothing.
+func TestHintPairs(t *testing.T) {
+	h := newHint(1) // rounded up to one pair: every key shares it
+	if len(h.slots) != 2 {
+		t.Fatalf("newHint(1) has %d slots, want 2", len(h.slots))
+	}
+	h.mark("a")
+	h.mark("b")
+	h.mark("b")
+	if !h.has("a") || !h.has("b") || h.has("c") {
+		t.Fatalf("after a, b: has a %v, b %v, c %v; want true, true, false", h.has("a"), h.has("b"), h.has("c"))
+	}
+	h.mark("c")
+	if h.has("a") || !h.has("b") || !h.has("c") {
+		t.Fatalf("after a, b, c: has a %v, b %v, c %v; want false, true, true", h.has("a"), h.has("b"), h.has("c"))
+	}
+	if newHint(0) != nil || newHint(-1) != nil {
+		t.Fatal("a hint of no slots is not nil")
+	}
+}
+
+// TestHintKeepsAWorkingSet: of 10,000 keys marked into 65,536 slots, about 1% are forgotten
+// (three or more keys in one pair), where a table of one slot per key would lose those whose
+// hashes collide, about 7%.
+func TestHintKeepsAWorkingSet(t *testing.T) {
+	h := newHint(1 << 16)
+	const n = 10_000
+	for i := range n {
+		h.mark(strconv.Itoa(i))
+	}
+	lost := 0
+	for i := range n {
+		if !h.has(strconv.Itoa(i)) {
+			lost++
+		}
+	}
+	t.Logf("%d of %d keys forgotten", lost, n)
+	if lost > n/50 {
+		t.Fatalf("%d of %d keys forgotten, want at most 2%%", lost, n)
+	}
+}
