@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Mutation testing (gremlins) of the engine, idemhttp, memstore and the SQL stores' shared
-# transaction mode (store/internal/txmode): `make mutation`.
+# Mutation testing (gremlins) of the engine, idemhttp, memstore, the SQL stores' shared
+# transaction mode (store/internal/txmode) and sqlitestore's known-keys table (hint.go):
+# `make mutation`.
 #
 # gremlins measures coverage with `go test ./...` under the path it is given ("." is the whole
 # module) and gives each mutant a time limit of that run times a coefficient. So each package
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 GREMLINS=${GREMLINS:-github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0}
 WORKERS=${MUTATION_WORKERS:-2}
-TARGETS=${MUTATION_TARGETS:-"engine:.:15:^store/ idemhttp:./idemhttp:3:(canonjson|key|options|problem|budget)[.]go$ memstore:./store/memstore:30:^$ txmode:./store/internal/txmode:15:^$"}
+TARGETS=${MUTATION_TARGETS:-"engine:.:15:^store/ idemhttp:./idemhttp:3:(canonjson|key|options|problem|budget)[.]go$ memstore:./store/memstore:30:^$ txmode:./store/internal/txmode:15:^$ sqlhint:./store/sqlitestore:3:(bench|deadline|doc|dotx|list|migrate|queries|sqlitestore|sweeper|txrunner|records)[.]go$"}
 module=$($GO list -m)
 out=$PWD/tmp/mutation
 mkdir -p "$out"
