@@ -8,9 +8,10 @@ import (
 // hint remembers, approximately, which keys this Store has seen existing, so that Reserve
 // knows which look to take first (see Reserve). It is a table of key hashes in pairs of
 // slots, a key in either slot of its pair (so that two keys whose hashes pick the same pair
-// do not keep evicting each other): lock-free, allocation-free, fixed in size. It is only ever a hint: a wrong answer (a
-// collision, an eviction, a key written by another process) costs time, never correctness,
-// because the claim itself is always the atomic upsert.
+// do not keep evicting each other): lock-free, allocation-free, fixed in size. It is only
+// ever a hint: a wrong answer (a collision, an eviction, a key written by another process,
+// two marks at once that lose one) costs time, never correctness, because the claim itself
+// is always the atomic upsert.
 //
 // For the keys it does not know, it learns which look pays: most of them are new keys on a
 // store that has been serving, but after a restart, or with more live keys than slots, most
