@@ -255,7 +255,14 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	defer stopFlush()
 	log := newLogger(buf, cfg.LogFormat, cfg.LogLevel)
 	log = slog.New(flushHandler{log.Handler(), buf})
-	storeurl.SetLogger(log) // the store clients' own lines (go-redis, the AWS SDK) in the same format
+	// The store clients' own lines (go-redis, the MySQL driver, the AWS SDK) come out in the
+	// same format. While serve waits for the store, those below error only repeat, four or
+	// five times an attempt, the cause that each "store unreachable" line gives: they are
+	// dropped then, unless the level is debug.
+	storeurl.SetLogger(log)
+	if cfg.LogLevel != "debug" {
+		storeurl.SetLogger(slog.New(minLevel{log.Handler(), slog.LevelError}))
+	}
 	if path := e.getenv("IDEM_CPUPROFILE"); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {
@@ -270,7 +277,25 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
-	return serve(ctx, second, cfg, log, nil, con)
+	return serve(ctx, second, cfg, log, func(serveAddrs) { storeurl.SetLogger(log) }, con)
+}
+
+// minLevel is a handler that drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
 }
 
 // serveAddrs is where serve listens, for its ready callback.

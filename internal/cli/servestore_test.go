@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/syncbuf"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/gateway"
@@ -96,8 +97,11 @@ type gate struct {
 	conns  []net.Conn
 }
 
-func newGate(t *testing.T, target string) *gate {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newGate(t *testing.T, target string) *gate { return newGateAt(t, "127.0.0.1:0", target) }
+
+// newGateAt is newGate listening at addr.
+func newGateAt(t *testing.T, addr, target string) *gate {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +187,62 @@ func TestServeWaitsForStore(t *testing.T) {
 				t.Errorf("serve after cancel: %v", err)
 			}
 		})
+	}
+}
+
+// TestServeClientLinesAfterStart: while idem serve waits for its store, the store client's
+// own warnings (go-redis's failed dials, four or five an attempt) are dropped, since each
+// "store unreachable" line gives their cause; once the gateway is up they come out again, in
+// the gateway's log. Not parallel: the clients' logger is process-wide.
+func TestServeClientLinesAfterStart(t *testing.T) {
+	redisAddr := testenv.RedisAddr(t)
+	// An address where nothing listens until the gate opens there: each attempt's dials are
+	// refused, which go-redis logs.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	var stderr syncbuf.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	args := []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--listen", "127.0.0.1:0",
+		"--store", "redis://" + addr + "/0?prefix=idem-cli-lines:", "--wait-for-store", "60s"}
+	go func() {
+		done <- mainEnv(ctx, args, &env{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }})
+	}()
+	waitFor := func(what string, ok func(string) bool, act func()) {
+		t.Helper()
+		for start := time.Now(); !ok(stderr.String()); time.Sleep(20 * time.Millisecond) {
+			select {
+			case code := <-done:
+				t.Fatalf("serve exited %d while waiting for %s:\n%s", code, what, stderr.String())
+			default:
+			}
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("no %s in 30s:\n%s", what, stderr.String())
+			}
+			if act != nil {
+				act()
+			}
+		}
+	}
+	waitFor("two attempts", func(s string) bool { return strings.Count(s, "store unreachable: trying again") >= 2 }, nil)
+	if s := stderr.String(); strings.Contains(s, "component=redis") {
+		t.Errorf("go-redis's lines logged while waiting for the store:\n%s", s)
+	}
+	g := newGateAt(t, addr, redisAddr)
+	g.open.Store(true)
+	waitFor("start", func(s string) bool { return strings.Contains(s, "idem gateway listening") }, nil)
+	// A go-redis client's failed dial, as the store's own client would log one.
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	defer dead.Close()
+	waitFor("go-redis line after the start", func(s string) bool { return strings.Contains(s, "component=redis") },
+		func() { _ = dead.Ping(context.Background()).Err() })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("serve exited %d after cancel:\n%s", code, stderr.String())
 	}
 }
