@@ -27,11 +27,10 @@ var clientLogger atomic.Pointer[slog.Logger]
 // SetLogger routes the log lines of the store clients (go-redis's, go-sql-driver/mysql's, the
 // AWS SDK's) through l, so that they come out in the program's format (JSON with --log-format
 // json, say) and obey its level, each with a "component" attribute (redis, mysql, aws) instead
-// of a plain line on standard error. go-redis's and the MySQL driver's loggers are
-// process-wide: SetLogger sets them for every client of the program, including those opened
-// before the call (until it is called, their lines go through slog.Default()). It is safe to
-// call at any time, from any goroutine.
-// DynamoDB stores use the logger set when Open created them. A nil l stands for slog.Default().
+// of a plain line on standard error. The logger is process-wide: SetLogger sets it for every
+// client of the program, including those opened before the call (until it is called, their
+// lines go through slog.Default()), and a later call takes over from it. It is safe to call
+// at any time, from any goroutine. A nil l stands for slog.Default().
 func SetLogger(l *slog.Logger) {
 	clientLogger.Store(l)
 }
