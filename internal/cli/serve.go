@@ -259,10 +259,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	// same format. While serve waits for the store, those below error only repeat, four or
 	// five times an attempt, the cause that each "store unreachable" line gives: they are
 	// dropped then, unless the level is debug.
-	storeurl.SetLogger(log)
+	clients := log
 	if cfg.LogLevel != "debug" {
-		storeurl.SetLogger(slog.New(minLevel{log.Handler(), slog.LevelError}))
+		clients = slog.New(minLevel{log.Handler(), slog.LevelError})
 	}
+	storeurl.SetLogger(clients)
 	if path := e.getenv("IDEM_CPUPROFILE"); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {
@@ -280,7 +281,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	return serve(ctx, second, cfg, log, func(serveAddrs) { storeurl.SetLogger(log) }, con)
 }
 
-// minLevel is a handler that drops records below min.
+// minLevel is a handler that drops records below min (Enabled reports false for them, and
+// slog.Logger asks before it calls Handle).
 type minLevel struct {
 	slog.Handler
 	min slog.Level
