@@ -22,6 +22,7 @@ func main() {
 	engines := flag.String("engines", "postgres,mysql,sqlite", "SQL engines, comma-separated (empty: none)")
 	run := flag.Duration("run", 5*time.Second, "length of one run")
 	rounds := flag.Int("rounds", 3, "rounds, the sizes interleaved")
+	warmup := flag.Int("warmup", 1, "rounds run first and not counted (0: none)")
 	clients := flag.Int("clients", 16, "goroutines calling the store")
 	dir := flag.String("sqlite-dir", os.TempDir(), "directory of the SQLite files")
 	keep := flag.Bool("keep", false, "keep the filled tables (and reuse them next time)")
@@ -29,14 +30,17 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := mainErr(ctx, *sizes, *engines, *run, *rounds, *clients, *dir, *keep, *redisN); err != nil {
+	if err := mainErr(ctx, *sizes, *engines, *run, *rounds, *warmup, *clients, *dir, *keep, *redisN); err != nil {
 		fmt.Fprintln(os.Stderr, "retentionbench:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(ctx context.Context, sizes, engines string, run time.Duration, rounds, clients int, dir string, keep bool, redisN int) error {
-	cfg := retention.SQLConfig{Run: run, Rounds: rounds, Clients: clients, SQLiteDir: dir, Keep: keep, Progress: os.Stderr,
+func mainErr(ctx context.Context, sizes, engines string, run time.Duration, rounds, warmup, clients int, dir string, keep bool, redisN int) error {
+	if warmup == 0 {
+		warmup = -1 // SQLConfig's zero is the default, one round
+	}
+	cfg := retention.SQLConfig{Run: run, Rounds: rounds, Warmup: warmup, Clients: clients, SQLiteDir: dir, Keep: keep, Progress: os.Stderr,
 		PostgresURL: os.Getenv("IDEM_POSTGRES_URL"), MySQLDSN: os.Getenv("IDEM_MYSQL_URL")}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -56,7 +60,7 @@ func mainErr(ctx context.Context, sizes, engines string, run time.Duration, roun
 			return err
 		}
 		fmt.Printf("## Records in the table: new key and uncached replay\n\n")
-		fmt.Printf("%d goroutines call the store directly (no engine cache), %s per run, %d rounds with the sizes interleaved; ratio = the rate with that many records ÷ the rate of the smallest table in the same round. The records a new-key run adds are deleted after it, outside its time, so that every run finds its table at its size.\n", cfg.Clients, cfg.Run, cfg.Rounds)
+		fmt.Printf("%d goroutines call the store directly (no engine cache), %s per run, %d rounds with the sizes interleaved%s; ratio = the rate with that many records ÷ the rate of the smallest table in the same round. The records a new-key run adds are deleted after it, outside its time, so that every run finds its table at its size.\n", cfg.Clients, cfg.Run, cfg.Rounds, warmupText(warmup))
 		retention.WriteSQL(os.Stdout, results)
 		fmt.Println()
 	}
@@ -75,4 +79,15 @@ func mainErr(ctx context.Context, sizes, engines string, run time.Duration, roun
 		fmt.Println()
 	}
 	return nil
+}
+
+// warmupText says what the uncounted rounds were, for the report's text.
+func warmupText(n int) string {
+	switch {
+	case n < 1:
+		return ""
+	case n == 1:
+		return ", after one warm-up round of every run, not counted"
+	}
+	return fmt.Sprintf(", after %d warm-up rounds of every run, not counted", n)
 }
