@@ -86,6 +86,8 @@ endload=$(cut -d' ' -f1-3 /proc/loadavg)
 $keep || rmdir "$sqlite_dir" 2>/dev/null || true
 echo "bench: scripts/bench-pgbench.sh 5 3" >&2
 bash scripts/bench-pgbench.sh 5 3 >"$work/pgbench.txt" 2>&1 || echo "(bench-pgbench.sh exited with status $?)" >>"$work/pgbench.txt"
+# Go's module downloads (a fresh checkout) are not part of the report.
+sed -i '/^go: downloading /d' "$work/pgbench.txt"
 {
 	echo "# Retention at scale: the latest run"
 	echo
@@ -94,8 +96,8 @@ bash scripts/bench-pgbench.sh 5 3 >"$work/pgbench.txt" 2>&1 || echo "(bench-pgbe
 	echo "and how records expire in each store, is in docs/retention.md. Single 5-second rounds on a shared machine swing"
 	echo "widely: the rates of one configuration across rounds show how much, and a ratio is only as good as that spread."
 	echo "Load average at the end of the table runs: $endload. Server memory for the run: $settings,"
-	echo "with each table read into it once before its runs (pg_prewarm; a scan of InnoDB's primary key), as on a server that has"
-	echo "been serving it."
+	echo "with each table read into it once before its runs (pg_prewarm; a scan of InnoDB's primary key; SQLite's file, once written"
+	echo "out, read into the operating system's cache), as on a server that has been serving it."
 	echo
 	echo "Command: \`scripts/bench-retention.sh\`, which runs \`$cmd\` and \`scripts/bench-pgbench.sh 5 3\`."
 	echo
