@@ -177,6 +177,16 @@ func TestAppendResponse(t *testing.T) {
 	if !bytes.Equal(got, append(append([]byte(nil), prefix...), enc...)) || cap(got) != len(got) {
 		t.Fatalf("AppendResponse to a full slice = %q (cap %d), want %q then %q, exactly", got, cap(got), prefix, enc)
 	}
+	// Some room, not enough: still one allocation of the exact size, not append's growth.
+	short := make([]byte, len(prefix), len(prefix)+len(enc)-1)
+	copy(short, prefix)
+	got = idem.AppendResponse(short, r)
+	if !bytes.Equal(got, append(append([]byte(nil), prefix...), enc...)) || cap(got) != len(got) {
+		t.Fatalf("AppendResponse to a slice one byte short = %q (cap %d), want %q then %q, exactly", got, cap(got), prefix, enc)
+	}
+	if n := testing.AllocsPerRun(20, func() { got = idem.AppendResponse(short, r) }); n != 1 {
+		t.Fatalf("AppendResponse to a slice one byte short allocates %v times, want 1", n)
+	}
 	roomy := make([]byte, len(prefix), len(prefix)+len(enc))
 	copy(roomy, prefix)
 	if n := testing.AllocsPerRun(20, func() { got = idem.AppendResponse(roomy, r) }); n != 0 {
