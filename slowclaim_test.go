@@ -156,3 +156,29 @@ func TestFastClaimNotRenewed(t *testing.T) {
 		t.Fatalf("%d extensions for a claim that landed at once, want 0", n)
 	}
 }
+
+// TestSlowClaimWithHeartbeatsLeftNotRenewed: with a heartbeat, a claim that lands late but
+// still holds two heartbeats of lease starts its effect without an extension first (the
+// heartbeat renews it in time); only a claim left with less than that is renewed before.
+func TestSlowClaimWithHeartbeatsLeftNotRenewed(t *testing.T) {
+	t.Parallel()
+	const lease, heartbeat = 2 * time.Second, 100 * time.Millisecond
+	// About 600ms of lease left when the claim lands: more than two heartbeats (200ms), less
+	// than half the lease (1s), with room for a slow machine on both sides.
+	st := &slowReserveStore{Store: memstore.New(), delay: 1400 * time.Millisecond}
+	st.slow.Store(true)
+	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: heartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := int64(-1)
+	if _, err := eng.Do(context.Background(), "k", idem.Fingerprint([]byte("late")), func(context.Context) (idem.Response, error) {
+		before = st.extends.Load()
+		return idem.Response{Status: 201}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if before != 0 {
+		t.Fatalf("%d extensions before the effect of a claim with more than two heartbeats of lease left, want 0", before)
+	}
+}
