@@ -639,6 +639,44 @@ func TestCompleteWhoseAnswerWasLost(t *testing.T) {
 	}
 }
 
+// leavingStore is a lostAnswerStore whose caller goes away while the answer is lost, and
+// whose Get, like a network store's, fails on a context that has ended.
+type leavingStore struct {
+	lostAnswerStore
+	leave context.CancelFunc
+}
+
+func (s leavingStore) Complete(ctx context.Context, key string, token int64, r idem.Response, now, exp time.Time) error {
+	err := s.lostAnswerStore.Complete(ctx, key, token, r, now, exp)
+	s.leave()
+	return err
+}
+
+func (s leavingStore) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	return s.lostAnswerStore.Get(ctx, key)
+}
+
+// TestCompleteWhoseAnswerWasLostAsTheCallerLeft: the record is read back detached from the
+// caller's context, so a completion that landed is recognised even when the caller left
+// while its answer was lost, and the effect is not reported as unrecorded.
+func TestCompleteWhoseAnswerWasLostAsTheCallerLeft(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := leavingStore{lostAnswerStore{memstore.New()}, cancel}
+	eng, _ := idem.New(st, idem.Options{Logger: quiet})
+	res, err := eng.Do(ctx, "k", fp1, effect(new(atomic.Int32), 201, "ok"))
+	if err != nil || !res.Kept {
+		t.Fatalf("Do = %+v, %v; want the completion recognised", res, err)
+	}
+	if rec, err := st.Store.Get(context.Background(), "k"); err != nil || rec.State != idem.StateCompleted {
+		t.Fatalf("record = %+v, %v; want it completed", rec, err)
+	}
+}
+
 func TestCacheBoundedByBytes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idem.Options{CacheSize: 100, CacheBytes: 16 << 10})

@@ -18,15 +18,41 @@ import (
 // store that stopped answering does.
 type outageStore struct {
 	*memstore.Store
-	down atomic.Bool
+	down   atomic.Bool
+	failed atomic.Int64 // extensions that failed
 }
 
 func (s *outageStore) Extend(ctx context.Context, key string, token int64, until time.Time) error {
 	if s.down.Load() {
 		<-ctx.Done()
+		s.failed.Add(1)
 		return ctx.Err()
 	}
 	return s.Store.Extend(ctx, key, token, until)
+}
+
+// beatLog is a slog handler that notes, for the heartbeat's two lines, how many extensions
+// had failed in the store when each was logged, and the count the renewal line reports.
+type beatLog struct {
+	slog.Handler
+	st                            *outageStore
+	warnedAt, renewedAt, reported atomic.Int64
+}
+
+func (h *beatLog) Handle(ctx context.Context, r slog.Record) error {
+	switch {
+	case strings.Contains(r.Message, "lease extension failed"):
+		h.warnedAt.Store(h.st.failed.Load())
+	case strings.Contains(r.Message, "lease extended after failed attempts"):
+		h.renewedAt.Store(h.st.failed.Load())
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "failed" {
+				h.reported.Store(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return h.Handler.Handle(ctx, r)
 }
 
 // TestHeartbeatRidesOutShortOutage checks that a store outage shorter than the lease does not
@@ -42,7 +68,8 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 	// This process's clock runs 30ms behind the other's, as clocks of two machines may.
 	behind := func() time.Time { return time.Now().Add(-30 * time.Millisecond) }
 	var logs syncbuf.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	beats := &beatLog{Handler: slog.NewTextHandler(&logs, nil), st: st}
+	logger := slog.New(beats)
 	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, Now: behind, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +107,15 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 			}
 			if n := strings.Count(out, "lease extended after failed attempts"); n != 1 {
 				t.Errorf("%d notes of the extension after the outage, want 1:\n%s", n, out)
+			}
+			// The warning comes with the first failure, and the note after the last one,
+			// counting them all.
+			failed := st.failed.Load()
+			if w := beats.warnedAt.Load(); w != 1 {
+				t.Errorf("the warning was logged after %d failed extensions, want 1:\n%s", w, out)
+			}
+			if r, n := beats.renewedAt.Load(), beats.reported.Load(); failed < 1 || r != failed || n != failed {
+				t.Errorf("the note of the renewal was logged after %d failed extensions and reports %d, want both %d:\n%s", r, n, failed, out)
 			}
 			return
 		case <-time.After(5 * time.Millisecond):
