@@ -2,6 +2,8 @@ package idem_test
 
 import (
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"testing"
 
@@ -37,5 +39,23 @@ func TestErrClosedFailsClosed(t *testing.T) {
 	}
 	if errors.Is(idem.ErrStoreUnavailable, idem.ErrClosed) {
 		t.Fatalf("ErrStoreUnavailable must not match ErrClosed")
+	}
+}
+
+// Uncertain keeps the error it marks in the chain and in its text, and matches ErrUncertain;
+// with no error it is ErrUncertain's text alone.
+func TestUncertainError(t *testing.T) {
+	bare := idem.Uncertain(nil)
+	if bare.Error() != idem.ErrUncertain.Error() || !errors.Is(bare, idem.ErrUncertain) {
+		t.Fatalf("Uncertain(nil) = %q, Is ErrUncertain %t", bare, errors.Is(bare, idem.ErrUncertain))
+	}
+	cause := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	err := idem.Uncertain(cause)
+	if want := "idem: outcome uncertain: " + cause.Error(); err.Error() != want {
+		t.Fatalf("Uncertain(err) = %q, want %q", err, want)
+	}
+	var op *net.OpError
+	if !errors.Is(err, idem.ErrUncertain) || !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &op) || op != cause {
+		t.Fatalf("Uncertain(err) does not match both ErrUncertain and its cause: %v", err)
 	}
 }
