@@ -8,6 +8,39 @@ import (
 	"github.com/idemkit/idem"
 )
 
+// Bounds accepts no state, in progress and completed, and no other; Match takes records after
+// the cursor only, and created strictly before CreatedBefore.
+func TestListBoundsStateAndMatch(t *testing.T) {
+	for _, st := range []idem.State{0, idem.StateInProgress, idem.StateCompleted} {
+		if _, err := (idem.ListQuery{State: st}).Bounds(); err != nil {
+			t.Errorf("Bounds with state %v: %v", st, err)
+		}
+	}
+	for _, st := range []idem.State{idem.StateCompleted + 1, 255} {
+		if _, err := (idem.ListQuery{State: st}).Bounds(); !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("Bounds with state %v = %v, want ErrInvalidInput", st, err)
+		}
+	}
+	b, err := idem.ListQuery{Cursor: idem.ListCursor("k2")}.Bounds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"k1": false, "k2": false, "k3": true} {
+		if got := b.Match(key, idem.StateCompleted, 1); got != want {
+			t.Errorf("after cursor k2, Match(%q) = %t, want %t", key, got, want)
+		}
+	}
+	b = idem.ListBounds{CreatedBefore: 100}
+	for created, want := range map[int64]bool{99: true, 100: false, 101: false} {
+		if got := b.Match("k", idem.StateCompleted, created); got != want {
+			t.Errorf("CreatedBefore 100, Match(created %d) = %t, want %t", created, got, want)
+		}
+	}
+	if !(idem.ListBounds{}).Match("k", idem.StateInProgress, 5) {
+		t.Error("empty bounds do not match a record")
+	}
+}
+
 func TestListBoundsPrefixRange(t *testing.T) {
 	for _, tc := range []struct{ prefix, to string }{
 		{"", ""},
@@ -60,7 +93,17 @@ func TestDecodeResponseHead(t *testing.T) {
 	if err != nil || r.Status != 0 || r.BodyOmitted {
 		t.Fatalf("DecodeResponseHead(empty response) = %+v, %v", r, err)
 	}
-	for _, b := range [][]byte{nil, {1}, {2, 0, 200}, {1, 0, 0xff}} {
+	// Three bytes hold the head of a status below 128; 999 is the largest status.
+	for _, st := range []int{100, 999} {
+		enc := idem.EncodeResponse(idem.Response{Status: st})
+		head := enc[:min(len(enc), 3+st/128)]
+		if r, err := idem.DecodeResponseHead(head); err != nil || r.Status != st {
+			t.Errorf("DecodeResponseHead(%x) = %+v, %v; want status %d", head, r, err, st)
+		}
+	}
+	// A status whose varint is cut short is corrupt, not 0.
+	cut := idem.EncodeResponse(idem.Response{Status: 201})[:3]
+	for _, b := range [][]byte{nil, {1}, {2, 0, 200}, {1, 0, 0xff}, cut} {
 		if _, err := idem.DecodeResponseHead(b); !errors.Is(err, idem.ErrCorruptRecord) {
 			t.Errorf("DecodeResponseHead(%x) = %v, want ErrCorruptRecord", b, err)
 		}

@@ -88,6 +88,8 @@ func TestWithRouteCleans(t *testing.T) {
 		{long, strings.Repeat("a", idem.MaxRouteLen-1)}, // é would end past the limit
 		{"GET /caf\xff", "GET /caf\uFFFD"},
 		{"GET /a\x00b", "GET /a\uFFFDb"},
+		{"\x00GET /", "\uFFFDGET /"},                                                   // a NUL first is replaced too
+		{strings.Repeat("y", idem.MaxRouteLen), strings.Repeat("y", idem.MaxRouteLen)}, // exactly the limit: kept whole
 	} {
 		got := idem.RouteFromContext(idem.WithRoute(context.Background(), tc.in))
 		if got != tc.want || len(got) > idem.MaxRouteLen || !utf8.ValidString(got) {
