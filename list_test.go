@@ -41,6 +41,25 @@ func TestListBoundsStateAndMatch(t *testing.T) {
 	}
 }
 
+// Page keeps the first Limit records read, with a cursor after the last of them only when
+// the store read more than Limit.
+func TestListBoundsPage(t *testing.T) {
+	b, err := idem.ListQuery{Limit: 2}.Bounds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []idem.Record{{Key: "a"}, {Key: "b"}, {Key: "c"}}
+	if p := b.Page(recs[:2]); len(p.Records) != 2 || p.Next != "" {
+		t.Errorf("Page of exactly Limit records = %d records, cursor %q; want 2, none", len(p.Records), p.Next)
+	}
+	if p := b.Page(recs); len(p.Records) != 2 || p.Records[1].Key != "b" || p.Next != idem.ListCursor("b") {
+		t.Errorf("Page of Limit+1 records = %+v, cursor %q; want a, b and the cursor after b", p.Records, p.Next)
+	}
+	if p := b.Page(nil); len(p.Records) != 0 || p.Next != "" {
+		t.Errorf("Page of nothing = %+v", p)
+	}
+}
+
 func TestListBoundsPrefixRange(t *testing.T) {
 	for _, tc := range []struct{ prefix, to string }{
 		{"", ""},

@@ -218,9 +218,11 @@ func TestWrap(t *testing.T) {
 	if _, err := charge(ctx, order{}); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("empty key: %v", err)
 	}
-	bad := idem.Wrap(eng, "a|b", func(o order) string { return o.ID }, chargeOrder)
-	if _, err := bad(ctx, order{ID: "1"}); !errors.Is(err, idem.ErrInvalidInput) {
-		t.Fatalf("bad name: %v", err)
+	for _, name := range []string{"a|b", "|a", "a|", ""} {
+		bad := idem.Wrap(eng, name, func(o order) string { return o.ID }, chargeOrder)
+		if _, err := bad(ctx, order{ID: "1"}); !errors.Is(err, idem.ErrInvalidInput) {
+			t.Fatalf("name %q: %v", name, err)
+		}
 	}
 	if c := calls.Load(); c != 2 {
 		t.Fatalf("calls %d, want 2", c)
