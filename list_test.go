@@ -39,6 +39,12 @@ func TestListBoundsStateAndMatch(t *testing.T) {
 	if !(idem.ListBounds{}).Match("k", idem.StateInProgress, 5) {
 		t.Error("empty bounds do not match a record")
 	}
+	b = idem.ListBounds{State: idem.StateInProgress}
+	for st, want := range map[idem.State]bool{idem.StateInProgress: true, idem.StateCompleted: false} {
+		if got := b.Match("k", st, 1); got != want {
+			t.Errorf("state in progress, Match(state %v) = %t, want %t", st, got, want)
+		}
+	}
 }
 
 // Page keeps the first Limit records read, with a cursor after the last of them only when
