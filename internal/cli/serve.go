@@ -253,15 +253,17 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	buf := newLogBuffer(e.stderr)
 	stopFlush := buf.start()
 	defer stopFlush()
-	log := newLogger(buf, cfg.LogFormat, cfg.LogLevel)
-	log = slog.New(flushHandler{log.Handler(), buf})
+	logAt := func(level string) *slog.Logger {
+		return slog.New(flushHandler{newLogger(buf, cfg.LogFormat, level).Handler(), buf})
+	}
+	log := logAt(cfg.LogLevel)
 	// The store clients' own lines (go-redis, the MySQL driver, the AWS SDK) come out in the
 	// same format. While serve waits for the store, those below error only repeat, four or
 	// five times an attempt, the cause that each "store unreachable" line gives: they are
 	// dropped then, unless the level is debug.
 	clients := log
-	if cfg.LogLevel != "debug" {
-		clients = slog.New(minLevel{log.Handler(), slog.LevelError})
+	if !log.Enabled(ctx, slog.LevelDebug) {
+		clients = logAt("error")
 	}
 	storeurl.SetLogger(clients)
 	if path := e.getenv("IDEM_CPUPROFILE"); path != "" {
@@ -279,25 +281,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	ctx, second, stop := signalContext(ctx)
 	defer stop()
 	return serve(ctx, second, cfg, log, func(serveAddrs) { storeurl.SetLogger(log) }, con)
-}
-
-// minLevel is a handler that drops records below min (Enabled reports false for them, and
-// slog.Logger asks before it calls Handle).
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(attrs), h.min}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.min}
 }
 
 // serveAddrs is where serve listens, for its ready callback.
