@@ -55,7 +55,7 @@ type SQLConfig struct {
 	Run time.Duration
 	// Rounds is how many times every run is repeated, the sizes interleaved. Default 3.
 	Rounds int
-	// Warmup is how many rounds run first, uncounted. Default 1; negative: none. A table just
+	// Warmup is how many rounds run first, uncounted (retentionbench runs one). A table just
 	// filled in key order has full pages, so the first new keys split pages at every insert,
 	// and their writes run beside the next runs: a table that has been serving for a while is
 	// past that, and the counted rounds measure it so.
@@ -79,7 +79,7 @@ func (c SQLConfig) withDefaults() SQLConfig {
 	c.MySQLDSN = cmp.Or(c.MySQLDSN, "root@tcp(127.0.0.1:3306)/test")
 	c.Run = cmp.Or(c.Run, 5*time.Second)
 	c.Rounds = cmp.Or(c.Rounds, 3)
-	c.Warmup = max(0, cmp.Or(c.Warmup, 1))
+	c.Warmup = max(0, c.Warmup)
 	c.Clients = cmp.Or(c.Clients, 16)
 	if c.Progress == nil {
 		c.Progress = io.Discard

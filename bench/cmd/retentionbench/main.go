@@ -37,9 +37,6 @@ func main() {
 }
 
 func mainErr(ctx context.Context, sizes, engines string, run time.Duration, rounds, warmup, clients int, dir string, keep bool, redisN int) error {
-	if warmup == 0 {
-		warmup = -1 // SQLConfig's zero is the default, one round
-	}
 	cfg := retention.SQLConfig{Run: run, Rounds: rounds, Warmup: warmup, Clients: clients, SQLiteDir: dir, Keep: keep, Progress: os.Stderr,
 		PostgresURL: os.Getenv("IDEM_POSTGRES_URL"), MySQLDSN: os.Getenv("IDEM_MYSQL_URL")}
 	for _, s := range strings.Split(sizes, ",") {
