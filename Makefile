@@ -63,7 +63,8 @@ FUZZ_TARGETS := \
 	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize ./gateway:FuzzGatewayRequest \
 	./idemclient:FuzzRetryAfter ./consumer/sqs:FuzzUnwrapSNS \
 	./store/sqlitestore:FuzzStoredRecord ./store/redisstore:FuzzDecodeRecord ./store/dynamostore:FuzzDecodeItem \
-	./idemlambda:FuzzKeyPath
+	./idemlambda:FuzzKeyPath \
+	.:FuzzScopedKey
 
 fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 	@set -e; for t in $(FUZZ_TARGETS); do \
