@@ -66,9 +66,10 @@
 // Without the bound, the claim of an invocation killed at its timeout would stay in flight for a
 // whole engine lease after the function is gone, and a retry in that time would fail for
 // nothing (this is what Powertools' in-progress expiry, taken from the Lambda context's
-// remaining time, is for). The margin (DefaultLeaseMargin, 3s) keeps the claim from becoming
-// free while the function may still run: Lambda stops a function a little after its deadline,
-// not at it, and the instance that handles the retry reads its own clock. A function that
+// remaining time, is for). The margin (DefaultLeaseMargin, 500ms) covers the clock error
+// between the Lambda service, which sets the deadline, and the instances that run the
+// invocation and its retry: Lambda stops the function at its deadline, so nothing of it runs
+// later, and a retry sent right after a timeout finds the key free half a second later. A function that
 // returns completes or releases its claim, so the bound only matters for invocations that die.
 // Keep the engine's Wait shorter than the function's timeout: a duplicate that waits for the
 // first one's result waits within its own invocation.

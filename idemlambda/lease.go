@@ -12,7 +12,20 @@ import (
 
 // DefaultLeaseMargin is the default Options.LeaseMargin and ProxyOptions.LeaseMargin: how long
 // after the invocation's deadline its claim still holds.
-const DefaultLeaseMargin = 3 * time.Second
+//
+// The margin does not have to cover the handler running late: Lambda ends an invocation at its
+// deadline (the function is stopped and its execution environment reset; nothing of the handler
+// runs on after it). What it covers is clock error. The deadline comes from the Lambda service,
+// in whole milliseconds (Lambda-Runtime-Deadline-Ms); the claim's lease end is computed from it
+// on the instance that ran the handler; and the retry, on any instance, compares it with its own
+// clock. Lambda's hosts keep their clocks with the Amazon Time Sync Service, whose error is in
+// the order of a millisecond, so 500 ms covers that, the truncation to milliseconds and a
+// scheduling pause with room to spare, while a retry sent right after a timeout waits half a
+// second for the key, not seconds (give the engine a Wait of a second or more and the retry is
+// served rather than refused with idem.ErrInFlight). Raise it where clocks are not kept (a
+// Runtime API emulator on another machine, a function whose effects outlive the invocation, such
+// as an asynchronous call it started).
+const DefaultLeaseMargin = 500 * time.Millisecond
 
 // A claim made in an invocation is bounded by the invocation: Lambda puts its deadline in the
 // handler's context, and stops the function when it is reached. So the lease a claim takes (and
@@ -24,11 +37,10 @@ const DefaultLeaseMargin = 3 * time.Second
 // The upper bound matters when the invocation is killed at its timeout: nothing will ever
 // complete or release its claim, and the retry Lambda (or the client) sends must not find the
 // key in flight for a full engine lease after the function is gone. The margin matters the
-// other way: the claim must not become free while the handler may still run, and Lambda stops
-// a function a little after its deadline, not at it (well under a second in practice); the
-// margin also covers the difference between this instance's clock and the clock of the instance
-// that handles the retry. A function that returns normally completes or releases its claim
-// first, so the bound only shows for invocations that die.
+// other way: the claim must not become free while the handler may still run, and the instance
+// that handles the retry reads its own clock (see DefaultLeaseMargin). A function that returns
+// normally completes or releases its claim first, so the bound only shows for invocations that
+// die.
 
 // bound is one invocation's limit on its claim, carried to the store through the context, and
 // what the store said when the claim was released.
