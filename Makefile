@@ -63,7 +63,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize ./gateway:FuzzGatewayRequest \
 	./idemclient:FuzzRetryAfter ./consumer/sqs:FuzzUnwrapSNS \
 	./store/sqlitestore:FuzzStoredRecord ./store/redisstore:FuzzDecodeRecord ./store/dynamostore:FuzzDecodeItem \
-	./idemlambda:FuzzKeyPath \
+	./idemlambda:FuzzKeyPath ./idemlambda:FuzzKeyEncoding \
 	.:FuzzScopedKey
 
 fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
