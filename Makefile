@@ -50,8 +50,8 @@ chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS per store, default 10000
 chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQL, Redis) under every fault class, and the unfenced store that must fail.
 	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-2000} $(GO) test -tags chaos -count=1 -v -timeout 30m -run 'TestChaos' ./internal/chaos/
 
-chaos-consumers-short: services ## Consumer chaos run for CI: 300 facts per broker (NATS JetStream, RabbitMQ) and mode (transaction, engine) under every fault, and the planted consumer bugs that must fail (~3 min).
-	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_FACTS=$${IDEM_CCHAOS_FACTS:-300} $(GO) test -tags chaos -count=1 -v -timeout 15m -run 'TestConsumerChaos' ./internal/consumerchaos/
+chaos-consumers-short: services ## Consumer chaos run for CI: 200 facts per broker (NATS JetStream, RabbitMQ, Redis Streams, SQS) and mode (transaction, engine) under every fault, and planted consumer bugs that must fail (~3 min).
+	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_FACTS=$${IDEM_CCHAOS_FACTS:-200} $(GO) test -tags chaos -count=1 -v -timeout 15m -run 'TestConsumerChaos' ./internal/consumerchaos/
 
 chaos-consumers: services ## Consumer chaos run, long form: IDEM_CCHAOS_FACTS per broker and mode (default 5000); the verdict must be all zeros.
 	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_FACTS=$${IDEM_CCHAOS_FACTS:-5000} $(GO) test -tags chaos -count=1 -v -timeout 3h -run 'TestConsumerChaos$$' ./internal/consumerchaos/

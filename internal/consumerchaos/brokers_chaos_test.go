@@ -6,12 +6,19 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -161,4 +168,107 @@ func hostPort(raw, port string) string {
 		return u.Hostname() + ":" + port
 	}
 	return u.Host
+}
+
+type redisBroker struct {
+	addr, stream string
+	rdb          *redis.Client
+}
+
+func newRedis(t *testing.T, id string) broker {
+	addr := testenv.RedisAddr(t)
+	if addr == "" {
+		return nil
+	}
+	b := &redisBroker{addr: addr, stream: "cchaos:" + id, rdb: redis.NewClient(&redis.Options{Addr: addr})}
+	if err := b.rdb.XGroupCreateMkStream(context.Background(), b.stream, "work", "0").Err(); err != nil {
+		t.Fatalf("create group: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = b.rdb.Del(context.Background(), b.stream).Err()
+		_ = b.rdb.Close()
+	})
+	return b
+}
+
+func (b *redisBroker) Addr() string            { return b.addr }
+func (b *redisBroker) URL(relay string) string { return relay }
+func (b *redisBroker) Target() string          { return b.stream }
+
+// Publish adds an entry; its entry id is the transport id (msgID goes in a field of its own).
+func (b *redisBroker) Publish(ctx context.Context, body []byte, msgID string) error {
+	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: []any{"body", body, "msg", msgID}}).Err()
+}
+
+// Pending is the group's entries delivered and not acked, plus those not yet delivered.
+func (b *redisBroker) Pending(ctx context.Context) (int, error) {
+	gs, err := b.rdb.XInfoGroups(ctx, b.stream).Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, g := range gs {
+		if g.Name == "work" {
+			return int(g.Pending + max(g.Lag, 0)), nil
+		}
+	}
+	return 0, fmt.Errorf("no group in %s", b.stream)
+}
+
+type sqsBroker struct {
+	endpoint, queueURL string
+	api                *awssqs.Client
+}
+
+// sqsEndpoint is IDEM_SQS_ENDPOINT (default the local fauxqs server).
+func sqsEndpoint(t *testing.T) string {
+	return testenv.Service(t, "SQS (fauxqs)", "IDEM_SQS_ENDPOINT", "http://127.0.0.1:4566", testenv.HostPort("4566"))
+}
+
+func newSQS(t *testing.T, id string) broker {
+	endpoint := sqsEndpoint(t)
+	if endpoint == "" {
+		return nil
+	}
+	b := &sqsBroker{endpoint: endpoint, api: awssqs.NewFromConfig(sqs.Config(sqs.ConfigOptions{Endpoint: endpoint}))}
+	ctx := context.Background()
+	out, err := b.api.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("cchaos-" + id),
+		Attributes: map[string]string{"VisibilityTimeout": "3"}})
+	if err != nil {
+		t.Fatalf("create queue: %v", err)
+	}
+	b.queueURL = *out.QueueUrl
+	t.Cleanup(func() {
+		_, _ = b.api.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(b.queueURL)})
+	})
+	return b
+}
+
+func (b *sqsBroker) Addr() string            { return hostPort(b.endpoint, "4566") }
+func (b *sqsBroker) URL(relay string) string { return withHost(b.endpoint, relay) }
+func (b *sqsBroker) Target() string          { return b.queueURL }
+
+// Publish sends a message; SQS gives it a message id of its own (msgID goes in an attribute).
+func (b *sqsBroker) Publish(ctx context.Context, body []byte, msgID string) error {
+	_, err := b.api.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(b.queueURL), MessageBody: aws.String(string(body)),
+		MessageAttributes: map[string]sqstypes.MessageAttributeValue{"msg": {DataType: aws.String("String"), StringValue: aws.String(msgID)}}})
+	return err
+}
+
+// Pending is the queue's visible, hidden (received, not deleted) and delayed messages.
+func (b *sqsBroker) Pending(ctx context.Context) (int, error) {
+	out, err := b.api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(b.queueURL),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range out.Attributes {
+		k, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
 }

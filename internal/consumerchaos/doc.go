@@ -9,12 +9,13 @@
 //
 // # Running
 //
-//	make chaos-consumers-short           # 300 facts per broker and mode, and the planted bugs
+//	make chaos-consumers-short           # 200 facts per broker and mode, and the planted bugs
 //	make chaos-consumers                 # 5,000 facts per broker and mode
 //
 // Environment: IDEM_CCHAOS_FACTS (facts per broker and mode), IDEM_CCHAOS_BROKERS (a comma
-// list of nats, amqp; default both), IDEM_CCHAOS_MODES (tx, engine; default both),
-// IDEM_CCHAOS_SEED, and the services' usual IDEM_POSTGRES_URL, IDEM_NATS_URL, IDEM_AMQP_URL.
+// list of nats, amqp, redis, sqs; default all), IDEM_CCHAOS_MODES (tx, engine; default
+// both), IDEM_CCHAOS_SELFTEST_FACTS (facts per planted bug, default 150), and the services'
+// usual IDEM_POSTGRES_URL, IDEM_NATS_URL, IDEM_AMQP_URL, IDEM_REDIS_ADDR, IDEM_SQS_ENDPOINT.
 //
 // # Faults
 //

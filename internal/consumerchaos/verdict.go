@@ -196,6 +196,41 @@ func (j *judge) explain(prev, next Effect) string {
 	return ""
 }
 
+// nearby describes, for diagnosis, what the two workers logged and suffered around two
+// executions of a fact, with times relative to the first.
+func (j *judge) nearby(prev, next Effect) string {
+	rel := func(t time.Time) string { return fmt.Sprintf("%+dms", t.Sub(prev.At).Milliseconds()) }
+	from, to := prev.At.Add(-2*j.lease), next.At.Add(j.lease)
+	var parts []string
+	for _, w := range []string{prev.Worker, next.Worker} {
+		for _, d := range j.deliveries[[2]string{prev.Fact, w}] {
+			parts = append(parts, fmt.Sprintf("%s %s at %s (unstored %v, takeover %v)", w, d.Outcome, rel(d.At), d.Unstored, d.Takeover))
+		}
+		for _, k := range j.kills[w] {
+			if !k.Before(from) && !k.After(to) {
+				parts = append(parts, fmt.Sprintf("%s killed at %s", w, rel(k)))
+			}
+		}
+		for _, p := range j.pauses[w] {
+			if !p.To.Before(from) && !p.From.After(to) {
+				parts = append(parts, fmt.Sprintf("%s stopped from %s to %s", w, rel(p.From), rel(p.To)))
+			}
+		}
+		if w == next.Worker {
+			break
+		}
+	}
+	for _, c := range j.h.Cuts {
+		if !c.At.Before(from) && !c.At.After(to) {
+			parts = append(parts, fmt.Sprintf("%s cut at %s", c.What, rel(c.At)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(parts, "; ") + "]"
+}
+
 // Judge computes the verdict of h.
 func Judge(h History) Verdict {
 	j := &judge{h: h, lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
@@ -271,8 +306,8 @@ func Judge(h History) Verdict {
 				case j.completed(prev):
 					why = "the earlier execution's record had been completed"
 				}
-				v.example("%s executed again by %s at %s after %s at %s: %s", f, next.Worker, next.At.Format(time.RFC3339Nano),
-					prev.Worker, prev.At.Format(time.RFC3339Nano), why)
+				v.example("%s executed again by %s at %s after %s at %s: %s%s", f, next.Worker, next.At.Format(time.RFC3339Nano),
+					prev.Worker, prev.At.Format(time.RFC3339Nano), why, j.nearby(prev, next))
 			}
 		}
 	}

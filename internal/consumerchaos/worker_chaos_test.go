@@ -17,15 +17,19 @@ import (
 	"syscall"
 	"time"
 
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/amqp"
 	"github.com/idemkit/idem/consumer/natsjs"
+	"github.com/idemkit/idem/consumer/redisstream"
+	"github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -50,6 +54,8 @@ const (
 	engineLease   = 2 * time.Second
 	natsAckWait   = 2 * time.Second
 	slowEffectFor = 2500 * time.Millisecond
+	redisMinIdle  = 2 * time.Second // the stream group's redelivery timeout
+	sqsVisibility = 3 * time.Second // whole seconds
 )
 
 type fact struct {
@@ -175,6 +181,10 @@ func workerMain() int {
 		err = consumeNATS(ctx, c, env("BROKER_URL"), env("TARGET"), bug)
 	case "amqp":
 		err = consumeAMQP(ctx, c, env("BROKER_URL"), env("TARGET"), bug)
+	case "redis":
+		err = consumeRedis(ctx, c, env("BROKER_URL"), env("TARGET"), name)
+	case "sqs":
+		err = consumeSQS(ctx, c, env("BROKER_URL"), env("TARGET"))
 	default:
 		err = fmt.Errorf("unknown broker %q", env("BROKER"))
 	}
@@ -272,6 +282,40 @@ func consumeAMQP(ctx context.Context, c *consumer.Consumer, url, queue, bug stri
 		}()
 		if ctx.Err() == nil {
 			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// consumeRedis runs a redisstream.Worker until ctx is done; the client reconnects through the
+// relay's cuts.
+func consumeRedis(ctx context.Context, c *consumer.Consumer, addr, stream, name string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second})
+	defer rdb.Close()
+	w, err := redisstream.NewWorker(rdb, c, redisstream.Options{Stream: stream, Group: "work", Consumer: name,
+		Concurrency: workerConc, Block: 200 * time.Millisecond, MinIdle: redisMinIdle, ClaimEvery: 200 * time.Millisecond, Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if err := w.Run(ctx); err != nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// consumeSQS runs an sqs.Worker until ctx is done.
+func consumeSQS(ctx context.Context, c *consumer.Consumer, endpoint, queueURL string) error {
+	api := awssqs.NewFromConfig(sqs.Config(sqs.ConfigOptions{Endpoint: endpoint}))
+	w, err := sqs.NewWorker(api, c, sqs.WorkerOptions{QueueURL: queueURL, WaitTime: time.Second,
+		VisibilityTimeout: sqsVisibility, Concurrency: workerConc, Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if err := w.Run(ctx); err != nil {
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return nil
