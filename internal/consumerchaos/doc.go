@@ -47,8 +47,9 @@
 // re-execution is ever excused. In engine mode the effect is outside the store, and a
 // re-execution is excused only when the execution before it was never completed (its worker
 // logged no completed Processed result for it) and its worker was killed, or stopped past its
-// lease, between that execution and half a lease before the next one, or logged that the
-// completion could not be stored (consumer.Result.Err with Processed); or when the
-// re-execution was run by a worker just resumed from a stop past its lease. Each excuse is
-// counted separately.
+// lease, between that execution and half a lease before the next one (or before a store cut
+// in the half lease before the kill or stop, after which a renewal of its claim may have
+// failed), or logged that the completion could not be stored (consumer.Result.Err with
+// Processed); or when the re-execution was run by a worker just resumed from a stop past its
+// lease. Each excuse is counted separately.
 package consumerchaos

@@ -296,9 +296,10 @@ func (r *run) faults(pubDone <-chan struct{}) {
 				from := time.Now()
 				_ = p.cmd.Process.Signal(syscall.SIGSTOP)
 				time.Sleep(engineLease + time.Duration(300+mrand.IntN(1200))*time.Millisecond)
+				to := time.Now() // before the signal: the worker may act before this goroutine runs again
 				_ = p.cmd.Process.Signal(syscall.SIGCONT)
 				r.mu.Lock()
-				r.hist.Pauses = append(r.hist.Pauses, consumerchaos.Pause{Worker: p.name, From: from, To: time.Now()})
+				r.hist.Pauses = append(r.hist.Pauses, consumerchaos.Pause{Worker: p.name, From: from, To: to})
 				r.mu.Unlock()
 				pmu.Lock()
 				paused = false

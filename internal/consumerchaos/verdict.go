@@ -166,13 +166,28 @@ func (j *judge) unstored(e Effect) bool {
 	})
 }
 
+// lastRenewal is how early a holder stopped at t may have renewed its claim for the last
+// time: t itself, or the earliest store cut in the half lease before t (a renewal due after a
+// cut may have failed, and the next comes a third of a lease later). A takeover comes a lease
+// after the last renewal; the verdict allows from half a lease on.
+func (j *judge) lastRenewal(t time.Time) time.Time {
+	last := t
+	for _, c := range j.h.Cuts {
+		if c.What == "store" && c.At.Before(last) && !c.At.Before(t.Add(-j.lease/2)) {
+			last = c.At
+		}
+	}
+	return last
+}
+
 func (j *judge) explain(prev, next Effect) string {
 	if j.h.Mode != Engine {
 		return "" // transaction mode: the effect commits with its completion, or not at all
 	}
 	// A worker resumed from a stop past its lease may write the effect of a claim that was
-	// taken over meanwhile (the handler was already running when it stopped).
-	if slices.ContainsFunc(j.pauses[next.Worker], func(p Pause) bool {
+	// taken over meanwhile (the handler was already running when it stopped); its completion
+	// is then refused.
+	if !j.completed(next) && slices.ContainsFunc(j.pauses[next.Worker], func(p Pause) bool {
 		return p.To.Sub(p.From) >= j.lease && !p.To.After(next.At) && !p.To.Before(next.At.Add(-j.inFlight))
 	}) {
 		return "pause"
@@ -181,12 +196,12 @@ func (j *judge) explain(prev, next Effect) string {
 		return ""
 	}
 	if slices.ContainsFunc(j.kills[prev.Worker], func(t time.Time) bool {
-		return !t.Before(prev.At.Add(-j.inFlight)) && !t.After(next.At.Add(-j.lease/2))
+		return !t.Before(prev.At.Add(-j.inFlight)) && !j.lastRenewal(t).After(next.At.Add(-j.lease/2))
 	}) {
 		return "crash"
 	}
 	if slices.ContainsFunc(j.pauses[prev.Worker], func(p Pause) bool {
-		return p.To.Sub(p.From) >= j.lease && !p.To.Before(prev.At.Add(-j.inFlight)) && !p.From.After(next.At.Add(-j.lease/2))
+		return p.To.Sub(p.From) >= j.lease && !p.To.Before(prev.At.Add(-j.inFlight)) && !j.lastRenewal(p.From).After(next.At.Add(-j.lease/2))
 	}) {
 		return "pause"
 	}

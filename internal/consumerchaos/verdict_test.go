@@ -65,6 +65,11 @@ func TestJudgeCountsViolations(t *testing.T) {
 			h.Pauses = append(h.Pauses, consumerchaos.Pause{Worker: "w0", From: at(1), To: at(1500)})
 			h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w1", At: at(3000)})
 		}, func(v consumerchaos.Verdict) bool { return v.UnexplainedDoubles == 1 && v.PauseTakeovers == 0 }},
+		{"a worker resumed from a pause completes a claim it no longer held", func(h *consumerchaos.History) {
+			h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w1", At: at(3000)})
+			h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w1", At: at(3005), Outcome: "processed"})
+			h.Pauses = append(h.Pauses, consumerchaos.Pause{Worker: "w1", From: at(-2000), To: at(2990)})
+		}, func(v consumerchaos.Verdict) bool { return v.UnexplainedDoubles == 1 && v.PauseTakeovers == 0 }},
 		{"transaction mode excuses nothing", func(h *consumerchaos.History) {
 			h.Mode = consumerchaos.Tx
 			h.Deliveries = h.Deliveries[1:]
@@ -139,5 +144,25 @@ func TestJudgeExcusesDocumentedWindows(t *testing.T) {
 				t.Fatalf("transaction mode: verdict %+v", v)
 			}
 		})
+	}
+}
+
+// A holder killed just under half a lease before the takeover is excused only when a store
+// cut shortly before the kill may have made its last renewal fail.
+func TestJudgeKillAfterStoreCut(t *testing.T) {
+	h := base()
+	h.Deliveries = h.Deliveries[1:]
+	h.Kills = append(h.Kills, consumerchaos.Kill{Worker: "w0", At: at(1100), Where: "random"})
+	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w1", At: at(2090)})
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("without a cut: %+v", v)
+	}
+	h.Cuts = append(h.Cuts, consumerchaos.Cut{At: at(500), What: "broker"})
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("with a broker cut: %+v", v)
+	}
+	h.Cuts = append(h.Cuts, consumerchaos.Cut{At: at(500), What: "store"})
+	if v := consumerchaos.Judge(h); !v.OK() || v.CrashTakeovers != 1 {
+		t.Fatalf("with a store cut: %+v", v)
 	}
 }
