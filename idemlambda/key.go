@@ -88,13 +88,13 @@ func encodeTuple(vs []any) string {
 	return b.String()
 }
 
-// storageKey is name, '|' and the encoded key, or the encoding's SHA-256 when it does not fit
+// storageKey is the encoded key in the function's scope (idem.ScopedKey: name, '|', key), or the encoding's SHA-256 when it does not fit
 // a storage key.
 func storageKey(name, enc string) string {
-	k := name + "|" + enc
+	k := idem.ScopedKey(name, enc)
 	if idem.CheckKey(k) != nil {
 		sum := sha256.Sum256([]byte(enc))
-		k = name + "|#sha256:" + hex.EncodeToString(sum[:])
+		k = idem.ScopedKey(name, "#sha256:"+hex.EncodeToString(sum[:]))
 	}
 	return k
 }

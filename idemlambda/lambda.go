@@ -91,7 +91,8 @@ type Options struct {
 	FingerprintPath string
 	// Name keeps the keys of different functions apart: the storage key is Name, '|', key.
 	// Default: the function's name (the AWS_LAMBDA_FUNCTION_NAME environment variable), or
-	// "lambda" where it is not set. It must not contain '|'.
+	// "lambda" where it is not set. It is the key's scope (idem.ScopedKey), so it must be a
+	// valid one (idem.CheckScope): no '|', no control characters, at most idem.MaxScopeLen bytes.
 	Name string
 	// RequireKey makes an event without a key fail with ErrMissingKey. Default false: the
 	// handler runs for it without protection, and a warning is logged.
@@ -161,8 +162,8 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	if opt.Name == "" {
 		opt.Name = "lambda"
 	}
-	if strings.IndexByte(opt.Name, '|') >= 0 {
-		return nil, fmt.Errorf("%w: Options.Name %q contains '|'", ErrOptions, opt.Name)
+	if err := idem.CheckScope(opt.Name); err != nil {
+		return nil, fmt.Errorf("%w: Options.Name: %v", ErrOptions, err)
 	}
 	var lease *leaser
 	if !off {
