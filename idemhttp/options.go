@@ -134,6 +134,11 @@ type Options struct {
 	// OnEvent, if set, is called once per request, after the response is written, with what
 	// happened (see Event). It runs on the request's goroutine: keep it fast.
 	OnEvent func(Event)
+
+	// FormatProblem, if set, writes the middleware's refusals (400, 409, 413, 422, 500, 503
+	// and the replay of a response that was not retained) in the API's own error shape
+	// instead of application/problem+json. Default nil: RFC 9457 problem+json.
+	FormatProblem ProblemFormatter
 	// Logger receives warnings: store failures, fail-open requests, results that could not be
 	// stored, handler panics. Default slog.Default().
 	Logger *slog.Logger
