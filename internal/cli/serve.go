@@ -419,6 +419,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		log.Warn("second signal: ending the upstream calls still out; their keys follow --uncertain", "uncertain", cfg.Uncertain)
 		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		g.Abort(actx)
+		_ = srv.Shutdown(actx) // the answers just written reach their clients
 		cancel()
 		srv.Close()
 		if admin != nil {
@@ -451,6 +452,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		// --uncertain from the floor the drain gave them.
 		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		n := g.Abort(actx)
+		_ = srv.Shutdown(actx) // the answers just written reach their clients
 		cancel()
 		srv.Close()
 		log.Warn("drain did not finish in time: the requests still in flight were answered 503 and their keys follow --uncertain",
