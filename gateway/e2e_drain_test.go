@@ -204,7 +204,11 @@ func waitExit(t *testing.T, g *gw, within time.Duration) int {
 // answers every retry 409 for as long as the call may run (its deadline, 4s after it began),
 // and the upstream sees one effect. Before the fix, the claim lapsed a lease after the exit
 // and the retry ran the effect a second time.
-func deployRun(t *testing.T, store, policy string) {
+func deployRun(t *testing.T, store, policy string) { deployRunKilled(t, store, policy, false) }
+
+// deployRunKilled is deployRun; with killed, the process gets SIGKILL 300ms after SIGTERM, in
+// the middle of its drain, as a pod whose grace period ends does: the claim still holds.
+func deployRunKilled(t *testing.T, store, policy string, killed bool) {
 	effects, arrived, up := slowUpstream(t, 3*time.Second)
 	args := []string{"--upstream", up, "--store", store, "--uncertain", policy, "--lease", "1s",
 		"--upstream-timeout", "4s", "--shutdown-timeout", "500ms"}
@@ -221,12 +225,19 @@ func deployRun(t *testing.T, store, policy string) {
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := waitExit(t, g, 10*time.Second); code != 0 {
-		t.Fatalf("exit code %d after a drain that ran out of time, want 0", code)
-	}
-	a := <-res
-	if a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "shutting-down") {
-		t.Fatalf("the request cut by the drain: %d %s, want 503 shutting-down", a.status, a.body)
+	if killed {
+		time.Sleep(300 * time.Millisecond)
+		_ = g.cmd.Process.Kill()
+		waitExit(t, g, 10*time.Second)
+		<-res // the connection is cut without an answer
+	} else {
+		if code := waitExit(t, g, 10*time.Second); code != 0 {
+			t.Fatalf("exit code %d after a drain that ran out of time, want 0", code)
+		}
+		a := <-res
+		if a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "shutting-down") {
+			t.Fatalf("the request cut by the drain: %d %s, want 503 shutting-down", a.status, a.body)
+		}
 	}
 	g2 := startGateway(t, args...)
 	// Retry until the call's deadline has passed (and its effect has ended): never a second run.
@@ -252,7 +263,8 @@ func deployRun(t *testing.T, store, policy string) {
 }
 
 // TestBinaryDeployNeverTwice: a deploy whose drain ends before an upstream call does never
-// runs that effect twice, under each --uncertain policy, on SQLite and PostgreSQL.
+// runs that effect twice, under each --uncertain policy, on SQLite and PostgreSQL, nor when
+// the process is killed mid-drain.
 func TestBinaryDeployNeverTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("deploy runs take ~10s each")
@@ -264,6 +276,10 @@ func TestBinaryDeployNeverTwice(t *testing.T) {
 			deployRun(t, sqliteStore(t), policy)
 		})
 	}
+	t.Run("sqlite/hold/killed", func(t *testing.T) {
+		t.Parallel()
+		deployRunKilled(t, sqliteStore(t), "hold", true)
+	})
 	t.Run("postgres/hold", func(t *testing.T) {
 		t.Parallel()
 		deployRun(t, pgStore(t), "hold")
