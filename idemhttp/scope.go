@@ -34,6 +34,15 @@ var ErrInvalidScope = errors.New("idemhttp: invalid scope")
 // "" is the anonymous scope, shared by every request that has none.
 type ScopeFunc func(r *http.Request) (string, error)
 
+// SingleCaller is the Options.Scope of an API that one trusted caller is the only one to use: a
+// service of your own behind the middleware, never clients on the internet. Every request is
+// in the one scope "", so keys are global: any caller who sends another's key and body
+// receives the other's stored response. Choose it explicitly; with more than one caller, scope
+// by the caller's identity instead (KeyedHeaderScope, or a ScopeFunc of your own).
+func SingleCaller() ScopeFunc { return singleCaller }
+
+func singleCaller(*http.Request) (string, error) { return "", nil }
+
 // HeaderScope scopes requests by the value of the named header (such as X-API-Key or
 // Authorization), hashed with SHA-256 so that the credential itself reaches neither the store
 // nor the logs: the scope is the 64 hex digits of the hash. A request without the header is
