@@ -169,7 +169,10 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	scope := ""
 	if m.scope != nil {
 		scope, err = m.scope(c)
-		if err != nil || !idemhttp.ValidScope(scope) {
+		if err == nil {
+			err = idem.CheckScope(scope)
+		}
+		if err != nil {
 			m.log.Warn("idemfiber: could not scope the request", "method", c.Method(), "path", c.Path(), "err", err)
 			return probInvalidScope.write(c, "")
 		}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -228,8 +227,8 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	scope := ""
 	if s.opt.Scope != nil {
 		scope, err = s.opt.Scope(ctx)
-		if err == nil && !idemhttp.ValidScope(scope) {
-			err = idemhttp.ErrInvalidScope
+		if err == nil {
+			err = idem.CheckScope(scope)
 		}
 		if err != nil {
 			return nil, fail(codes.InvalidArgument, ReasonInvalidScope, "invalid scope: "+err.Error())
@@ -251,7 +250,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		reply    any
 		replyErr error
 	)
-	res, err := s.opt.Engine.Do(ctx, idemhttp.StorageKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
+	res, err := s.opt.Engine.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
 		cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 		if cs.ServerTransportStream != nil {
 			ctx = grpc.NewContextWithServerTransportStream(ctx, cs)
