@@ -315,6 +315,8 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 			return nil, errors.New("config: a scope header needs scope_secret or scope_secret_file (the key of its HMAC)")
 		}
 		opt.Scope = idemhttp.KeyedHeaderScope(h, g.secret)
+	} else {
+		opt.Scope = idemhttp.SingleCaller() // the configuration declared one trusted caller (scope: none)
 	}
 	if opt.Fingerprint == nil {
 		opt.Fingerprint = idemhttp.RawFingerprint
