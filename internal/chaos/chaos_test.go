@@ -63,7 +63,9 @@ func build(out, pkg string) error {
 	return nil
 }
 
-// allFaults are the fault classes; IDEM_CHAOS_FAULTS (a comma list) narrows a run to some.
+// allFaults are the fault classes a run has by default; IDEM_CHAOS_FAULTS (a comma list)
+// picks others. deploy (rolling restarts) is not among them yet: a gateway's drain that ends
+// while upstream calls are still out lets their claims lapse, and the class fails on that.
 var allFaults = []string{"kill", "pause", "store", "net", "upstream", "client", "release", "fence"}
 
 // newConfig reads the run's settings from the environment, for a store kind.
@@ -79,6 +81,7 @@ func newConfig(storeKind string) config {
 		pauseGap:    [2]time.Duration{2 * time.Second, 5 * time.Second},
 		tenants:     envInt("IDEM_CHAOS_TENANTS", 3),
 		fenceMin:    3,
+		fenceGap:    [2]time.Duration{time.Second, 3 * time.Second},
 	}
 	names := allFaults
 	if v := os.Getenv("IDEM_CHAOS_FAULTS"); v != "" {
@@ -162,7 +165,8 @@ func TestChaosPlantedBugsFail(t *testing.T) {
 					for _, f := range bug.faults {
 						cfg.faults[f] = true
 					}
-					cfg.fenceMin = envInt("IDEM_CHAOS_PLANTED_FENCES", 4)
+					cfg.fenceMin = envInt("IDEM_CHAOS_PLANTED_FENCES", 3)
+					cfg.fenceGap = [2]time.Duration{}
 					v := runChaos(t, cfg, bin, bug.prefix+"+")
 					if v.OK() || !bug.caught(v) {
 						t.Errorf("the planted store %s+%s was not caught where its bug lives (verdict OK: %v)", bug.prefix, kind, v.OK())
