@@ -77,6 +77,7 @@ type Gateway struct {
 	secret   []byte           // the key of the scope's HMAC
 
 	draining atomic.Bool // Drain was called: /readyz answers 503
+	drain    *drainer    // the upstream calls in flight, and the floors of their claims
 
 	// With OTLP export (Config.OTLPEndpoint): the providers flushed by Close, the engines'
 	// observer, and, with tracing, the gateway's handler under a server span continuing the
@@ -165,12 +166,14 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		return nil, err
 	}
 	instrumented := instrument(g.store, g.metrics.StoreSeconds)
+	g.drain = newDrainer(cfg.UncertainPolicy(), time.Duration(cfg.Lease), instrumented, g.log)
+	instrumented = &floorStore{Store: instrumented, rr: instrumented.(idem.RouteReserver), d: g.drain}
 	upstream, _ := url.Parse(cfg.Upstream)
 	transport := opt.Transport
 	if transport == nil {
 		transport = upstreamTransport()
 	}
-	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics)
+	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics, g.drain)
 	// One budget bounds the buffers of all routes together, not each route's alone. Its
 	// default is the middleware's: DefaultMemoryBudget, or 4 × the two body limits if larger.
 	budget := int64(cfg.MemoryBudget)
@@ -436,7 +439,12 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	r, _ = withOutcome(r)
+	r, o := withOutcome(r)
+	defer func() {
+		if !o.deadline.IsZero() { // the upstream call began (drainer.begin, in this goroutine)
+			g.drain.end(o)
+		}
+	}()
 	rt.handler.ServeHTTP(w, r)
 }
 
@@ -496,7 +504,28 @@ var ErrDraining = errors.New("gateway: draining for shutdown")
 // returns ErrDraining), so that load balancers stop sending it new requests, while the
 // requests it gets are still served. The host calls it on the first SIGTERM, before it stops
 // accepting connections and waits for the requests in flight. It cannot be undone.
-func (g *Gateway) Drain() { g.draining.Store(true) }
+//
+// Drain also makes sure that no claim lapses while its upstream call may still run, whenever
+// the process ends: every claim whose upstream call is out (now, or sent later) has its lease
+// extended once, with the store's Extend, to a floor that Config.Uncertain sets — hold: the
+// record's expiry (it stays held until `idem release`, as an uncertain outcome); expire: the
+// call's deadline plus the lease; release: the call's deadline plus a second — and the
+// heartbeat's later extensions never shorten it. A call that ends before the process does
+// completes or releases its claim as usual. Drain returns once the floors are written.
+func (g *Gateway) Drain() {
+	g.draining.Store(true)
+	g.drain.drain()
+}
+
+// Abort ends the upstream calls still out, for a drain that ran out of time (or a second
+// signal): each of their requests is answered 503 with ProblemShuttingDown, and its claim
+// follows Config.Uncertain from the floor Drain gave it (a release waits for the call's
+// deadline, by letting the lease lapse there). It waits until those requests' handlers have
+// returned, or ctx ends, and returns how many requests were in flight. Call Drain first.
+func (g *Gateway) Abort(ctx context.Context) int {
+	g.Drain()
+	return g.drain.abort(ctx)
+}
 
 // Ready reports whether the gateway should get traffic: ErrDraining after Drain, else the
 // store's error if it does not answer within 2 seconds.
