@@ -226,7 +226,7 @@ func runChaos(t *testing.T, cfg config, binary, storePrefix string) chaos.Verdic
 	_, _, unstored, _ := h.gatewayLogs()
 	v := chaos.Judge(chaos.History{Effects: h.up.effects(t), Answers: h.answers, Kills: h.kills, Pauses: h.pauses,
 		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Stalls: h.stalls, Unstored: unstored, Deploys: h.deploys,
-		Lease: cfg.lease})
+		Lease: cfg.lease, UpstreamTimeout: upstreamTimeout})
 	var b strings.Builder
 	v.Report(&b)
 	h.faultMix(&b, loadTime)

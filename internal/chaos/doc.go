@@ -47,7 +47,9 @@
 //     while the gateway's claim lands, another gateway takes the key over, and the first must
 //     be refused the extension it asks for before starting, and not start;
 //   - deploy: rolling restarts (SIGTERM, the gateway drains and exits, a new one starts), with
-//     a drain shorter than some upstream calls. A re-execution after a drain is never excused.
+//     a drain shorter than some upstream calls. A re-execution after a drain is not excused,
+//     except once the call the drain cut had reached its deadline and the lease had run out
+//     after it (the key kept as an uncertain outcome, then taken over): counted apart.
 //
 // Some effects are slow on purpose (0.2–1.5s; the fence class's take 1.2s), so that pauses,
 // deploys and takeovers land while effects run.
