@@ -63,10 +63,8 @@ func build(out, pkg string) error {
 	return nil
 }
 
-// allFaults are the fault classes a run has by default; IDEM_CHAOS_FAULTS (a comma list)
-// picks others. deploy (rolling restarts) is not among them yet: a gateway's drain that ends
-// while upstream calls are still out lets their claims lapse, and the class fails on that.
-var allFaults = []string{"kill", "pause", "store", "net", "upstream", "client", "release", "fence"}
+// allFaults are the fault classes; IDEM_CHAOS_FAULTS (a comma list) narrows a run to some.
+var allFaults = []string{"kill", "pause", "store", "net", "upstream", "client", "release", "fence", "deploy"}
 
 // newConfig reads the run's settings from the environment, for a store kind.
 func newConfig(storeKind string) config {

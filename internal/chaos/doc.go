@@ -16,7 +16,7 @@
 // postgres: a private PostgreSQL started with initdb on a free loopback port, so it can be
 // killed and restarted; redis: a private redis-server with an fsync-always append-only file;
 // sqlite: a file shared by the gateways, no store restarts; default postgres,redis),
-// IDEM_CHAOS_FAULTS (a comma list of fault classes, default all but deploy), IDEM_CHAOS_TENANTS
+// IDEM_CHAOS_FAULTS (a comma list of fault classes, default all), IDEM_CHAOS_TENANTS
 // (callers, each with its own scope header value, all sending the same keys and bodies; default
 // 3), IDEM_CHAOS_GATEWAYS (default 3), IDEM_CHAOS_CONCURRENCY (operations in flight, default
 // 48), IDEM_CHAOS_SEED, IDEM_CHAOS_PLANTED_OPS and IDEM_CHAOS_PLANTED_FENCES (a planted run's
