@@ -40,7 +40,7 @@ func TestFormatProblem(t *testing.T) {
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the server's Close, which waits for handlers
 	b := setup(t, st, idem.Options{StoreTimeout: 200 * time.Millisecond},
-		idemhttp.Options{RequireKey: true, MaxRequestBody: 16, MaxResponseBody: 8, FormatProblem: stripeShape},
+		idemhttp.Options{Scope: idemhttp.SingleCaller(), RequireKey: true, MaxRequestBody: 16, MaxResponseBody: 8, FormatProblem: stripeShape},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/slow" {
 				started <- struct{}{}
@@ -125,7 +125,7 @@ func TestFormatProblemNoContentType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = idemhttp.New(idemhttp.Options{Engine: eng,
+	_, err = idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.SingleCaller(),
 		FormatProblem: func(idemhttp.Problem) (string, []byte) { return "", []byte("x") }})
 	if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "FormatProblem") {
 		t.Fatalf("err %v, want ErrInvalidInput naming FormatProblem", err)

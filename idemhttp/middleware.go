@@ -86,7 +86,7 @@ func newMiddleware(opt Options) (*middleware, error) {
 		for _, p := range allProblems {
 			q := p.formatted(opt.FormatProblem)
 			if len(q.ct[0]) == 0 {
-				return nil, fmt.Errorf("%w: idemhttp: Options.FormatProblem returned no content type for %s", idem.ErrInvalidInput, p.typ)
+				return nil, fmt.Errorf("%w: Options.FormatProblem returned no content type for %s", ErrOptions, p.typ)
 			}
 			m.probs[p] = q
 		}
