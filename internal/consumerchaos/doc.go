@@ -14,8 +14,9 @@
 //
 // Environment: IDEM_CCHAOS_FACTS (facts per broker and mode), IDEM_CCHAOS_BROKERS (a comma
 // list of nats, amqp, redis, sqs; default all), IDEM_CCHAOS_MODES (tx, engine; default
-// both), IDEM_CCHAOS_SELFTEST_FACTS (facts per planted bug, default 150), and the services'
-// usual IDEM_POSTGRES_URL, IDEM_NATS_URL, IDEM_AMQP_URL, IDEM_REDIS_ADDR, IDEM_SQS_ENDPOINT.
+// both), IDEM_CCHAOS_SELFTEST_FACTS (facts per planted bug, default 150),
+// IDEM_CCHAOS_HISTORY (a directory where each run's history is written as JSON), and the
+// services' usual IDEM_POSTGRES_URL, IDEM_NATS_URL, IDEM_AMQP_URL, IDEM_REDIS_ADDR, IDEM_SQS_ENDPOINT.
 //
 // # Faults
 //

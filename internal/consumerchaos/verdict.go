@@ -150,34 +150,48 @@ type judge struct {
 	h               History
 	lease, inFlight time.Duration
 	deliveries      map[[2]string][]Delivery // by fact and worker
+	byFact          map[string][]Effect
 	kills           map[string][]time.Time
 	pauses          map[string][]Pause
 }
 
-func (j *judge) completed(e Effect) bool {
+// logged reports whether e's worker logged a Processed result, with or without an unstored
+// completion as unstored says, after e and before that worker's next execution of the fact
+// (whose result it would be).
+func (j *judge) logged(e Effect, unstored bool) bool {
+	var until time.Time
+	for _, o := range j.byFact[e.Fact] {
+		if o.Worker == e.Worker && o.At.After(e.At) && (until.IsZero() || o.At.Before(until)) {
+			until = o.At
+		}
+	}
 	return slices.ContainsFunc(j.deliveries[[2]string{e.Fact, e.Worker}], func(d Delivery) bool {
-		return d.Outcome == "processed" && !d.Unstored && !d.At.Before(e.At)
+		return d.Outcome == "processed" && d.Unstored == unstored && !d.At.Before(e.At) && (until.IsZero() || d.At.Before(until))
 	})
 }
 
-func (j *judge) unstored(e Effect) bool {
-	return slices.ContainsFunc(j.deliveries[[2]string{e.Fact, e.Worker}], func(d Delivery) bool {
-		return d.Outcome == "processed" && d.Unstored && !d.At.Before(e.At)
-	})
-}
+// completed reports whether e's completion was stored, as its worker logged.
+func (j *judge) completed(e Effect) bool { return j.logged(e, false) }
+
+// unstored reports whether e's worker logged that e's completion could not be stored.
+func (j *judge) unstored(e Effect) bool { return j.logged(e, true) }
 
 // lastRenewal is how early a holder stopped at t may have renewed its claim for the last
 // time: t itself, or the earliest store cut in the half lease before t (a renewal due after a
-// cut may have failed, and the next comes a third of a lease later). A takeover comes a lease
-// after the last renewal; the verdict allows from half a lease on.
+// cut may have failed, and the next comes a third of a lease later), or the earliest of a run
+// of such cuts. A takeover comes a lease after the last renewal; the verdict allows from half
+// a lease on.
 func (j *judge) lastRenewal(t time.Time) time.Time {
-	last := t
-	for _, c := range j.h.Cuts {
-		if c.What == "store" && c.At.Before(last) && !c.At.Before(t.Add(-j.lease/2)) {
-			last = c.At
+	// Cuts in a row, each within half a lease of the next, may have failed every renewal.
+	for moved := true; moved; {
+		moved = false
+		for _, c := range j.h.Cuts {
+			if c.What == "store" && c.At.Before(t) && !c.At.Before(t.Add(-j.lease/2)) {
+				t, moved = c.At, true
+			}
 		}
 	}
-	return last
+	return t
 }
 
 func (j *judge) explain(prev, next Effect) string {
@@ -284,6 +298,7 @@ func Judge(h History) Verdict {
 		published[f] = true
 	}
 	byFact := map[string][]Effect{}
+	j.byFact = byFact
 	for _, e := range h.Effects {
 		if !published[e.Fact] {
 			v.Phantoms++
