@@ -566,3 +566,33 @@ func (l *lineLog) line(s string) {
 		l.r.hist.Kills = append(l.r.hist.Kills, consumerchaos.Kill{Worker: l.worker, Where: f[1], At: at(f[2])})
 	}
 }
+
+// TestRejudge judges again the histories a run wrote (IDEM_CCHAOS_HISTORY), given as a glob
+// in IDEM_CCHAOS_REJUDGE, with the verdict as it is now.
+func TestRejudge(t *testing.T) {
+	pattern := os.Getenv("IDEM_CCHAOS_REJUDGE")
+	if pattern == "" {
+		t.Skip("IDEM_CCHAOS_REJUDGE names no histories")
+	}
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no history matches %q: %v", pattern, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h consumerchaos.History
+		if err := json.Unmarshal(b, &h); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		v := consumerchaos.Judge(h)
+		var buf bytes.Buffer
+		v.Report(&buf)
+		t.Logf("%s:\n%s", f, buf.String())
+		if !v.OK() {
+			t.Errorf("%s: the verdict is not all zeros", f)
+		}
+	}
+}
