@@ -57,6 +57,13 @@ type Options struct {
 	// CacheBytes bounds the memory of the cache (bodies, headers, keys). Default 64 MiB when
 	// CacheSize is set. A record larger than an eighth of it is not cached.
 	CacheBytes int64
+	// CacheOnComplete fills the cache with each result as it is stored, so the first duplicate
+	// that reaches this process is answered without a store round trip. For processes that see
+	// most of their own duplicates (a Lambda function instance retried in place, a consumer
+	// whose broker redelivers to it), at the cost of cache space for keys never replayed.
+	// Default false: the cache is filled by the first replay read from the store. Without
+	// CacheSize it does nothing.
+	CacheOnComplete bool
 	// StoreTimeout bounds the store calls made after the effect ran (complete, release),
 	// which run detached from the caller's context so a caller that gives up does not lose
 	// the result. Complete is retried on store errors within it. Default 10s.
@@ -415,8 +422,14 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 			effect.end(ev)
 			return result, err
 		}
-		// The cache is filled by the first replay read from the store, not here: most keys
-		// are never replayed, and the new-key path stays free of it.
+		// Unless asked, the cache is filled by the first replay read from the store, not here:
+		// most keys are never replayed, and the new-key path stays free of it.
+		if e.opt.CacheOnComplete && e.cache != nil {
+			stored := resp
+			e.cache.put(Record{Key: key, Fingerprint: res.Record.Fingerprint, State: StateCompleted, Token: token,
+				Attempts: res.Record.Attempts, Response: &stored, CreatedAt: res.Record.CreatedAt, CompletedAt: now,
+				ExpiresAt: expires, Route: res.Record.Route})
+		}
 		result.Kept, result.ExpiresAt = true, expires
 		ev.Outcome = OutcomeKept
 		effect.end(ev)

@@ -30,7 +30,10 @@ type Config struct {
 	// hashed with HMAC-SHA256 under ScopeSecret, so the scope in stored keys and logs cannot be
 	// turned back into the credential offline. It must carry a stable identity: a rotating
 	// bearer token is NOT a stable scope (a refreshed token makes a retry look like another
-	// tenant's first request). A request that sends it twice is refused (400). Either
+	// tenant's first request). A request that sends it twice is refused (400), and so is one
+	// that sends it spelled with underscores (X_API_KEY for X-API-Key, which servers that follow
+	// CGI's naming read as the same header: 400, problem type scope-header-spelling); a name
+	// with an underscore is refused at startup. Either
 	// ScopeHeader or Scope "none" is required: without a scope, one caller's key returns
 	// another's stored response.
 	ScopeHeader string `yaml:"scope_header"`
@@ -350,9 +353,15 @@ func (c Config) Validate() error {
 	case c.ScopeSecret != "" && len(c.ScopeSecret) < MinScopeSecret:
 		return fmt.Errorf("config: scope_secret has %d bytes, fewer than %d", len(c.ScopeSecret), MinScopeSecret)
 	}
+	if err := checkScopeHeader("config: scope_header", c.ScopeHeader); err != nil {
+		return err
+	}
 	needSecret := c.ScopeHeader != ""
-	for _, r := range c.Routes {
+	for i, r := range c.Routes {
 		needSecret = needSecret || r.ScopeHeader != ""
+		if err := checkScopeHeader(fmt.Sprintf("config: routes[%d] (%s %s): scope_header", i, r.Method, r.Path), r.ScopeHeader); err != nil {
+			return err
+		}
 	}
 	if needSecret && c.ScopeSecret == "" && c.ScopeSecretFile == "" {
 		return errors.New("config: a scope header needs scope_secret or scope_secret_file: the key of the HMAC that hides the header's value " +

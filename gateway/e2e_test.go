@@ -112,6 +112,7 @@ func startGateway(t *testing.T, args ...string) *gw {
 		}
 		select {
 		case err := <-g.done:
+			g.done <- err // for the cleanup, which waits for the exit
 			t.Fatalf("gateway exited: %v\n%s", err, g.log())
 		case <-time.After(50 * time.Millisecond):
 		}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemotel"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -79,12 +80,15 @@ type Gateway struct {
 	draining atomic.Bool // Drain was called: /readyz answers 503
 
 	// With OTLP export (Config.OTLPEndpoint): the providers flushed by Close, the engines'
-	// observer, and, with tracing, the gateway's handler under a server span continuing the
-	// caller's trace.
+	// observer, and the gateway's handler under a server span continuing the caller's trace
+	// (and measuring http.server.request.duration).
 	tracer   *sdktrace.TracerProvider
 	meter    *sdkmetric.MeterProvider
 	observer idem.Observer
 	traced   http.Handler
+	// traceUpstream wraps the upstream transport in a client span whose context is sent to
+	// the upstream, when tracing or OTLP metrics are on.
+	traceUpstream func(http.RoundTripper) http.RoundTripper
 }
 
 // route is a rule with its handler and what a request needs to be checked against it.
@@ -169,6 +173,9 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	transport := opt.Transport
 	if transport == nil {
 		transport = upstreamTransport()
+	}
+	if g.traceUpstream != nil {
+		transport = g.traceUpstream(transport)
 	}
 	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics)
 	// One budget bounds the buffers of all routes together, not each route's alone. Its
@@ -435,6 +442,9 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			g.refuse(w, r, http.StatusBadRequest, ProblemHopByHopIdentity, "The Connection header names "+name+", which identifies the request")
 			return
 		}
+	}
+	if g.traced != nil && rt != &g.fallback {
+		idemotel.Route(r.Context(), rt.rule.Path)
 	}
 	r, _ = withOutcome(r)
 	rt.handler.ServeHTTP(w, r)

@@ -138,8 +138,10 @@ func (g *Gateway) openTelemetry(ctx context.Context, cfg Config, opt Options, tr
 	if g.observer, err = idemotel.Observer(otelOpt); err != nil {
 		return fmt.Errorf("gateway: opentelemetry: %w", err)
 	}
-	if tracing {
-		g.traced = idemotel.Handler(http.HandlerFunc(g.serveHTTP), otelOpt)
-	}
+	// The server span (and http.server.request.duration) around the whole request, and a
+	// client span (and http.client.request.duration) around the upstream call, whose context
+	// the upstream receives: client → gateway → upstream is one trace.
+	g.traced = idemotel.Handler(http.HandlerFunc(g.serveHTTP), otelOpt)
+	g.traceUpstream = func(rt http.RoundTripper) http.RoundTripper { return idemotel.ClientTransport(rt, otelOpt) }
 	return nil
 }

@@ -103,7 +103,7 @@ func TestOTLPTraces(t *testing.T) {
 	for _, n := range col.spans[traceID] {
 		got[n] = true
 	}
-	for _, want := range []string{"idem.request", "idem.claim", "idem.effect", "idem.complete"} {
+	for _, want := range []string{"POST", "idem.claim", "idem.effect", "idem.complete"} {
 		if !got[want] {
 			t.Errorf("no %s span in trace %s; spans by trace: %v", want, traceID, col.spans)
 		}

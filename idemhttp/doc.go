@@ -56,8 +56,17 @@
 // # Responses
 //
 // The handler's response is buffered (up to Options.MaxResponseBody) and, once the handler
-// returns, stored and then sent, so that a client that got an answer and retries always gets
-// it replayed. Status, body bytes and headers are stored, minus hop-by-hop headers and
+// returns, stored and then sent, so that a client that got an answer and retries gets it
+// replayed — provided the store took it. If the store fails from the moment the handler
+// returns until the engine gives up (its Options.StoreTimeout: it retries storing the result
+// until then, renewing the claim's lease), the client still gets the handler's answer (without
+// ExpiresHeader; the Event has outcome executed and an Err matching idem.ErrStoreUnavailable),
+// but no record of it: a retry gets 503 store-unavailable while the store is down, 409
+// in-flight while the claim's lease lasts (the engine's Options.Lease from its last renewal),
+// and once the lease has run out it executes: the handler runs a second time. An effect that
+// must not run twice even then belongs in transaction mode (Options.Runner with a store's
+// transaction runner, such as pgstore.NewTxRunner), where the effect and its record commit
+// together, or behind its own guard. Status, body bytes and headers are stored, minus hop-by-hop headers and
 // Options.DenyHeaders (default Set-Cookie); a replay writes exactly those, plus
 // Idempotent-Replayed: true. Trailers are not captured. Handlers may call WriteHeader late or
 // never (200 with no body), write in many pieces, and flush: http.Flusher and
@@ -88,6 +97,7 @@
 //	400 https://idemkit.dev/problems/missing-key        the route requires a key
 //	400 https://idemkit.dev/problems/invalid-key        the key is malformed or sent twice
 //	400 https://idemkit.dev/problems/invalid-scope      the caller could not be scoped
+//	400 https://idemkit.dev/problems/scope-header-spelling  the scope header came as X_API_KEY
 //	400 https://idemkit.dev/problems/invalid-body       the body could not be read
 //	413 https://idemkit.dev/problems/request-too-large  the body is over MaxRequestBody
 //	409 https://idemkit.dev/problems/in-flight          the original is still running (Retry-After)

@@ -26,7 +26,11 @@ var ErrInvalidKey = errors.New("idemhttp: invalid idempotency key")
 // ParseKey parses an Idempotency-Key header value. It accepts a structured-field string
 // (RFC 8941 §3.3.3: `"abc"`, with `\"` and `\\` as the only escapes), as the IETF draft
 // specifies, and a bare value (`abc`), as Stripe's clients send it. A value that starts with a
-// double quote is a structured-field string and must be a valid one, without parameters.
+// double quote is a structured-field string and must be a valid one, without parameters. A key
+// is one string, never a list: a bare value with a comma (`k1, k2`, which is also what two
+// header lines become when a proxy folds them into one) and a list of strings (`"k1", "k2"`)
+// return ErrInvalidKey, as two header lines do (400). A comma inside a quoted string
+// (`"k1,k2"`) is part of that one key.
 // Leading and trailing spaces and tabs are ignored. The key, once unquoted, must be 1 to
 // idem.MaxClientKeyLen printable ASCII characters (0x20 to 0x7E); anything else returns ErrInvalidKey.
 // ParseKey does not allocate for a bare key or a quoted key without escapes.
@@ -36,7 +40,9 @@ func ParseKey(v string) (string, error) {
 		return "", ErrInvalidKey
 	}
 	if v[0] != '"' {
-		if len(v) > idem.MaxClientKeyLen || !printable(v) {
+		// A comma makes the value a list (k1, k2): two keys on one line, as a proxy folds two
+		// header lines into one. Which one is meant is not ours to guess, as with two lines.
+		if len(v) > idem.MaxClientKeyLen || !printable(v) || strings.IndexByte(v, ',') >= 0 {
 			return "", ErrInvalidKey
 		}
 		return v, nil

@@ -29,6 +29,13 @@ func TestParseKey(t *testing.T) {
 		{`"abc`, "", false},
 		{`"abc"x`, "", false},
 		{`"abc";p=1`, "", false},
+		// A key is one sf-string: a list on one line is refused, as two lines are.
+		{`k1, k2`, "", false},
+		{`k1,k2`, "", false},
+		{`k1,`, "", false},
+		{`"k1", "k2"`, "", false},
+		{`"k1","k2"`, "", false},
+		{`"k1,k2"`, "k1,k2", true},
 		{`"a\nb"`, "", false},
 		{`"a\`, "", false},
 		{`"tab	in"`, "", false},
@@ -48,7 +55,7 @@ func TestParseKey(t *testing.T) {
 // FuzzParseKey: no panic; an accepted key is valid; a valid key round-trips bare (when it is
 // a bare value) and quoted.
 func FuzzParseKey(f *testing.F) {
-	for _, s := range []string{`abc`, `"abc"`, `"a\"b\\c"`, `"`, `""`, `"a";x`, " \t", strings.Repeat("x", 255), "é"} {
+	for _, s := range []string{`abc`, `"abc"`, `"a\"b\\c"`, `"`, `""`, `"a";x`, " \t", strings.Repeat("x", 255), "é", `k1, k2`, `"k1", "k2"`, `"k,1"`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
@@ -63,7 +70,7 @@ func FuzzParseKey(f *testing.F) {
 		if k2, err := idemhttp.ParseKey(q); err != nil || k2 != k {
 			t.Fatalf("quoted form %q of %q parsed as %q, %v", q, k, k2, err)
 		}
-		if trimmed := strings.Trim(k, " \t"); trimmed == k && k[0] != '"' {
+		if trimmed := strings.Trim(k, " \t"); trimmed == k && k[0] != '"' && !strings.Contains(k, ",") {
 			if k2, err := idemhttp.ParseKey(k); err != nil || k2 != k {
 				t.Fatalf("bare %q parsed as %q, %v", k, k2, err)
 			}

@@ -220,7 +220,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			m.opt.Logger.Warn("idemhttp: could not scope the request", "method", r.Method, "path", r.URL.Path, "err", err)
-			h.reject(w, r, nil, probInvalidScope, Event{Key: key, Start: start, Err: errors.Join(ErrInvalidScope, err)})
+			p := probInvalidScope
+			if errors.Is(err, ErrScopeHeaderSpelling) {
+				p = probScopeSpelling
+			}
+			h.reject(w, r, nil, p, Event{Key: key, Start: start, Err: errors.Join(ErrInvalidScope, err)})
 			return
 		}
 	}

@@ -463,12 +463,22 @@ func TestKeyHandling(t *testing.T) {
 			t.Fatalf("key %q: %d %s", bad, r.Status, r.Body)
 		}
 	}
-	// Sent twice.
+	// Sent twice, on two lines or as a list on one line (what a proxy makes of two lines): a
+	// key is one structured-field string, so both are 400 and the handler does not run.
+	before := h.n.Load()
 	if r := b.do("POST", "/", "", "x", "Idempotency-Key", "a", "Idempotency-Key", "b"); r.Status != 400 {
 		t.Fatalf("two keys: %d", r.Status)
 	}
+	for _, list := range []string{"a, b", "a,b", `"a", "b"`} {
+		if r := b.do("POST", "/", list, "x"); r.Status != 400 || problemType(t, r) != idemhttp.ProblemInvalidKey {
+			t.Fatalf("two keys on one line (%s): %d %s", list, r.Status, r.Body)
+		}
+	}
+	if h.n.Load() != before {
+		t.Fatalf("a request with two keys ran the handler")
+	}
 	// A quoted key and its bare form are the same key.
-	before := h.n.Load()
+	before = h.n.Load()
 	r1 := b.do("POST", "/", `"abc-123"`, "x")
 	r2 := b.do("POST", "/", `abc-123`, "x")
 	sameReply(t, r1, r2)

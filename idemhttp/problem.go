@@ -16,6 +16,10 @@ const (
 	ProblemInvalidKey = "https://idemkit.dev/problems/invalid-key"
 	// ProblemInvalidScope (400): the caller's scope could not be determined.
 	ProblemInvalidScope = "https://idemkit.dev/problems/invalid-scope"
+	// ProblemScopeHeaderSpelling (400): the request carries the scope header spelled with
+	// underscores for hyphens (X_API_KEY for X-API-Key), which the application may read as the
+	// scope header (ErrScopeHeaderSpelling). Send the header under its own name.
+	ProblemScopeHeaderSpelling = "https://idemkit.dev/problems/scope-header-spelling"
 	// ProblemInvalidBody (400): the body could not be read or fingerprinted.
 	ProblemInvalidBody = "https://idemkit.dev/problems/invalid-body"
 	// ProblemRequestTooLarge (413): the body is larger than Options.MaxRequestBody.
@@ -69,14 +73,15 @@ func (p *problem) withRetryAfter(seconds int64) *problem {
 }
 
 var (
-	probMissingKey   = newProblem(400, ProblemMissingKey, "This request requires an idempotency key", OutcomeMissingKey)
-	probInvalidKey   = newProblem(400, ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once", OutcomeInvalidKey)
-	probInvalidScope = newProblem(400, ProblemInvalidScope, "The caller could not be identified", OutcomeInvalidScope)
-	probInvalidBody  = newProblem(400, ProblemInvalidBody, "The request body could not be read", OutcomeInvalidBody)
-	probTooLarge     = newProblem(413, ProblemRequestTooLarge, "The request body is too large", OutcomeTooLarge)
-	probInFlight     = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later", OutcomeConflict)
-	probMismatch     = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request", OutcomeMismatch)
-	probStore        = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later", OutcomeStoreError)
+	probMissingKey    = newProblem(400, ProblemMissingKey, "This request requires an idempotency key", OutcomeMissingKey)
+	probInvalidKey    = newProblem(400, ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once", OutcomeInvalidKey)
+	probInvalidScope  = newProblem(400, ProblemInvalidScope, "The caller could not be identified", OutcomeInvalidScope)
+	probScopeSpelling = newProblem(400, ProblemScopeHeaderSpelling, "The scope header was sent with underscores for hyphens; send it under its own name", OutcomeInvalidScope)
+	probInvalidBody   = newProblem(400, ProblemInvalidBody, "The request body could not be read", OutcomeInvalidBody)
+	probTooLarge      = newProblem(413, ProblemRequestTooLarge, "The request body is too large", OutcomeTooLarge)
+	probInFlight      = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later", OutcomeConflict)
+	probMismatch      = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request", OutcomeMismatch)
+	probStore         = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later", OutcomeStoreError)
 	// Buffers are held as long as a request takes: a second is a fair first guess.
 	probOverloaded = newProblem(503, ProblemOverloaded, "The request was not processed: the server is busy; retry later", OutcomeOverloaded).withRetryAfter(1)
 	probPanic      = newProblem(500, ProblemHandlerPanic, "The request failed; it may be retried with the same key", OutcomeReleased)

@@ -27,6 +27,15 @@ const ScopeSeparator = '|'
 // answers it with 400 (ProblemInvalidScope).
 var ErrInvalidScope = errors.New("idemhttp: invalid scope")
 
+// ErrScopeHeaderSpelling reports a request that carries the scope header spelled with
+// underscores for hyphens (X_API_KEY for X-API-Key), or the other way round. Servers that
+// follow CGI's naming (HTTP_X_API_KEY), such as many PHP, Python (WSGI) and Ruby (Rack)
+// applications behind nginx or Apache, read both spellings as one header: a caller that
+// sends only the other spelling would be anonymous to the scope and still known to the
+// application, so the request is refused. Errors that match it also match ErrInvalidScope.
+// The middleware answers it with 400 (ProblemScopeHeaderSpelling).
+var ErrScopeHeaderSpelling = errors.New("idemhttp: scope header sent with another spelling")
+
 // A ScopeFunc returns the tenant a request acts for: the principal whose keys it shares. Two
 // requests with the same key and different scopes never see or block each other. It must
 // return the same scope for every retry of a request, so a credential that rotates (a
@@ -43,22 +52,68 @@ type ScopeFunc func(r *http.Request) (string, error)
 //
 // An unkeyed hash of a guessable credential can be reversed by trying guesses: prefer
 // KeyedHeaderScope, whose hash needs a secret kept apart from the store.
+//
+// A request that carries the header under another spelling that servers following CGI's
+// naming read as the same header — underscores for hyphens, X_API_KEY for X-API-Key — is
+// refused (ErrScopeHeaderSpelling: 400), with or without the header itself: the application
+// behind may read that value while the scope would be made of the other, or of none.
 func HeaderScope(name string) ScopeFunc {
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
-		vs := r.Header[name]
-		switch len(vs) {
-		case 0:
-			return "", nil
-		case 1:
-			return HashScope(vs[0]), nil
+		v, err := scopeHeader(r.Header, name)
+		if err != nil || v == nil {
+			return "", err
 		}
-		return "", fmt.Errorf("%w: header %s sent %d times", ErrInvalidScope, name, len(vs))
+		return HashScope(*v), nil
 	}
 }
 
+// scopeHeader returns the one value of the header name in h (nil without it), or an error
+// wrapping ErrInvalidScope if the header is sent more than once or h carries another spelling
+// of name (sameCGIName).
+func scopeHeader(h http.Header, name string) (*string, error) {
+	for k := range h {
+		if k != name && sameCGIName(k, name) {
+			return nil, fmt.Errorf("%w: %w: header %q is read as %s by servers that follow CGI's naming; send %s", ErrInvalidScope, ErrScopeHeaderSpelling, k, name, name)
+		}
+	}
+	vs := h[name]
+	switch len(vs) {
+	case 0:
+		return nil, nil
+	case 1:
+		return &vs[0], nil
+	}
+	return nil, fmt.Errorf("%w: header %s sent %d times", ErrInvalidScope, name, len(vs))
+}
+
+// sameCGIName reports whether header names a and b are one name to a server that follows
+// CGI's naming (HTTP_ + the name in upper case with "-" turned to "_").
+func sameCGIName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if cgiByte(a[i]) != cgiByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func cgiByte(c byte) byte {
+	switch {
+	case c == '-':
+		return '_'
+	case 'a' <= c && c <= 'z':
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
 // KeyedHeaderScope is HeaderScope with the value hashed by HMAC-SHA256 under secret
-// (KeyedHashScope): without the secret, stored and logged scopes cannot be tested against
+// (KeyedHashScope), and the same refusals (a header sent twice, or under another spelling
+// such as X_API_KEY: ErrScopeHeaderSpelling): without the secret, stored and logged scopes cannot be tested against
 // guesses of the credential. Every process that shares a store must use the same secret; a
 // new secret makes every scope new, so records made under the old one are not found again.
 // It panics if secret is empty.
@@ -69,14 +124,11 @@ func KeyedHeaderScope(name string, secret []byte) ScopeFunc {
 	name = http.CanonicalHeaderKey(name)
 	secret = bytes.Clone(secret)
 	return func(r *http.Request) (string, error) {
-		vs := r.Header[name]
-		switch len(vs) {
-		case 0:
-			return "", nil
-		case 1:
-			return KeyedHashScope(secret, vs[0]), nil
+		v, err := scopeHeader(r.Header, name)
+		if err != nil || v == nil {
+			return "", err
 		}
-		return "", fmt.Errorf("%w: header %s sent %d times", ErrInvalidScope, name, len(vs))
+		return KeyedHashScope(secret, *v), nil
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -89,5 +90,47 @@ func TestKeyedStorageKey(t *testing.T) {
 		if _, err := idemhttp.KeyedStorageKey(c.secret, "v", c.key); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("KeyedStorageKey(%q, v, %q): %v, want ErrInvalidInput", c.secret, c.key, err)
 		}
+	}
+}
+
+// TestScopeHeaderSpelling: HeaderScope and KeyedHeaderScope refuse a request that carries the
+// scope header spelled with underscores for hyphens (X_API_KEY for X-API-Key), which servers
+// that follow CGI's naming read as the scope header: alone it would make the caller anonymous
+// to the scope while the application knows it. The middleware answers 400 with
+// ProblemScopeHeaderSpelling and does not run the handler.
+func TestScopeHeaderSpelling(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef")
+	for name, f := range map[string]idemhttp.ScopeFunc{
+		"keyed": idemhttp.KeyedHeaderScope("X-API-Key", secret), "unkeyed": idemhttp.HeaderScope("X-API-Key"),
+	} {
+		for _, hdrs := range [][]string{{"X_API_KEY"}, {"x_api_key"}, {"X_Api-Key"}, {"X-API-Key", "X_API_KEY"}} {
+			r := httptest.NewRequest("POST", "/", nil)
+			for _, h := range hdrs {
+				r.Header.Add(h, "sk_live_1") // as net/http stores it
+			}
+			s, err := f(r)
+			if !errors.Is(err, idemhttp.ErrScopeHeaderSpelling) || !errors.Is(err, idemhttp.ErrInvalidScope) || s != "" {
+				t.Errorf("%s with %v: %q, %v; want ErrScopeHeaderSpelling", name, hdrs, s, err)
+			}
+		}
+		// Other headers that only look alike are not refused.
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-API-Key", "sk_live_1")
+		r.Header.Set("X-API-Keys", "x")
+		r.Header.Set("X_API", "x")
+		if s, err := f(r); err != nil || s == "" {
+			t.Errorf("%s: %q, %v", name, s, err)
+		}
+	}
+	var ran atomic.Int32
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.KeyedHeaderScope("X-API-Key", secret)},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1); w.WriteHeader(201) }))
+	r := b.do("POST", "/", "k-1", "a", "X_API_KEY", "sk_live_1")
+	if r.Status != 400 || problemType(t, r) != idemhttp.ProblemScopeHeaderSpelling || ran.Load() != 0 {
+		t.Fatalf("X_API_KEY through the middleware: %d %s (handler ran %d times)", r.Status, r.Body, ran.Load())
+	}
+	if r := b.do("POST", "/", "k-1", "a", "X-API-Key", "sk_live_1"); r.Status != 201 || ran.Load() != 1 {
+		t.Fatalf("X-API-Key through the middleware: %d %s", r.Status, r.Body)
 	}
 }

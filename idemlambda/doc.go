@@ -24,9 +24,23 @@
 // A path is a dot-separated list of fields ("detail.order_id"); a segment of digits indexes an
 // array ("Records.0.body"); a string holding JSON, as the body of an API Gateway request or of
 // an SQS message, is decoded when the path goes on into it; "." is the whole event. The value
-// found is the key (a string, number or boolean as it is; an object or array hashed), prefixed
-// with the function's name (Options.Name, by default AWS_LAMBDA_FUNCTION_NAME) so functions
-// sharing a store keep apart, as idem.Wrap does.
+// found is the key, prefixed with the function's name (Options.Name, by default
+// AWS_LAMBDA_FUNCTION_NAME) so functions sharing a store keep apart, as idem.Wrap does.
+//
+// Two events share a key only if they hold the same JSON value there. Types count: the number 5
+// and the string "5" are two keys, as are true and "true"; the same number written two ways
+// (5, 5.0, 5e0) is one, and objects are compared field by field, in any order. A string is
+// stored as it is (unless it starts with '#'); any other value is stored with a tag naming its
+// type ("#num:5", "#bool:true", "#json:{...}"), and a key too long for the store as the
+// SHA-256 of that ("#sha256:…"), so no string can spell another value's key. A value that
+// carries nothing is no key: null, "", {}, [], or an array or object of such values
+// ([null, null]). An event without a key runs the handler without protection (with a warning),
+// or fails with ErrMissingKey when Options.RequireKey is set.
+//
+// Options.KeyPaths makes one key of several values, for a fact no single field names (a user
+// and an order id that is only unique per user): two events share the key only if every value
+// is the same. An event missing any of them has no key: a key made of the values that are there
+// would merge the events of everyone missing the same field.
 //
 // By default only the key is compared: a second event with the same key is a duplicate,
 // whatever else it carries (as AWS Lambda Powertools does without payload validation). Set
@@ -66,9 +80,10 @@
 // Without the bound, the claim of an invocation killed at its timeout would stay in flight for a
 // whole engine lease after the function is gone, and a retry in that time would fail for
 // nothing (this is what Powertools' in-progress expiry, taken from the Lambda context's
-// remaining time, is for). The margin (DefaultLeaseMargin, 3s) keeps the claim from becoming
-// free while the function may still run: Lambda stops a function a little after its deadline,
-// not at it, and the instance that handles the retry reads its own clock. A function that
+// remaining time, is for). The margin (DefaultLeaseMargin, 500ms) covers the clock error
+// between the Lambda service, which sets the deadline, and the instances that run the
+// invocation and its retry: Lambda stops the function at its deadline, so nothing of it runs
+// later, and a retry sent right after a timeout finds the key free half a second later. A function that
 // returns completes or releases its claim, so the bound only matters for invocations that die.
 // Keep the engine's Wait shorter than the function's timeout: a duplicate that waits for the
 // first one's result waits within its own invocation.
@@ -116,16 +131,20 @@
 //
 //	Powertools                       idemlambda
 //	event_key_jmespath               Options.KeyPath, a dot path ("body.order_id"; a JSON string on the way is decoded, as
-//	                                 powertools_json() does). JMESPath filters and functions are not offered: key on one
-//	                                 field that names the business fact, or hash a sub-object (an object found is hashed).
+//	                                 powertools_json() does); a multiselect ("[user, order_id]") is Options.KeyPaths.
+//	                                 JMESPath filters and functions are not offered: key on the fields that name the
+//	                                 business fact, or on a sub-object (compared field by field).
 //	                                 For API Gateway, WrapAPIGateway/WrapHTTPAPI take the Idempotency-Key header instead.
 //	payload_validation_jmespath      Options.FingerprintPath (same syntax); for proxies, method, path, query and body always.
 //	raise_on_no_idempotency_key      Options.RequireKey (ErrMissingKey); ProxyOptions.RequireKey (400). Default off in both.
 //	expires_after_seconds            the engine's Options.TTL (default 24h, Powertools' 1h). Expiry is compared by idem on
 //	                                 every read, so a record DynamoDB's TTL has not deleted yet is already absent.
 //	use_local_cache,                 the engine's Options.CacheSize and CacheBytes: a bounded LRU of completed records only,
-//	local_cache_max_items            never of in-progress ones.
-//	hash_function (md5)              not offered: keys are stored as they are (or SHA-256 when an object or too long), and
+//	local_cache_max_items            never of in-progress ones, filled as each result is stored (a duplicate that reaches
+//	                                 the same instance costs no store call).
+//	POWERTOOLS_IDEMPOTENCY_DISABLED  IDEMLAMBDA_DISABLED=1 (DisabledEnv), for local runs and tests: no store needed, a
+//	                                 warning at every cold start, and refused in a deployed function.
+//	hash_function (md5)              not offered: keys are stored as they are (tagged by type, SHA-256 when too long), and
 //	                                 fingerprints are always SHA-256; a choice of weaker hashes buys nothing.
 //	lambda_context /                 automatic: the handler's context carries the deadline, and Options.LeaseMargin bounds
 //	register_lambda_context          the claim by it (see above); nothing to register.

@@ -31,10 +31,18 @@ import (
 // or fails when IDEM_REQUIRE_SERVICES=1.
 func dynamoStore(t *testing.T) *dynamostore.Store {
 	t.Helper()
+	st, _, _ := dynamoTable(t)
+	return st
+}
+
+// dynamoTable is dynamoStore, with DynamoDB Local's endpoint and the table's name.
+func dynamoTable(t *testing.T) (st *dynamostore.Store, endpoint, table string) {
+	t.Helper()
 	ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
 	client := dynamostore.LocalClient(ep, sharedTransport)
-	table := fmt.Sprintf("idemlambda_%s_%08x", strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), rand.Uint32())
-	st, err := dynamostore.New(dynamostore.Options{Client: client, Table: table})
+	table = fmt.Sprintf("idemlambda_%s_%08x", strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), rand.Uint32())
+	var err error
+	st, err = dynamostore.New(dynamostore.Options{Client: client, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +58,7 @@ func dynamoStore(t *testing.T) *dynamostore.Store {
 			t.Errorf("DeleteTable %s: %v", table, err)
 		}
 	})
-	return st
+	return st, ep, table
 }
 
 func dynamoEngine(t *testing.T, opt idem.Options) *idem.Engine {

@@ -3,8 +3,6 @@ package idemlambda
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,27 +15,75 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// ErrMissingKey: the event has no value at Options.KeyPath and Options.RequireKey is set. The
-// handler did not run.
+// ErrMissingKey: the event has no value at Options.KeyPath (or at one of Options.KeyPaths), or
+// only one that carries nothing, and Options.RequireKey is set. The handler did not run.
 var ErrMissingKey = errors.New("idemlambda: no idempotency key in the event")
 
 // ErrOptions reports an invalid option; the message names the field.
 var ErrOptions = errors.New("idemlambda: invalid options")
 
-// Options configure Wrap. Engine and KeyPath are required.
+// ErrReleaseFailed is joined (errors.Join) to the handler's error when the handler failed and
+// its claim could not be released: the key stays in flight until the claim's lease runs out, so
+// a retry before then fails with idem.ErrInFlight (or waits, with the engine's Wait) instead of
+// running the handler. The store's error is in the message. It does not match
+// idem.ErrStoreUnavailable: the handler did run.
+var ErrReleaseFailed = errors.New("idemlambda: the failed invocation's claim could not be released; the key stays in flight until its lease runs out")
+
+// DisabledEnv is the environment variable that turns idempotency off, for local runs and unit
+// tests without a store: set to 1 (or true), every wrapper runs its handler on every event, as
+// if the event had no key, and Options.Engine (ProxyOptions.Engine) may be nil. Keys are still
+// read, so RequireKey and malformed keys fail as they would with a store. Every Wrap,
+// WrapAPIGateway and WrapHTTPAPI logs a warning when it is set, once per cold start. It is
+// refused (the wrapper fails with ErrOptions) inside AWS Lambda, where AWS_LAMBDA_FUNCTION_NAME
+// is set, unless AWS_SAM_LOCAL is set too (sam local invoke, sam local start-api): a deployed
+// function never runs with duplicates let through.
+const DisabledEnv = "IDEMLAMBDA_DISABLED"
+
+// disabled reads DisabledEnv: whether idempotency is off, or an error if it is set in a deployed
+// Lambda function or to something that is not a boolean.
+func disabled(logger *slog.Logger) (bool, error) {
+	v := os.Getenv(DisabledEnv)
+	if v == "" {
+		return false, nil
+	}
+	off, err := strconv.ParseBool(v)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%w: %s=%q is not a boolean", ErrOptions, DisabledEnv, v)
+	case !off:
+		return false, nil
+	case os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" && os.Getenv("AWS_SAM_LOCAL") == "":
+		return false, fmt.Errorf("%w: %s is set in a deployed Lambda function (AWS_LAMBDA_FUNCTION_NAME is set, AWS_SAM_LOCAL is not); it is for local runs and tests only", ErrOptions, DisabledEnv)
+	}
+	logger.Warn("idemlambda: " + DisabledEnv + " is set: idempotency is OFF, duplicate events run the handler again; for local runs and tests only")
+	return true, nil
+}
+
+// Options configure Wrap. Engine and KeyPath (or KeyPaths) are required.
 type Options struct {
 	// Engine runs the handler at most once per key and stores its result. Its TTL is how long
 	// results are replayed; its Wait lets a duplicate invocation wait for the first one's
-	// result instead of failing with idem.ErrInFlight. Required.
+	// result instead of failing with idem.ErrInFlight; its CacheSize keeps results in the
+	// function instance's memory, filled as each result is stored, so a duplicate that reaches
+	// the same instance is answered without a store call. Required, unless DisabledEnv is set.
 	Engine *idem.Engine
 	// KeyPath says where the key is in the event: a path into the event's JSON encoding, its
 	// segments separated by dots ("detail.order_id", "body.order_id", "Records.0.messageId"),
 	// or "." for the whole event. A segment of digits indexes an array. A string that holds
 	// JSON (the body of an API Gateway request, of an SQS message) is decoded when the path goes
-	// on into it. A string, number or boolean found there is the key as it is; an object or an
-	// array is hashed (sha256:…). Choose what identifies the business fact and stays the same
-	// on every retry: never a per-delivery field such as an API Gateway request id. Required.
+	// on into it. Two events share a key only if they hold the same JSON value there: the
+	// number 5 and the string "5" are two keys, as are true and "true"; 5 and 5.0 are one;
+	// objects are compared field by field, in any order. A value that carries nothing (null,
+	// "", {}, [], an array or object of such values) is no key: see RequireKey. Choose what
+	// identifies the business fact and stays the same on every retry: never a per-delivery
+	// field such as an API Gateway request id. KeyPath or KeyPaths is required.
 	KeyPath string
+	// KeyPaths makes the key of several values, for a fact one field does not identify alone
+	// (the user and the order, when order ids are per user): two events share a key only if
+	// they hold the same value at every path. An event missing a value at any of them (or
+	// holding one that carries nothing) has no key, as one missing KeyPath: a partial key
+	// would merge the events of everyone missing that field. Set KeyPath or KeyPaths, not both.
+	KeyPaths []string
 	// FingerprintPath says which part of the event must be the same for a second event with
 	// the key to count as a duplicate (same syntax; "." for the whole event). An event with the
 	// key and another value there fails with idem.ErrMismatch and the handler does not run.
@@ -47,14 +93,15 @@ type Options struct {
 	// Default: the function's name (the AWS_LAMBDA_FUNCTION_NAME environment variable), or
 	// "lambda" where it is not set. It must not contain '|'.
 	Name string
-	// RequireKey makes an event without a value at KeyPath fail with ErrMissingKey. Default
-	// false: the handler runs for it without protection, and a warning is logged.
+	// RequireKey makes an event without a key fail with ErrMissingKey. Default false: the
+	// handler runs for it without protection, and a warning is logged.
 	RequireKey bool
 	// LeaseMargin is how long after the invocation's deadline its claim still holds: a claim's
 	// lease is at most the time left before the deadline (ctx.Deadline(), which Lambda sets)
 	// plus LeaseMargin, and at most the engine's Options.Lease, so the claim of an invocation
 	// that timed out is free for the retry soon after, never before it is stopped. Default
-	// DefaultLeaseMargin; negative leaves the engine's lease as it is.
+	// DefaultLeaseMargin (see there why it can be small); negative leaves the engine's lease as
+	// it is.
 	LeaseMargin time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
@@ -67,8 +114,9 @@ type Options struct {
 // The result is stored as JSON and a replay is decoded from it (see idem.DoJSON for what JSON
 // keeps); Lambda returns results as JSON anyway, so the caller gets the same bytes. An error
 // from the handler releases the key, so a retry runs it again (Lambda retries asynchronous
-// invocations on error); a panic releases it too. A duplicate while the first runs gets an
-// error matching idem.ErrInFlight unless the engine's Wait covers it, a second event with
+// invocations on error); a panic releases it too. If that release fails, the error returned is
+// the handler's joined with one matching ErrReleaseFailed. A duplicate while the first runs gets
+// an error matching idem.ErrInFlight unless the engine's Wait covers it, a second event with
 // the key but another FingerprintPath value one matching idem.ErrMismatch, and a store that
 // cannot be reached one matching idem.ErrStoreUnavailable, without running the handler. These
 // are the errors AWS Lambda Powertools raises as IdempotencyAlreadyInProgressError and
@@ -76,15 +124,30 @@ type Options struct {
 //
 // The claim's lease is bounded by the invocation's deadline (see Options.LeaseMargin).
 func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) (Out, error)) (func(ctx context.Context, event In) (Out, error), error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	off, err := disabled(opt.Logger)
 	switch {
-	case opt.Engine == nil:
+	case err != nil:
+		return nil, err
+	case opt.Engine == nil && !off:
 		return nil, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
 	case handler == nil:
 		return nil, fmt.Errorf("%w: the handler is nil", ErrOptions)
+	case opt.KeyPath != "" && len(opt.KeyPaths) > 0:
+		return nil, fmt.Errorf("%w: Options.KeyPath and Options.KeyPaths are both set", ErrOptions)
 	}
-	key, err := parsePath(opt.KeyPath)
-	if err != nil || opt.KeyPath == "" {
-		return nil, fmt.Errorf("%w: Options.KeyPath %q: %v", ErrOptions, opt.KeyPath, cmpErr(err, "required"))
+	names := opt.KeyPaths
+	field := "Options.KeyPaths"
+	if len(names) == 0 {
+		names, field = []string{opt.KeyPath}, "Options.KeyPath"
+	}
+	keys := make([][]string, len(names))
+	for i, p := range names {
+		if keys[i], err = parsePath(p); err != nil || p == "" {
+			return nil, fmt.Errorf("%w: %s %q: %v", ErrOptions, field, p, cmpErr(err, "required"))
+		}
 	}
 	var fp []string
 	if opt.FingerprintPath != "" {
@@ -101,12 +164,11 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	if strings.IndexByte(opt.Name, '|') >= 0 {
 		return nil, fmt.Errorf("%w: Options.Name %q contains '|'", ErrOptions, opt.Name)
 	}
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
-	}
-	lease, err := newLeaser(opt.Engine, opt.LeaseMargin)
-	if err != nil {
-		return nil, err
+	var lease *leaser
+	if !off {
+		if lease, err = newLeaser(opt.Engine, opt.LeaseMargin); err != nil {
+			return nil, err
+		}
 	}
 	return func(ctx context.Context, event In) (Out, error) {
 		var zero Out
@@ -118,32 +180,41 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 		if err != nil {
 			return zero, fmt.Errorf("%w: decoding the event: %v", idem.ErrInvalidInput, err)
 		}
-		kv, ok := lookup(doc, key)
-		if !ok {
-			if opt.RequireKey {
-				return zero, fmt.Errorf("%w at %q", ErrMissingKey, opt.KeyPath)
+		vals := make([]any, len(keys))
+		for i, k := range keys {
+			v, ok := lookup(doc, k)
+			if !ok || empty(v) {
+				if opt.RequireKey {
+					return zero, fmt.Errorf("%w at %q", ErrMissingKey, names[i])
+				}
+				opt.Logger.Warn("idemlambda: no idempotency key in the event; handler runs without protection", "key_path", names[i])
+				return handler(ctx, event)
 			}
-			opt.Logger.Warn("idemlambda: no idempotency key in the event; handler runs without protection", "key_path", opt.KeyPath)
+			vals[i] = v
+		}
+		if off {
 			return handler(ctx, event)
 		}
-		k, err := keyOf(kv)
-		if err != nil {
-			return zero, err
+		var enc string
+		var input any = vals[0]
+		if len(vals) == 1 {
+			enc = encodeKey(vals[0])
+			if _, ok := vals[0].(string); !ok {
+				input = enc // one fingerprint for equal values written apart (5 and 5.0)
+			}
+		} else {
+			enc = encodeTuple(vals)
+			input = enc
 		}
-		storageKey := opt.Name + "|" + k
-		if idem.CheckKey(storageKey) != nil {
-			storageKey = opt.Name + "|" + hashed([]byte(k))
-		}
-		var input any = kv
 		if fp != nil {
 			input, _ = lookup(doc, fp) // absent: null
 		}
 		bctx, b := lease.bind(ctx)
-		out, _, err := idem.DoJSON(bctx, lease.eng, storageKey, input, func(ctx context.Context) (Out, error) {
+		out, _, err := idem.DoJSON(bctx, lease.eng, storageKey(opt.Name, enc), input, func(ctx context.Context) (Out, error) {
 			defer b.run()()
 			return handler(ctx, event)
 		})
-		return out, err
+		return out, b.joinRelease(err)
 	}, nil
 }
 
@@ -208,29 +279,4 @@ func lookup(v any, path []string) (any, bool) {
 		}
 	}
 	return v, v != nil
-}
-
-// keyOf turns the value found at the key path into a key.
-func keyOf(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		if x == "" {
-			return "", fmt.Errorf("%w: the idempotency key in the event is empty", idem.ErrInvalidInput)
-		}
-		return x, nil
-	case json.Number:
-		return x.String(), nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	}
-	b, err := json.Marshal(v) // objects and arrays, with map keys sorted
-	if err != nil {
-		return "", fmt.Errorf("%w: encoding the key: %v", idem.ErrInvalidInput, err)
-	}
-	return hashed(b), nil
-}
-
-func hashed(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -141,7 +141,8 @@ func TestMissingKey(t *testing.T) {
 	var c charger
 	eng := newEngine(t, idem.Options{})
 	strict, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", RequireKey: true}, c.handle)
-	for _, body := range []string{`{"amount":1}`, `not json`, `{"order_id":null}`, ``} {
+	for _, body := range []string{`{"amount":1}`, `not json`, `{"order_id":null}`, ``,
+		`{"order_id":""}`, `{"order_id":{}}`, `{"order_id":[]}`, `{"order_id":[null,null]}`, `{"order_id":{"a":null}}`} {
 		if _, err := strict(context.Background(), events.APIGatewayProxyRequest{Body: body}); !errors.Is(err, idemlambda.ErrMissingKey) {
 			t.Fatalf("body %q: %v", body, err)
 		}
@@ -150,13 +151,17 @@ func TestMissingKey(t *testing.T) {
 		t.Fatalf("handler ran %d times without a key", r)
 	}
 	lax, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", Logger: slog.New(slog.DiscardHandler)}, c.handle)
-	for range 2 {
-		if _, err := lax(context.Background(), events.APIGatewayProxyRequest{Body: `{}`}); err != nil {
-			t.Fatal(err)
+	// Values that carry nothing are no key: each event runs, none gets another's answer.
+	bodies := []string{`{}`, `{"order_id":""}`, `{"order_id":{}}`, `{"order_id":[]}`, `{"order_id":[null,null]}`, `{"order_id":null}`}
+	for _, body := range bodies {
+		for range 2 {
+			if _, err := lax(context.Background(), events.APIGatewayProxyRequest{Body: body}); err != nil {
+				t.Fatalf("body %s: %v", body, err)
+			}
 		}
 	}
-	if r := c.runs.Load(); r != 2 {
-		t.Fatalf("handler ran %d times, want 2 (no key: no protection)", r)
+	if r := c.runs.Load(); r != int32(2*len(bodies)) {
+		t.Fatalf("handler ran %d times, want %d (no key: no protection)", r, 2*len(bodies))
 	}
 }
 

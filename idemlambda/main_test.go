@@ -19,6 +19,9 @@ var sharedTransport = func() *http.Transport {
 }()
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		childMain() // a runtime process of runtime_test.go; never returns
+	}
 	code := m.Run()
 	sharedTransport.CloseIdleConnections()
 	if code == 0 {

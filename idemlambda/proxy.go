@@ -23,7 +23,7 @@ type ProxyOptions struct {
 	// Engine runs the handler at most once per (scope, key) and stores its response. Its TTL is
 	// how long responses are replayed, its Policy which responses are kept (by default 5xx,
 	// 401, 403, 408, 409, 425 and 429 release the key), its Wait whether a duplicate waits for
-	// the first request's response instead of getting 409. Required.
+	// the first request's response instead of getting 409. Required, unless DisabledEnv is set.
 	Engine *idem.Engine
 	// Methods are the HTTP methods processed, in upper case as API Gateway sends them;
 	// requests with other methods go to the handler untouched. Default POST and PATCH.
@@ -51,12 +51,19 @@ type ProxyOptions struct {
 // proxy is the part of WrapAPIGateway and WrapHTTPAPI that does not depend on the event's type.
 type proxy struct {
 	opt     ProxyOptions
-	lease   *leaser
+	lease   *leaser // nil when disabled (DisabledEnv)
 	methods map[string]bool
 }
 
 func newProxy(opt ProxyOptions) (*proxy, error) {
-	if opt.Engine == nil {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	off, err := disabled(opt.Logger)
+	switch {
+	case err != nil:
+		return nil, err
+	case opt.Engine == nil && !off:
 		return nil, fmt.Errorf("%w: ProxyOptions.Engine is required", ErrOptions)
 	}
 	if opt.Methods == nil {
@@ -69,10 +76,9 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 		}
 		p.methods[m] = true
 	}
-	if opt.Logger == nil {
-		p.opt.Logger = slog.Default()
+	if off {
+		return p, nil
 	}
-	var err error
 	if p.lease, err = newLeaser(opt.Engine, opt.LeaseMargin); err != nil {
 		return nil, err
 	}
@@ -180,7 +186,7 @@ func serve[Resp any](ctx context.Context, p *proxy, a answer, status func(Resp) 
 	if ran {
 		if herr != nil {
 			var zero Resp
-			return zero, false, answer{}, herr
+			return zero, false, answer{}, b.joinRelease(herr)
 		}
 		if err != nil {
 			// The handler ran and answered; only recording its response failed. The answer is
@@ -238,6 +244,8 @@ func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req even
 			return handler(ctx, req)
 		case a.status != 0:
 			return events.APIGatewayProxyResponse{StatusCode: a.status, Headers: a.problemHeaders(), Body: a.problemBody()}, nil
+		case p.lease == nil: // disabled
+			return handler(ctx, req)
 		}
 		out, replayed, r, err := serve(ctx, p, a,
 			func(r events.APIGatewayProxyResponse) int { return r.StatusCode },
@@ -275,6 +283,8 @@ func WrapHTTPAPI(opt ProxyOptions, handler func(ctx context.Context, req events.
 			return handler(ctx, req)
 		case a.status != 0:
 			return events.APIGatewayV2HTTPResponse{StatusCode: a.status, Headers: a.problemHeaders(), Body: a.problemBody()}, nil
+		case p.lease == nil: // disabled
+			return handler(ctx, req)
 		}
 		out, replayed, r, err := serve(ctx, p, a,
 			func(r events.APIGatewayV2HTTPResponse) int { return r.StatusCode },

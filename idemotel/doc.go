@@ -40,10 +40,21 @@
 // # The server
 //
 // Handler, outside the idemhttp middleware, extracts the caller's trace context and runs the
-// request under a server span, so that the engine's spans and the handler's continue the
-// caller's trace. An application that already wraps its handlers with otelhttp.NewHandler
-// gets the same continuation from it: put otelhttp outside the middleware and leave Handler
-// out.
+// request under a server span that follows OpenTelemetry's HTTP semantic conventions (named
+// "POST /v1/orders/{id}" once the router has called Route, with http.route,
+// http.response.status_code, server.address, url.path, an error status on a 5xx), so that
+// the engine's spans and the handler's continue the caller's trace; with a meter provider it
+// records http.server.request.duration. An application that already wraps its handlers with
+// otelhttp.NewHandler gets the same from it: put otelhttp outside the middleware and leave
+// Handler out.
+//
+// ClientTransport does the same for outgoing calls: a client span per request, its context
+// injected into the request (replacing a forwarded caller's traceparent), and
+// http.client.request.duration. A proxy that forwards requests through it, as idem's gateway
+// does, makes client → proxy → upstream one trace.
+//
+// Every duration histogram has explicit bounds in seconds: HTTPDurationBounds for the HTTP
+// durations, StoreDurationBounds for idem.store.duration.
 //
 // # Consumers
 //

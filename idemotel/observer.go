@@ -48,6 +48,7 @@ func Observer(opt Options) (idem.Observer, error) {
 	o.outcomes, errs[0] = m.Int64Counter("idem.outcomes",
 		metric.WithDescription("Engine stages ended, by stage and outcome."))
 	o.latency, errs[1] = m.Float64Histogram("idem.store.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(StoreDurationBounds...),
 		metric.WithDescription("Duration of the claim (reservation, including any wait), complete and release store calls."))
 	o.cacheHits, errs[2] = m.Int64Counter("idem.cache.hits",
 		metric.WithDescription("Claims answered from the engine's local cache, without a store call."))

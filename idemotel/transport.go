@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemkit/idem"
 )
@@ -105,36 +104,4 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		span.SetStatus(codes.Error, "")
 	}
 	return resp, err
-}
-
-// Handler continues, in h, the trace of the caller: it extracts the trace context from the
-// request's headers (W3C traceparent with the usual propagator) and runs h under a server
-// span, "idem.request". Put it outside the idemhttp middleware, so that the engine's spans
-// (idem.claim, idem.effect, …) and the handler's own are children of the caller's trace:
-//
-//	http.Handle("/charges", idemotel.Handler(mw(charges), o))
-//
-// An application that already uses otelhttp.NewHandler around the middleware gets the same
-// continuation from it and needs no Handler.
-func Handler(h http.Handler, opt Options) http.Handler {
-	tracer, prop := opt.tracer(), opt.propagator()
-	if _, ok := opt.TracerProvider.(tracenoop.TracerProvider); ok {
-		// No span to make: the caller's trace context is still passed on.
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)); ctx != r.Context() {
-				r = r.WithContext(ctx)
-			}
-			h.ServeHTTP(w, r)
-		})
-	}
-	server := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, "idem.request", server...)
-		if span.IsRecording() {
-			span.SetAttributes(attribute.String("http.request.method", r.Method))
-		}
-		defer span.End()
-		h.ServeHTTP(w, r.WithContext(ctx))
-	})
 }

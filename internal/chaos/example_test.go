@@ -36,6 +36,7 @@ func ExampleJudge() {
 	//   replays that differ from the original         0 (must be 0)
 	//   other payload under a used key accepted       0 (must be 0)
 	//   stuck keys after the leases expired           0 (must be 0)
+	//   answers that belong to another tenant         0 (must be 0)
 	// documented windows (each only for an execution never completed, or forced):
 	//   re-executions after a gateway kill -9         1
 	//   re-executions after a pause past the lease    0

@@ -33,6 +33,20 @@ const (
 	planBig     = "big"     // the answer is larger than the gateway keeps; one client disconnects mid-download
 	planHalfReq = "halfreq" // a client sends half the body and disconnects, before the real deliveries
 	planHangUp  = "hangup"  // one client sends the request and disconnects once the answer begins
+
+	// Slow effects: on every execution, not only the first.
+	planSlowEffect    = "slowfx" // the upstream takes slowEffectMin to slowEffectMax to answer
+	planFenceComplete = "fencec" // the fence class's completion leg (made up by it, not drawn)
+	planFenceExtend   = "fencee" // the fence class's extension leg (made up by it, not drawn)
+)
+
+// How long slow effects take: a planSlowEffect one, and each execution of a fencing operation.
+// Pauses and deploys then land while effects run, and a successor's execution lasts long
+// enough for a late holder's completion or extension to land in it.
+const (
+	slowEffectMin = 200 * time.Millisecond
+	slowEffectMax = 1500 * time.Millisecond
+	fenceEffect   = 1200 * time.Millisecond
 )
 
 // planMix is the share of operations that get each plan.
@@ -41,7 +55,7 @@ var planMix = []struct {
 	share float64
 }{
 	{planCut, 0.008}, {planChunk, 0.008}, {planSlow, 0.002}, {planLease, 0.008},
-	{planBig, 0.008}, {planHalfReq, 0.008}, {planHangUp, 0.008},
+	{planBig, 0.008}, {planHalfReq, 0.008}, {planHangUp, 0.008}, {planSlowEffect, 0.1},
 }
 
 // choosePlan draws a plan for one operation.
@@ -132,18 +146,19 @@ func (h *harness) dialGateway() (net.Conn, error) {
 	return net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
 }
 
-func requestHead(op, key string, n int) string {
-	return fmt.Sprintf("POST /ops/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n", op, key, n)
+func requestHead(tenant, base, key string, n int) string {
+	return fmt.Sprintf("POST /ops/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
+		base, key, tenantHeader, tenant, n)
 }
 
 // halfRequest sends the request head and half its body, then resets the connection: the
 // gateway must not forward it, and must not keep the key claimed.
-func (h *harness) halfRequest(op, key string, body []byte) {
+func (h *harness) halfRequest(tenant, base, key string, body []byte) {
 	c, err := h.dialGateway()
 	if err != nil {
 		return
 	}
-	_, _ = io.WriteString(c, requestHead(op, key, len(body))+string(body[:len(body)/2]))
+	_, _ = io.WriteString(c, requestHead(tenant, base, key, len(body))+string(body[:len(body)/2]))
 	time.Sleep(20 * time.Millisecond)
 	reset(c)
 	h.clientFaults.halfRequests.Add(1)
@@ -151,13 +166,13 @@ func (h *harness) halfRequest(op, key string, body []byte) {
 
 // hangUp sends the whole request, reads n bytes of the answer (or waits up to 10s for them),
 // then resets the connection.
-func (h *harness) hangUp(op, key string, body []byte, n int) {
+func (h *harness) hangUp(tenant, base, key string, body []byte, n int) {
 	c, err := h.dialGateway()
 	if err != nil {
 		return
 	}
 	defer reset(c)
-	if _, err := io.WriteString(c, requestHead(op, key, len(body))+string(body)); err != nil {
+	if _, err := io.WriteString(c, requestHead(tenant, base, key, len(body))+string(body)); err != nil {
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -234,16 +249,19 @@ func (s *slot) pause(d time.Duration) {
 func (h *harness) pickSlot(mark func(*slot)) *slot {
 	h.pickMu.Lock()
 	defer h.pickMu.Unlock()
-	var ready []*slot
+	var ready, free []*slot
 	for _, s := range h.slots {
 		if s.up.Load() && !s.paused.Load() {
 			ready = append(ready, s)
+			if !s.busy.Load() {
+				free = append(free, s)
+			}
 		}
 	}
-	if len(ready) < 2 {
+	if len(ready) < 2 || len(free) == 0 {
 		return nil
 	}
-	s := ready[int(h.roll()*float64(len(ready)))%len(ready)]
+	s := free[int(h.roll()*float64(len(free)))%len(free)]
 	mark(s)
 	return s
 }
@@ -305,7 +323,8 @@ func (h *harness) release(ctx context.Context, op string, force bool) chaos.Rele
 	if force {
 		args = append(args, "--force")
 	}
-	args = append(args, idemhttp.StorageKey(h.scope, h.run+"-"+op))
+	tenant, base := splitOp(op)
+	args = append(args, idemhttp.StorageKey(scopeOf(tenant), h.run+"-"+base))
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	r := chaos.Release{Op: op, At: time.Now(), Force: force}

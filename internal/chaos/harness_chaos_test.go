@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -52,6 +53,9 @@ type upstream struct {
 	onLost         func(chaos.LostAnswer)
 	planned        sync.Map // op → struct{}: its plan was applied (to its first execution)
 	injected       sync.Map // plan → *atomic.Int64
+	// onFence hears of every execution of a fencing operation (planFenceComplete,
+	// planFenceExtend) as it is recorded, before the upstream takes fenceEffect to answer.
+	onFence func(op, gateway string)
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -84,7 +88,10 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
 	}
-	gw, op := parts[0], parts[2]
+	// The operation is the caller's: the same key and path from two tenants are two
+	// operations.
+	tenant := r.Header.Get(tenantHeader)
+	gw, op := parts[0], opID(tenant, parts[2])
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return // the gateway went away while sending: nothing done
@@ -95,15 +102,22 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(time.Duration(u.roll() * float64(15*time.Millisecond)))
-	answer, ok := u.act(w, gw, op, body)
+	answer, ok := u.act(w, gw, tenant, op, body)
 	if !ok {
 		return
+	}
+	switch p := planOf(op); p {
+	case planFenceComplete, planFenceExtend:
+		u.onFence(op, gw)
+		time.Sleep(fenceEffect)
+	case planSlowEffect:
+		time.Sleep(slowEffectMin + time.Duration(u.roll()*float64(slowEffectMax-slowEffectMin)))
 	}
 	u.answer(w, gw, op, answer)
 }
 
 // act records one execution and returns the answer to send for it.
-func (u *upstream) act(w http.ResponseWriter, gw, op string, body []byte) (string, bool) {
+func (u *upstream) act(w http.ResponseWriter, gw, tenant, op string, body []byte) (string, bool) {
 	var in struct {
 		Amount int64 `json:"amount"`
 	}
@@ -113,11 +127,11 @@ func (u *upstream) act(w http.ResponseWriter, gw, op string, body []byte) (strin
 	if planOf(op) == planBig {
 		pad = strings.Repeat("x", bigAnswerPad)
 	}
-	answer := fmt.Sprintf(`{"op":%q,"effect":%q,"gateway":%q,"amount":%d,"pad":%q}`+"\n", op, id, gw, in.Amount, pad)
+	answer := fmt.Sprintf(`{"op":%q,"tenant":%q,"effect":%q,"gateway":%q,"amount":%d,"pad":%q}`+"\n", op, tenant, id, gw, in.Amount, pad)
 	// The effect is committed before the answer is written: from here on, a lost answer means
 	// the upstream acted.
-	_, err := u.pool.Exec(context.Background(), `INSERT INTO `+u.table+` (op, effect, gateway, at, body) VALUES ($1, $2, $3, $4, $5)`,
-		op, id, gw, time.Now(), []byte(answer))
+	_, err := u.pool.Exec(context.Background(), `INSERT INTO `+u.table+` (op, effect, gateway, tenant, at, body) VALUES ($1, $2, $3, $4, $5, $6)`,
+		op, id, gw, tenant, time.Now(), []byte(answer))
 	if err != nil {
 		u.failed.Add(1)
 		http.Error(w, "effect not recorded", http.StatusInternalServerError)
@@ -143,6 +157,8 @@ func (u *upstream) answer(w http.ResponseWriter, gw, op, answer string) {
 		time.Sleep(u.timeout + time.Second)
 	case planLease:
 		time.Sleep(u.lease + time.Second)
+	case planFenceComplete, planFenceExtend, planSlowEffect:
+		// Slow on every execution, above.
 	default:
 		time.Sleep(time.Duration(u.roll() * float64(5*time.Millisecond)))
 	}
@@ -163,7 +179,7 @@ func startUpstream(t *testing.T, pgURL, run string, seed uint64, lease, timeout 
 	t.Cleanup(pool.Close)
 	u := &upstream{pool: pool, table: "chaos_effects_" + run, run: run, rng: rand.New(rand.NewPCG(seed, 1)),
 		lease: lease, timeout: timeout, onLost: onLost}
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+u.table+` (id bigserial PRIMARY KEY, op text NOT NULL, effect text NOT NULL UNIQUE, gateway text NOT NULL, at timestamptz NOT NULL, body bytea NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+u.table+` (id bigserial PRIMARY KEY, op text NOT NULL, effect text NOT NULL UNIQUE, gateway text NOT NULL, tenant text NOT NULL, at timestamptz NOT NULL, body bytea NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv("IDEM_CHAOS_KEEP") == "" {
@@ -184,7 +200,7 @@ func startUpstream(t *testing.T, pgURL, run string, seed uint64, lease, timeout 
 
 func (u *upstream) effects(t *testing.T) []chaos.Effect {
 	t.Helper()
-	rows, err := u.pool.Query(context.Background(), `SELECT op, effect, gateway, at, body FROM `+u.table+` ORDER BY id`)
+	rows, err := u.pool.Query(context.Background(), `SELECT op, effect, gateway, tenant, at, body FROM `+u.table+` ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +208,7 @@ func (u *upstream) effects(t *testing.T) []chaos.Effect {
 	var out []chaos.Effect
 	for rows.Next() {
 		var e chaos.Effect
-		if err := rows.Scan(&e.Op, &e.ID, &e.Gateway, &e.At, &e.Body); err != nil {
+		if err := rows.Scan(&e.Op, &e.ID, &e.Gateway, &e.Tenant, &e.At, &e.Body); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, e)
@@ -215,15 +231,22 @@ type slot struct {
 	port   int
 	front  *faultproxy.Proxy // clients → gateway
 	back   *faultproxy.Proxy // gateway → upstream
+	relay  *storeRelay       // gateway → store (nil for a store file)
 	inc    int
 	name   string
 	p      proc
 	up     atomic.Bool
 	paused atomic.Bool
+	// busy marks a gateway a fault is aimed through (its store link held back): it serves,
+	// but no other fault picks it meanwhile.
+	busy   atomic.Bool
 	starts int
 }
 
-var headPath = regexp.MustCompile(`^POST /([^/ ]+)/ops/([^/ ]+) HTTP/`)
+var (
+	headPath   = regexp.MustCompile(`^POST /([^/ ]+)/ops/([^/ ]+) HTTP/`)
+	headTenant = regexp.MustCompile(`(?im)^` + tenantHeader + `:\s*(\S+)`)
+)
 
 func (s *slot) start(ctx context.Context) error {
 	for {
@@ -233,14 +256,19 @@ func (s *slot) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		storeURL := s.h.storeURL
+		if s.relay != nil {
+			storeURL = viaRelay(storeURL, s.relay.Addr())
+		}
 		args := []string{"serve",
 			"--listen", fmt.Sprintf("127.0.0.1:%d", s.port),
 			"--upstream", "http://" + s.back.Addr() + "/" + s.name,
-			"--store", s.h.storeURL,
+			"--store", storeURL,
 			"--lease", s.h.lease.String(), "--wait", "1s",
-			"--upstream-timeout", upstreamTimeout.String(), "--max-body", "32KiB", "--log-format", "json"}
-		cmd := exec.Command(s.h.binary, append(args, scopeArgs...)...)
-		cmd.Env = append(os.Environ(), "IDEM_CONFIG=")
+			"--upstream-timeout", upstreamTimeout.String(), "--max-body", "32KiB", "--log-format", "json",
+			"--shutdown-timeout", shutdownTimeout.String(), "--scope-header", tenantHeader}
+		cmd := exec.Command(s.h.binary, args...)
+		cmd.Env = append(os.Environ(), "IDEM_CONFIG=", "IDEM_SCOPE_SECRET="+scopeSecret)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := s.p.start(cmd); err != nil {
@@ -306,18 +334,47 @@ type config struct {
 	faults map[string]bool
 	// pauseGap bounds the time between two pauses (default 2s to 5s).
 	pauseGap [2]time.Duration
+	// tenants is how many callers share the gateways, each with its own scope header value,
+	// and each sending every key (default 3).
+	tenants int
+	// fenceMin is how many times each leg of the fence class runs at least, however soon
+	// the operations are done.
+	fenceMin int
+	// store, if set, is a store server shared with other runs (no store fault then).
+	store storeServer
 }
 
 // upstreamTimeout is the gateways' --upstream-timeout: longer than a planLease upstream
 // takes (the lease and a second), shorter than a planSlow one.
 const upstreamTimeout = 4 * time.Second
 
+// shutdownTimeout is the gateways' --shutdown-timeout: the drain of a rolling deploy. Some
+// upstream calls take longer (slow effects, planLease, planSlow).
+const shutdownTimeout = time.Second
+
+// tenantHeader names the caller: the gateways' --scope-header, forwarded to the upstream.
+const tenantHeader = "X-Chaos-Tenant"
+
+// scopeSecret is the gateways' scope secret (IDEM_SCOPE_SECRET).
+const scopeSecret = "chaos-scope-secret-0123456789"
+
+// opID is the operation of the caller tenant under the key-and-path name base: "t1/op-0000042".
+func opID(tenant, base string) string { return tenant + "/" + base }
+
+// splitOp returns an operation's tenant and the name its key and path carry.
+func splitOp(op string) (tenant, base string) {
+	tenant, base, _ = strings.Cut(op, "/")
+	return tenant, base
+}
+
+// scopeOf is the scope the gateways give tenant's keys.
+func scopeOf(tenant string) string { return idemhttp.KeyedHashScope([]byte(scopeSecret), tenant) }
+
 type harness struct {
 	t        *testing.T
 	cfg      config
 	binary   string // the gateway and the operator's CLI
 	run      string // prefixes every key
-	scope    string // the keys' scope in the store ("" without a scope header)
 	dir      string
 	store    storeServer
 	storeURL string // what the gateways are given (the store's URL, or a wrapper's)
@@ -327,7 +384,13 @@ type harness struct {
 	rng      *rand.Rand
 	rngMu    sync.Mutex
 	pickMu   sync.Mutex // choosing a gateway to kill or pause
-	plans    []string   // by operation index
+	plans    []string   // by key index (operation index / tenants)
+	// fenceOps are the operations the fence class made up, probed with the others.
+	fenceOps []string
+	fenceSeq atomic.Int64
+	fences   sync.Map // op → chan string: the gateways of its executions, as they are recorded
+	cuts     int      // store links held back
+	deploys  []chaos.Deploy
 
 	mu              sync.Mutex
 	kills           []chaos.Kill
@@ -377,7 +440,11 @@ func (h *harness) onBackFault(ev faultproxy.Event) {
 	if m == nil {
 		return
 	}
-	h.onLost(chaos.LostAnswer{Op: string(m[2]), Gateway: string(m[1]), At: ev.At, Cause: "dropped by the proxy"})
+	var tenant string
+	if t := headTenant.FindSubmatch(ev.Head); t != nil {
+		tenant = string(t[1])
+	}
+	h.onLost(chaos.LostAnswer{Op: opID(tenant, string(m[2])), Gateway: string(m[1]), At: ev.At, Cause: "dropped by the proxy"})
 }
 
 func (h *harness) startSlots(ctx context.Context) {
@@ -395,11 +462,22 @@ func (h *harness) startSlots(ctx context.Context) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.front.Close() })
+		if _, file := h.store.(sqliteFile); !file {
+			u, err := url.Parse(h.store.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.relay, err = newStoreRelay(u.Host); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.relay.Close)
+		}
 		if err := s.start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = s.p.signal(syscall.SIGKILL, 10*time.Second) })
 		h.slots = append(h.slots, s)
+		// Registered after the relay's cleanup, so it runs before it: the gateway goes first.
+		t.Cleanup(func() { _ = s.p.signal(syscall.SIGKILL, 10*time.Second) })
 	}
 }
 
@@ -490,16 +568,26 @@ func (r rotating) RoundTrip(req *http.Request) (*http.Response, error) {
 	return r.base.RoundTrip(out)
 }
 
-func payload(op string, amount int64) []byte {
-	return fmt.Appendf(nil, `{"op":%q,"amount":%d}`, op, amount)
+// payload is op's request body, plus extra on its amount (another payload under the same
+// key). The body names the key, not the tenant: every tenant sends the same bytes under a key,
+// so a store that mixes tenants up would find the same fingerprint and replay another's answer.
+func (h *harness) payload(op string, extra int64) []byte {
+	_, base := splitOp(op)
+	return fmt.Appendf(nil, `{"op":%q,"amount":%d}`, base, int64(len(base))+extra)
 }
 
-// opName names operation i, with its plan if it has one.
+// tenantName names tenant i; it is also its scope header's value.
+func tenantName(i int) string { return fmt.Sprintf("t%d", i) }
+
+// opName names operation i: its tenant (i modulo the tenants) and its key's name (i divided by
+// them), with its plan if it has one. Consecutive operations are the same key for each tenant.
 func (h *harness) opName(i int) string {
-	if p := h.plans[i]; p != planNone {
-		return fmt.Sprintf("op-%07d.%s", i, p)
+	k := i / h.cfg.tenants
+	base := fmt.Sprintf("op-%07d", k)
+	if p := h.plans[k]; p != planNone {
+		base += "." + p
 	}
-	return fmt.Sprintf("op-%07d", i)
+	return opID(tenantName(i%h.cfg.tenants), base)
 }
 
 func (h *harness) record(a chaos.Answer) {
@@ -510,13 +598,15 @@ func (h *harness) record(a chaos.Answer) {
 
 // deliver sends one delivery of op through client and returns what it finally got.
 func (h *harness) deliver(ctx context.Context, client *http.Client, op, key string, body []byte, mark func(*chaos.Answer)) chaos.Answer {
-	a := chaos.Answer{Op: op}
+	tenant, base := splitOp(op)
+	a := chaos.Answer{Op: op, Tenant: tenant}
 	if mark != nil {
 		mark(&a)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://gateway/ops/"+op, strings.NewReader(string(body)))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://gateway/ops/"+base, strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(tenantHeader, tenant)
 	resp, err := client.Do(req)
 	if err != nil {
 		a.Err = err.Error()
@@ -563,7 +653,13 @@ func (h *harness) gatewayLogs() (outcomes map[string]int, takeovers int, unstore
 				takeovers++
 			}
 			if line.Err != "" && (line.Outcome == "executed" || line.Outcome == "oversize") {
-				unstored = append(unstored, chaos.Unstored{Op: strings.TrimPrefix(line.Key, h.run+"-"), Gateway: gw, Err: line.Err})
+				// The log names the client's key, not the caller: every tenant's operation
+				// under that key is taken as possibly unstored at that gateway process (a
+				// live answer of one then does not count as stored).
+				base := strings.TrimPrefix(line.Key, h.run+"-")
+				for i := range h.cfg.tenants {
+					unstored = append(unstored, chaos.Unstored{Op: opID(tenantName(i), base), Gateway: gw, Err: line.Err})
+				}
 				if strings.Contains(line.Err, "lease lost") {
 					fenced++
 				}

@@ -21,6 +21,9 @@ type Effect struct {
 	ID string
 	// Gateway names the gateway process (slot and incarnation) that forwarded the request.
 	Gateway string
+	// Tenant names the caller the execution was for ("" with a single caller), as the
+	// upstream saw it.
+	Tenant string
 	// At is when the upstream recorded the effect.
 	At time.Time
 	// Body is the exact answer body the upstream sent for this execution.
@@ -31,6 +34,9 @@ type Effect struct {
 type Answer struct {
 	// Op is the operation.
 	Op string
+	// Tenant names the caller that sent the delivery ("" with a single caller). A success
+	// whose body is an execution for another tenant is counted in Verdict.CrossTenant.
+	Tenant string
 	// Status is the final HTTP status, 0 if the client gave up on a network error.
 	Status int
 	// Body is the final answer's body.
@@ -69,10 +75,24 @@ type Pause struct {
 	From, To time.Time
 }
 
-// Outage is a time the store server was down (crashed and not yet restarted): no holder can
-// renew its lease meanwhile.
+// Outage is a time the store server was down (crashed and not yet restarted), or one gateway
+// was cut off from it (its answers held back on the way): no holder cut off can renew its
+// lease meanwhile.
 type Outage struct {
 	From, To time.Time
+	// Gateway names the one gateway process cut off from the store; "" means the store
+	// server itself was down, for every gateway.
+	Gateway string
+}
+
+// Deploy is a gateway process stopped as a rolling deploy stops it: SIGTERM, then it drains
+// (finishes or hands over what is in flight) and exits on its own. A graceful stop excuses no
+// re-execution: a process that drains is not a process that died.
+type Deploy struct {
+	// Gateway names the process, as in Effect.Gateway.
+	Gateway string
+	// At is when SIGTERM was sent, Exited when the process had exited.
+	At, Exited time.Time
 }
 
 // Stall is a time the harness's own process was not run for a while (a 20ms sleep that woke
@@ -137,6 +157,7 @@ type History struct {
 	Releases    []Release
 	Stalls      []Stall
 	Unstored    []Unstored
+	Deploys     []Deploy
 	// Lease is the gateways' lease (default 2s). A holder that is cut off (killed, paused,
 	// or unable to reach the store) keeps its claim until its lease runs out, and renews it
 	// every third of it: a takeover cannot come before about two thirds of a lease after the
@@ -173,6 +194,13 @@ type Verdict struct {
 	// StuckKeys counts operations whose probe, sent after every lease had expired, was not
 	// answered with success.
 	StuckKeys int
+	// CrossTenant counts successful answers whose body is an execution made for another
+	// tenant: one caller got another's record.
+	CrossTenant int
+	// DrainedDoubles counts the unexplained re-executions whose earlier execution's gateway
+	// was stopped by a rolling deploy (SIGTERM and drain) around it: part of
+	// UnexplainedDoubles, counted apart to show where they come from.
+	DrainedDoubles int
 
 	// CrashTakeovers counts re-executions after a kill -9 of the previous execution's gateway.
 	CrashTakeovers int
@@ -230,7 +258,7 @@ func clip(b []byte) string {
 // OK reports whether every must-be-zero count is zero.
 func (v Verdict) OK() bool {
 	return v.UnexplainedDoubles == 0 && v.SuccessWithoutEffect == 0 && v.DifferingReplays == 0 &&
-		v.MismatchAccepted == 0 && v.StuckKeys == 0
+		v.MismatchAccepted == 0 && v.StuckKeys == 0 && v.CrossTenant == 0
 }
 
 func success(status int) bool { return status >= 200 && status < 300 }
@@ -260,6 +288,8 @@ type judge struct {
 	releases        map[string][]Release        // every release, by op, for the examples
 	stalls          []Stall
 	unstored        map[[2]string]bool // by op and gateway
+	byBody          map[string]Effect  // every execution, by its answer's body
+	deploys         map[string][]Deploy
 }
 
 func newJudge(h History) *judge {
@@ -267,13 +297,17 @@ func newJudge(h History) *judge {
 		lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
 		effects: map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
 		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{}, releases: map[string][]Release{}, stalls: h.Stalls,
-		unstored: map[[2]string]bool{},
+		unstored: map[[2]string]bool{}, byBody: map[string]Effect{}, deploys: map[string][]Deploy{},
+	}
+	for _, d := range h.Deploys {
+		j.deploys[d.Gateway] = append(j.deploys[d.Gateway], d)
 	}
 	for _, u := range h.Unstored {
 		j.unstored[[2]string{u.Op, u.Gateway}] = true
 	}
 	for _, e := range h.Effects {
 		j.effects[e.Op] = append(j.effects[e.Op], e)
+		j.byBody[string(e.Body)] = e
 	}
 	for _, a := range h.Answers {
 		j.answers[a.Op] = append(j.answers[a.Op], a)
@@ -310,9 +344,9 @@ func (j *judge) completed(e Effect) bool {
 // died during a store outage or before it could renew after one (the engine tries a failed
 // extension again every eighth of a heartbeat; a lease/8 covers that and a reconnection), the
 // outage's start. Its lease then runs out a lease after that, not after the kill.
-func (j *judge) lastRenewal(t time.Time) time.Time {
+func (j *judge) lastRenewal(gateway string, t time.Time) time.Time {
 	for _, o := range j.outages {
-		if !t.Before(o.From) && !t.After(o.To.Add(j.lease/8)) && o.From.Before(t) {
+		if (o.Gateway == "" || o.Gateway == gateway) && !t.Before(o.From) && !t.After(o.To.Add(j.lease/8)) && o.From.Before(t) {
 			t = o.From
 		}
 	}
@@ -357,7 +391,7 @@ func (j *judge) explain(prev, next Effect) excuse {
 			return uncertain
 		}
 	}
-	if slices.ContainsFunc(j.kills[prev.Gateway], func(t time.Time) bool { return j.cutOff(j.lastRenewal(t), prev, next) }) {
+	if slices.ContainsFunc(j.kills[prev.Gateway], func(t time.Time) bool { return j.cutOff(j.lastRenewal(prev.Gateway, t), prev, next) }) {
 		return crash
 	}
 	if slices.ContainsFunc(j.pauses[prev.Gateway], func(p Pause) bool {
@@ -370,7 +404,7 @@ func (j *judge) explain(prev, next Effect) excuse {
 		return pause
 	}
 	if slices.ContainsFunc(j.outages, func(o Outage) bool {
-		return o.To.Sub(o.From) >= j.lease/2 && !o.To.Before(prev.At.Add(-j.inFlight)) && !o.From.After(next.At.Add(-j.lease/2))
+		return (o.Gateway == "" || o.Gateway == prev.Gateway) && o.To.Sub(o.From) >= j.lease/2 && !o.To.Before(prev.At.Add(-j.inFlight)) && !o.From.After(next.At.Add(-j.lease/2))
 	}) {
 		return outage
 	}
@@ -393,8 +427,15 @@ func (j *judge) nearby(prev, next Effect) string {
 	}
 	for _, o := range j.outages {
 		if near(o, prev.At) || near(o, next.At) {
-			parts = append(parts, fmt.Sprintf("store down from %+dms to %+dms", o.From.Sub(prev.At).Milliseconds(), o.To.Sub(prev.At).Milliseconds()))
+			what := "store down"
+			if o.Gateway != "" {
+				what = o.Gateway + " cut off from the store"
+			}
+			parts = append(parts, fmt.Sprintf("%s from %+dms to %+dms", what, o.From.Sub(prev.At).Milliseconds(), o.To.Sub(prev.At).Milliseconds()))
 		}
+	}
+	for _, d := range j.drained(prev, next) {
+		parts = append(parts, fmt.Sprintf("holder %s drained by a deploy: SIGTERM at %+dms, exited at %+dms", d.Gateway, d.At.Sub(prev.At).Milliseconds(), d.Exited.Sub(prev.At).Milliseconds()))
 	}
 	for _, k := range j.kills[prev.Gateway] {
 		if !k.Before(prev.At.Add(-j.inFlight)) && !k.After(next.At) {
@@ -422,6 +463,18 @@ func (j *judge) nearby(prev, next Effect) string {
 	return " [" + strings.Join(parts, "; ") + "]"
 }
 
+// drained returns the deploys of prev's gateway that stopped it while prev's request was on
+// its way or after, and before next.
+func (j *judge) drained(prev, next Effect) []Deploy {
+	var out []Deploy
+	for _, d := range j.deploys[prev.Gateway] {
+		if !d.Exited.Before(prev.At.Add(-j.inFlight)) && d.At.Before(next.At) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // reexecutions judges every execution of op after its first; it reports whether one was an
 // operator's doing (then clients may rightly have seen two answers).
 func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
@@ -441,6 +494,9 @@ func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
 			forced = true
 		default:
 			v.UnexplainedDoubles++
+			if len(j.drained(prev, next)) > 0 {
+				v.DrainedDoubles++
+			}
 			if !slices.Contains(v.DoubledOps, next.Op) {
 				v.DoubledOps = append(v.DoubledOps, next.Op)
 			}
@@ -493,7 +549,10 @@ func (j *judge) answersOf(v *Verdict, op string, es []Effect, forced bool) {
 			continue
 		}
 		i := slices.IndexFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) })
-		if i < 0 {
+		if other, ok := j.byBody[string(a.Body)]; i < 0 && ok && other.Tenant != a.Tenant {
+			v.CrossTenant++
+			v.example("%s: tenant %q got %s, an execution of %s for tenant %q", op, a.Tenant, other.ID, other.Op, other.Tenant)
+		} else if i < 0 {
 			v.SuccessWithoutEffect++
 			v.example("%s: success %s matches no recorded execution", op, clip(a.Body))
 		} else if !a.Replayed && j.unstored[[2]string{op, es[i].Gateway}] {
@@ -556,6 +615,10 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "  replays that differ from the original         %d (must be 0)\n", v.DifferingReplays)
 	fmt.Fprintf(w, "  other payload under a used key accepted       %d (must be 0)\n", v.MismatchAccepted)
 	fmt.Fprintf(w, "  stuck keys after the leases expired           %d (must be 0)\n", v.StuckKeys)
+	fmt.Fprintf(w, "  answers that belong to another tenant         %d (must be 0)\n", v.CrossTenant)
+	if v.DrainedDoubles > 0 {
+		fmt.Fprintf(w, "  of the unexplained, after a graceful drain    %d (never excused)\n", v.DrainedDoubles)
+	}
 	fmt.Fprintf(w, "documented windows (each only for an execution never completed, or forced):\n")
 	fmt.Fprintf(w, "  re-executions after a gateway kill -9         %d\n", v.CrashTakeovers)
 	fmt.Fprintf(w, "  re-executions after a pause past the lease    %d\n", v.PauseTakeovers)

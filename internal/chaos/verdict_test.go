@@ -332,3 +332,58 @@ func TestJudgeKillAfterOutage(t *testing.T) {
 		{"killed before the outage began", func(h *chaos.History) { outage(h, 1450, 1900, 1400, 2300) }, unexplained, false},
 	})
 }
+
+// A gateway cut off from the store past half a lease excuses its own execution's takeover,
+// not another gateway's.
+func TestJudgeGatewayCutOffExcuse(t *testing.T) {
+	t.Parallel()
+	cut := func(gw string) func(h *chaos.History) {
+		return func(h *chaos.History) {
+			twice(h, 2500)
+			h.Outages = []chaos.Outage{{From: at(100), To: at(1600), Gateway: gw}}
+		}
+	}
+	runJudgeCases(t, []judgeCase{
+		{"holder cut off", cut("g0i1"), func(v chaos.Verdict) int { return v.OutageTakeovers }, true},
+		{"another gateway cut off", cut("g1i1"), unexplained, false},
+	})
+}
+
+// A re-execution after the holder was stopped by a deploy (SIGTERM, drain, exit) is never
+// excused, and is counted apart.
+func TestJudgeDrainNotExcused(t *testing.T) {
+	t.Parallel()
+	runJudgeCases(t, []judgeCase{
+		{"drained holder", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Deploys = []chaos.Deploy{{Gateway: "g0i1", At: at(100), Exited: at(1100)}}
+		}, func(v chaos.Verdict) int { return v.DrainedDoubles }, false},
+		{"drained holder, also killed", func(h *chaos.History) {
+			twice(h, 2500)
+			h.Deploys = []chaos.Deploy{{Gateway: "g0i1", At: at(100), Exited: at(1100)}}
+			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(200)}}
+		}, func(v chaos.Verdict) int { return v.CrashTakeovers }, true},
+	})
+}
+
+// An answer that is another tenant's execution, under the same key, is counted as such.
+func TestJudgeCrossTenant(t *testing.T) {
+	t.Parallel()
+	runJudgeCases(t, []judgeCase{
+		{"own tenant", func(h *chaos.History) {
+			e := eff("t1/d", "9", "g0i1", 10)
+			e.Tenant = "t1"
+			h.Effects = append(h.Effects, e)
+			a := ok("t1/d", "9", true)
+			a.Tenant = "t1"
+			h.Answers = append(h.Answers, a)
+		}, nil, true},
+		{"another tenant's answer", func(h *chaos.History) {
+			e := eff("t1/d", "9", "g0i1", 10)
+			e.Tenant = "t1"
+			h.Effects = append(h.Effects, e)
+			a := chaos.Answer{Op: "t2/d", Tenant: "t2", Status: 201, Body: e.Body, Replayed: true}
+			h.Answers = append(h.Answers, ok("t1/d", "9", false), a)
+		}, func(v chaos.Verdict) int { return v.CrossTenant }, false},
+	})
+}

@@ -23,9 +23,6 @@ func init() {
 	register("admin", "serve the operator's web console for a store (records, release); off unless a token is given", runAdmin)
 }
 
-// minAdminToken is the shortest console token accepted: a guessable one would open releases.
-const minAdminToken = 16
-
 // consoleFlags are the console's flags on `idem serve`: off unless --admin-listen is given.
 type consoleFlags struct {
 	listen    string
@@ -40,26 +37,40 @@ func (f *consoleFlags) bind(e *env, fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "admin-token-file", e.getenv("IDEM_ADMIN_TOKEN_FILE"), "file holding the console's token, at least 16 bytes (a trailing newline is ignored); or set IDEM_ADMIN_TOKEN (env IDEM_ADMIN_TOKEN_FILE)")
 }
 
-// credentials returns the console's credential: a token from the file or IDEM_ADMIN_TOKEN, or
-// basic credentials from IDEM_ADMIN_USER and IDEM_ADMIN_PASSWORD. Without one it fails: the
-// console never runs open.
+// consoleCredentials returns the console's credential: a token from the file or
+// IDEM_ADMIN_TOKEN, and/or basic credentials from IDEM_ADMIN_USER and IDEM_ADMIN_PASSWORD.
+// Without one, with a user but no password (or a password but no user), or with a weak token
+// or password (console.CheckSecret), it fails with an error naming the variable: the console
+// never runs open, nor behind a guessable secret.
 func consoleCredentials(e *env, tokenFile string) (token, user, password string, err error) {
 	token = e.getenv("IDEM_ADMIN_TOKEN")
+	tokenName := "IDEM_ADMIN_TOKEN"
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
 			return "", "", "", fmt.Errorf("admin token file: %w", err)
 		}
 		token = strings.TrimRight(string(b), "\r\n")
+		tokenName = "the admin token file " + tokenFile
 	}
 	user, password = e.getenv("IDEM_ADMIN_USER"), e.getenv("IDEM_ADMIN_PASSWORD")
 	switch {
-	case token == "" && (user == "" || password == ""):
+	case token == "" && user == "" && password == "":
 		return "", "", "", usageError("the console needs a credential: set IDEM_ADMIN_TOKEN, give a token file, or set IDEM_ADMIN_USER and IDEM_ADMIN_PASSWORD")
-	case token != "" && len(token) < minAdminToken:
-		return "", "", "", usageError("the console's token has %d bytes, fewer than %d", len(token), minAdminToken)
-	case token == "" && len(password) < minAdminToken:
-		return "", "", "", usageError("IDEM_ADMIN_PASSWORD has %d bytes, fewer than %d", len(password), minAdminToken)
+	case user != "" && password == "":
+		return "", "", "", usageError("IDEM_ADMIN_USER is set but IDEM_ADMIN_PASSWORD is empty: the console never lets a user in without a password; set a strong IDEM_ADMIN_PASSWORD or unset IDEM_ADMIN_USER")
+	case user == "" && password != "":
+		return "", "", "", usageError("IDEM_ADMIN_PASSWORD is set but IDEM_ADMIN_USER is empty: set both, or neither")
+	}
+	if token != "" {
+		if err := console.CheckSecret(token); err != nil {
+			return "", "", "", usageError("the console's token (%s) %v", tokenName, err)
+		}
+	}
+	if password != "" {
+		if err := console.CheckSecret(password); err != nil {
+			return "", "", "", usageError("IDEM_ADMIN_PASSWORD %v", err)
+		}
 	}
 	return token, user, password, nil
 }

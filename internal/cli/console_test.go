@@ -62,7 +62,7 @@ func TestConsoleNeedsACredential(t *testing.T) {
 	} {
 		e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return tc.vars[k] }}
 		err := commands[tc.args[0]].run(context.Background(), e, tc.args[1:])
-		if err == nil || !strings.Contains(err.Error(), "credential") && !strings.Contains(err.Error(), "fewer than") {
+		if err == nil || !strings.Contains(err.Error(), "credential") && !strings.Contains(err.Error(), "fewer than") && !strings.Contains(err.Error(), "IDEM_ADMIN_PASSWORD is empty") {
 			t.Errorf("%v with %v: %v, want a refusal", tc.args, tc.vars, err)
 		}
 	}
@@ -127,4 +127,100 @@ func TestAdminCommand(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestConsoleRefusesWeakCredentials: serve --admin-listen and admin refuse to start with a user
+// and no password, or a password of one byte (basic `admin:` would otherwise get in beside a
+// token), with a password but no user, and with a short or repetitive token or password; each
+// error names the variable to fix.
+func TestConsoleRefusesWeakCredentials(t *testing.T) {
+	t.Parallel()
+	const strong = "console-token-0123456789"
+	serve := []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--admin-listen", "127.0.0.1:0"}
+	admin := []string{"admin", "--store", "memory://", "--listen", "127.0.0.1:0"}
+	for _, tc := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"IDEM_ADMIN_TOKEN": strong, "IDEM_ADMIN_USER": "admin"}, "IDEM_ADMIN_PASSWORD is empty"},
+		{map[string]string{"IDEM_ADMIN_TOKEN": strong, "IDEM_ADMIN_USER": "admin", "IDEM_ADMIN_PASSWORD": "x"}, "IDEM_ADMIN_PASSWORD has 1 bytes"},
+		{map[string]string{"IDEM_ADMIN_USER": "admin", "IDEM_ADMIN_PASSWORD": "password"}, "IDEM_ADMIN_PASSWORD has 8 bytes"},
+		{map[string]string{"IDEM_ADMIN_USER": "admin", "IDEM_ADMIN_PASSWORD": "passwordpassword"}, "IDEM_ADMIN_PASSWORD has 7 distinct"},
+		{map[string]string{"IDEM_ADMIN_PASSWORD": strong}, "IDEM_ADMIN_USER is empty"},
+		{map[string]string{"IDEM_ADMIN_TOKEN": strings.Repeat("0", 32)}, "IDEM_ADMIN_TOKEN) has 1 distinct"},
+		{map[string]string{"IDEM_ADMIN_TOKEN": "0123456789"}, "IDEM_ADMIN_TOKEN) has 10 bytes"},
+	} {
+		for _, args := range [][]string{serve, admin} {
+			e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return tc.vars[k] }}
+			err := commands[args[0]].run(context.Background(), e, args[1:])
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s with %v: %v, want a refusal saying %q", args[0], tc.vars, err, tc.want)
+			}
+		}
+	}
+}
+
+// startAdmin runs `idem admin` on store with vars as its environment, and returns the
+// console's base URL; the console stops when the test ends.
+func startAdmin(t *testing.T, store string, vars map[string]string) string {
+	t.Helper()
+	logs := &syncbuf.Buffer{}
+	e := &env{stdout: io.Discard, stderr: logs, getenv: func(k string) string { return vars[k] }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runAdmin(ctx, e, []string{"--store", store, "--listen", "127.0.0.1:0"}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	addr := regexp.MustCompile(`console listening" addr=(http://[0-9.:]+)`)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("admin: %v", err)
+		default:
+		}
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no console address in:\n%s", logs.String())
+		}
+	}
+}
+
+// TestAdminUserPasswordOnly: `idem admin` with a user and password and no token lets that user
+// in, and nobody with an empty secret: an empty bearer token, or basic credentials with an
+// empty password and any user name, get 401.
+func TestAdminUserPasswordOnly(t *testing.T) {
+	t.Parallel()
+	const pass = "ops-console-password-42"
+	base := startAdmin(t, seed(t), map[string]string{"IDEM_ADMIN_USER": "ops", "IDEM_ADMIN_PASSWORD": pass})
+	get := func(set func(*http.Request)) int {
+		req, _ := http.NewRequest("GET", base+"/", nil)
+		set(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, auth := range []string{"Bearer ", "Bearer", "Basic " + basicAuth("ops", ""), "Basic " + basicAuth("admin", ""), "Basic " + basicAuth("", ""), "Basic " + basicAuth("admin", pass), "Bearer " + pass} {
+		if code := get(func(r *http.Request) { r.Header.Set("Authorization", auth) }); code != http.StatusUnauthorized {
+			t.Errorf("with %q: %d, want 401", auth, code)
+		}
+	}
+	if code := get(func(r *http.Request) { r.SetBasicAuth("ops", pass) }); code != 200 {
+		t.Errorf("with the user and password: %d, want 200", code)
+	}
+}
+
+func basicAuth(user, pass string) string {
+	req, _ := http.NewRequest("GET", "/", nil)
+	req.SetBasicAuth(user, pass)
+	return strings.TrimPrefix(req.Header.Get("Authorization"), "Basic ")
 }

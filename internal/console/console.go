@@ -20,7 +20,7 @@ import (
 var assets embed.FS
 
 // Options configure a Console. Store and a credential (Token, or User and Password) are
-// required.
+// required; a token or password must pass CheckSecret.
 type Options struct {
 	// Store is the store whose records the console shows and releases. Required. Listing
 	// needs a store that implements idem.Lister; with another, records are opened by key.
@@ -28,7 +28,8 @@ type Options struct {
 	// Token is the credential an operator gives, as a bearer token (Authorization: Bearer) or
 	// as the password of basic credentials with any user name (a browser's login prompt).
 	Token string
-	// User and Password are basic credentials, accepted besides Token.
+	// User and Password are basic credentials, accepted besides Token. Neither is accepted
+	// without the other.
 	User, Password string
 	// Rates returns the cumulative count of requests by outcome, as the gateway's
 	// idem_requests_total counts them (executed, replayed, conflict, mismatch, store_error,
@@ -68,15 +69,30 @@ type Console struct {
 }
 
 // New returns a console for opt. It fails, with an error that wraps idem.ErrInvalidInput and
-// names the field, without a store or a credential.
+// names the field, without a store or a credential, with a user but no password (or a
+// password but no user), or with a token or password that CheckSecret finds weak.
 func New(opt Options) (*Console, error) {
 	switch {
 	case opt.Store == nil:
 		return nil, fmt.Errorf("%w: console: Options.Store is required", idem.ErrInvalidInput)
-	case opt.Token == "" && (opt.User == "" || opt.Password == ""):
+	case opt.Token == "" && opt.User == "" && opt.Password == "":
 		return nil, fmt.Errorf("%w: console: Options.Token, or Options.User and Options.Password, are required: the console never runs without a credential", idem.ErrInvalidInput)
+	case opt.User == "" && opt.Password != "":
+		return nil, fmt.Errorf("%w: console: Options.Password is set without Options.User", idem.ErrInvalidInput)
+	case opt.User != "" && opt.Password == "":
+		return nil, fmt.Errorf("%w: console: Options.User is set without Options.Password: a user is never let in without a password", idem.ErrInvalidInput)
 	case opt.RateStep < 0 || opt.RateWindow < 0 || opt.StuckAfter < 0:
 		return nil, fmt.Errorf("%w: console: Options.RateStep, RateWindow and StuckAfter must not be negative", idem.ErrInvalidInput)
+	}
+	if opt.Token != "" {
+		if err := CheckSecret(opt.Token); err != nil {
+			return nil, fmt.Errorf("%w: console: Options.Token %w", idem.ErrInvalidInput, err)
+		}
+	}
+	if opt.Password != "" {
+		if err := CheckSecret(opt.Password); err != nil {
+			return nil, fmt.Errorf("%w: console: Options.Password %w", idem.ErrInvalidInput, err)
+		}
 	}
 	opt.RateStep = cmp.Or(opt.RateStep, 5*time.Second)
 	opt.RateWindow = max(cmp.Or(opt.RateWindow, 15*time.Minute), 2*opt.RateStep)

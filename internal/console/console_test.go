@@ -180,9 +180,9 @@ func TestNewNeedsACredential(t *testing.T) {
 // the configured user and password get in.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *console.Options) { o.User, o.Password = "ops", "pa55word-long" })
+	b := setup(t, func(o *console.Options) { o.User, o.Password = "ops", "pa55word-long-enough" })
 	for _, path := range []string{"/", "/record?key=x", "/release?key=x", "/api/rates", "/static/console.css"} {
-		for _, auth := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Basic " + basic("ops", "wrong"), "Basic " + basic("root", "pa55word-long"), "Token " + token} {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Basic " + basic("ops", "wrong"), "Basic " + basic("root", "pa55word-long-enough"), "Token " + token} {
 			req, _ := http.NewRequest("GET", b.srv.URL+path, nil)
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
@@ -200,7 +200,7 @@ func TestAuth(t *testing.T) {
 			}
 		}
 	}
-	for _, auth := range []string{"Bearer " + token, "bearer " + token, "Basic " + basic("anyone", token), "Basic " + basic("ops", "pa55word-long")} {
+	for _, auth := range []string{"Bearer " + token, "bearer " + token, "Basic " + basic("anyone", token), "Basic " + basic("ops", "pa55word-long-enough")} {
 		req, _ := http.NewRequest("GET", b.srv.URL+"/static/console.js", nil)
 		req.Header.Set("Authorization", auth)
 		resp, err := http.DefaultClient.Do(req)

@@ -18,9 +18,9 @@ var ErrRefused = errors.New("console: release refused")
 // would then execute while the first call may still act; a stale claim is released, fenced on
 // its token; a completed record is deleted only with force (its next request executes again).
 //
-// token is the claim the operator confirmed (0: any): a record whose token has changed since
-// (completed, taken over, claimed again) is refused, so a confirmation never applies to
-// another claim than the one shown. It returns what was done, for the operator.
+// token is the claim the operator confirmed, as shown: a record whose token has changed since
+// (completed, taken over, claimed again) is refused, and so is a token of 0 or less (no claim
+// was shown), so a confirmation never applies to another claim than the one shown. It returns what was done, for the operator.
 func Release(ctx context.Context, st idem.Store, key string, token int64, force bool, now time.Time) (string, error) {
 	rec, err := st.Get(ctx, key)
 	if errors.Is(err, idem.ErrNotFound) {
@@ -29,7 +29,10 @@ func Release(ctx context.Context, st idem.Store, key string, token int64, force 
 	if err != nil {
 		return "", err
 	}
-	if token != 0 && rec.Token != token {
+	if token <= 0 {
+		return "", fmt.Errorf("%w: no claim was confirmed (token %d): open the record and confirm the claim shown", ErrRefused, token)
+	}
+	if rec.Token != token {
 		return "", fmt.Errorf("%w: the record changed since it was shown (token %d, now %d); look at it again", ErrRefused, token, rec.Token)
 	}
 	switch cond := ConditionOf(rec, now); {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base32"
 	"encoding/base64"
 	"net"
 	"net/http"
@@ -21,13 +22,22 @@ func equal(a, b string) bool {
 	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
 }
 
+// matches reports whether the secret a request presented is the configured one, in constant
+// time. An empty secret never matches, so a credential that is not configured (empty) opens
+// nothing, whatever the request sends.
+func matches(given, want string) bool {
+	ok := equal(given, want)
+	return given != "" && ok
+}
+
 // authenticate returns who sent r ("token", or "user NAME") if its credentials are the
 // console's, or "" if not. A token is accepted as a bearer token, or as the password of basic
-// credentials with any user name (which a browser can send by itself).
+// credentials with any user name (which a browser can send by itself). An empty token or
+// password is never accepted.
 func (c *Console) authenticate(r *http.Request) string {
 	h := r.Header.Get("Authorization")
 	if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
-		if c.opt.Token != "" && equal(strings.TrimSpace(tok), c.opt.Token) {
+		if matches(strings.TrimSpace(tok), c.opt.Token) {
 			return "token"
 		}
 		return ""
@@ -36,12 +46,12 @@ func (c *Console) authenticate(r *http.Request) string {
 	if !ok {
 		return ""
 	}
-	if c.opt.Token != "" && equal(pass, c.opt.Token) {
+	if matches(pass, c.opt.Token) {
 		return "token"
 	}
 	if c.opt.User != "" {
 		userOK := equal(user, c.opt.User)
-		passOK := equal(pass, c.opt.Password)
+		passOK := matches(pass, c.opt.Password)
 		if userOK && passOK {
 			return "user " + user
 		}
@@ -59,15 +69,38 @@ func remoteAddr(r *http.Request) string {
 
 // session returns the session of r, setting a new session cookie on w when it has none.
 func (c *Console) session(w http.ResponseWriter, r *http.Request) string {
-	if ck, err := r.Cookie(sessionCookie); err == nil && len(ck.Value) >= 32 {
+	if ck, err := r.Cookie(sessionCookie); err == nil && validSession(ck.Value) {
 		return ck.Value
 	}
-	id := rand.Text() + rand.Text() // 2 × 130 random bits
+	var b [32]byte
+	_, _ = rand.Read(b[:])                     // never fails (crypto/rand)
+	id := sessionEncoding.EncodeToString(b[:]) // 256 random bits, sessionLen characters
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode,
 	})
 	return id
+}
+
+// sessionLen is the length of a session identifier: 32 random bytes in sessionEncoding.
+const sessionLen = 52
+
+// sessionEncoding writes session identifiers: base32 (A-Z, 2-7) without padding.
+var sessionEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// validSession reports whether v has the shape of a session identifier the console makes:
+// sessionLen characters of the base32 alphabet. A shorter or malformed cookie (one set by
+// someone else, or truncated) is not a session: the console starts a new one.
+func validSession(v string) bool {
+	if len(v) != sessionLen {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 'A' || c > 'Z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
 }
 
 // csrfToken is the CSRF token of a session: its HMAC under the console's own key, which is
@@ -85,7 +118,7 @@ func (c *Console) checkCSRF(r *http.Request) bool {
 		return false
 	}
 	ck, err := r.Cookie(sessionCookie)
-	if err != nil || len(ck.Value) < 32 {
+	if err != nil || !validSession(ck.Value) {
 		return false
 	}
 	return equal(r.PostFormValue("csrf"), c.csrfToken(ck.Value))

@@ -7,7 +7,9 @@ package memstore
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -45,7 +47,44 @@ type Store struct {
 	// response Complete appends there: the size of the last response stored, up to maxRoom.
 	// Responses of one service tend to be alike, so a new key costs one allocation, not two.
 	room int32
+	// maxRecords and maxBytes bound what the store holds (0: no bound); bytes is what it
+	// holds now, as cost counts it.
+	maxRecords int32
+	maxBytes   int64
+	bytes      int64
+	// reclaimAt is at most the earliest expiry of a record held (Unix µs): a full store looks
+	// for expired records to reclaim only once it has passed.
+	reclaimAt int64
 }
+
+// Options bound what a Store made by NewBounded holds. The zero value is no bound.
+type Options struct {
+	// MaxRecords is the most records the store holds, expired ones not yet reclaimed included.
+	// 0 (the default): no bound.
+	MaxRecords int
+	// MaxBytes bounds the bytes the store's records take: their keys, fingerprints, routes and
+	// stored responses, plus a fixed overhead per record. A claim that would take the store
+	// past it is refused; completing a claim never is, so the responses of claims in flight
+	// may take the store past it until expired records are reclaimed. 0 (the default): no
+	// bound.
+	MaxBytes int64
+}
+
+// ErrFull is returned, wrapped, by Reserve when a new claim would take a bounded store past
+// one of its Options' limits and no expired record could be reclaimed to make room. Records
+// that are in progress or completed are never removed before they expire to make room. It
+// matches idem.ErrStoreUnavailable, so the engine fails closed: no effect runs, and an HTTP
+// face answers 503.
+var ErrFull error = fullError{}
+
+type fullError struct{}
+
+func (fullError) Error() string        { return "memstore: full" }
+func (fullError) Is(target error) bool { return target == idem.ErrStoreUnavailable }
+
+// recordOverhead is what a record costs beyond its blob: its head, its blob's string header
+// and its slot in the index.
+const recordOverhead = int64(unsafe.Sizeof(head{}) + unsafe.Sizeof("") + 16)
 
 // maxRoom bounds the room a claim's blob is given for its response: larger responses are
 // stored in an allocation of their own.
@@ -77,9 +116,27 @@ type head struct {
 	packed   bool // the fingerprint is kept as the 32 bytes its 64 hex digits spell
 }
 
-// New returns an empty Store.
+// New returns an empty Store without bounds: it holds every record until it expires and is
+// swept. Use NewBounded for a store that outside callers can fill.
 func New() *Store {
-	return &Store{seed: maphash.MakeSeed(), mask: ^uint32(0), index: make(map[uint32]int32)}
+	return &Store{seed: maphash.MakeSeed(), mask: ^uint32(0), index: make(map[uint32]int32), reclaimAt: math.MaxInt64}
+}
+
+// NewBounded returns an empty Store that holds at most opt.MaxRecords records taking at most
+// about opt.MaxBytes bytes. When a new claim would pass either bound, the store first
+// reclaims the records that have expired; if that does not make room, Reserve fails with an
+// error matching ErrFull (and idem.ErrStoreUnavailable). A record in progress or completed is
+// never removed before it expires. A negative bound is an error wrapping idem.ErrInvalidInput.
+func NewBounded(opt Options) (*Store, error) {
+	switch {
+	case opt.MaxRecords < 0 || opt.MaxRecords > math.MaxInt32:
+		return nil, fmt.Errorf("memstore: invalid options: MaxRecords %d is out of range: %w", opt.MaxRecords, idem.ErrInvalidInput)
+	case opt.MaxBytes < 0:
+		return nil, fmt.Errorf("memstore: invalid options: MaxBytes %d is negative: %w", opt.MaxBytes, idem.ErrInvalidInput)
+	}
+	s := New()
+	s.maxRecords, s.maxBytes = int32(opt.MaxRecords), opt.MaxBytes
+	return s, nil
 }
 
 // Close makes every later call fail with idem.ErrStoreUnavailable. It is safe to call twice.
@@ -95,6 +152,62 @@ func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return int(s.n)
+}
+
+// Options returns the store's bounds (all zero for a store made by New).
+func (s *Store) Options() Options {
+	return Options{MaxRecords: int(s.maxRecords), MaxBytes: s.maxBytes}
+}
+
+// Bytes returns the bytes the store's records take, as Options.MaxBytes counts them.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// cost is what record i takes, as Options.MaxBytes counts it.
+func (s *Store) cost(i int32) int64 {
+	return int64(len(*s.blob(i))) + int64(s.head(i).room) + recordOverhead
+}
+
+// expiresAt notes that a record now expires at t (Unix µs), for reclaim.
+func (s *Store) expiresAt(t int64) { s.reclaimAt = min(s.reclaimAt, t) }
+
+// fits reports whether the store has room for one more record (grow) costing more bytes.
+func (s *Store) fits(grow bool, more int64) bool {
+	if grow && s.maxRecords > 0 && s.n >= s.maxRecords {
+		return false
+	}
+	return s.maxBytes <= 0 || more <= 0 || s.bytes+more <= s.maxBytes
+}
+
+// reclaim removes every record expired at now, if one may be, and reports whether it removed
+// any. It costs a pass over the store, made at most once per expiry that passes.
+func (s *Store) reclaim(now int64) bool {
+	if now < s.reclaimAt {
+		return false
+	}
+	removed := false
+	next := int64(math.MaxInt64)
+	for i := s.n - 1; i >= 0; i-- { // from the end, as Sweep: remove moves the last record here
+		if e := s.head(i).expires; e <= now {
+			s.remove(i)
+			removed = true
+		} else {
+			next = min(next, e)
+		}
+	}
+	s.reclaimAt = next
+	return removed
+}
+
+// full is the error a claim that finds no room gets.
+func (s *Store) full(grow bool) error {
+	if grow && s.maxRecords > 0 && s.n >= s.maxRecords {
+		return fmt.Errorf("%w: it holds %d records, the most it may (MaxRecords); none has expired", ErrFull, s.n)
+	}
+	return fmt.Errorf("%w: its records take %d bytes of the %d it may (MaxBytes); none has expired", ErrFull, s.bytes, s.maxBytes)
 }
 
 func (s *Store) lock(ctx context.Context) error {
@@ -176,28 +289,47 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 	}
 	defer s.mu.Unlock()
 	n := now.UnixMicro()
-	i, first, found := s.lookup(hash, key)
-	takeover := false
-	var prev int64
-	attempts := int32(1)
-	created := n
-	if found {
-		h := s.head(i)
-		switch {
-		case h.expired(n):
-			prev = h.token
-		case h.leaseExpired(n) && s.fpIs(i, fingerprint):
-			prev, takeover, attempts, created = h.token, true, h.attempts+1, h.created
-			if h.routeLen != 0 {
-				route = s.route(i) // a takeover keeps the claim's route (newBlob copies it)
+	var (
+		i, first        int32
+		found, takeover bool
+		prev            int64
+		attempts        int32
+		created         int64
+		oldCost         int64
+	)
+	for reclaimed := false; ; reclaimed = true {
+		i, first, found = s.lookup(hash, key)
+		takeover, prev, attempts, created, oldCost = false, 0, 1, n, 0
+		claimRoute := route
+		if found {
+			h := s.head(i)
+			switch {
+			case h.expired(n):
+				prev = h.token
+			case h.leaseExpired(n) && s.fpIs(i, fingerprint):
+				prev, takeover, attempts, created = h.token, true, h.attempts+1, h.created
+				if h.routeLen != 0 {
+					claimRoute = s.route(i) // a takeover keeps the claim's route (newBlob copies it)
+				}
+			default:
+				return idem.Reservation{Record: s.record(key, i, fingerprint)}, nil
 			}
-		default:
-			return idem.Reservation{Record: s.record(key, i, fingerprint)}, nil
+			oldCost = s.cost(i)
 		}
+		newCost := int64(len(key)+len(fingerprint)+len(claimRoute)) + int64(s.room) + recordOverhead
+		if s.fits(!found, newCost-oldCost) {
+			route = claimRoute
+			break
+		}
+		if reclaimed || !s.reclaim(n) {
+			return idem.Reservation{}, s.full(!found)
+		}
+		// Records were removed and moved: look key up again.
 	}
 	next := first // a new record goes first in its hash's chain
 	if found {
 		next = s.head(i).next
+		s.bytes -= oldCost
 	} else {
 		i = s.n
 		s.index[hash] = i
@@ -223,6 +355,8 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 		created:  created,
 	}
 	*s.blob(i) = blob
+	s.bytes += s.cost(i)
+	s.expiresAt(s.head(i).expires)
 	// The claim's fingerprint is the record's: it need not be unpacked.
 	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.recordAs(key, fingerprint, i)}, nil
 }
@@ -321,9 +455,11 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		return err
 	}
 	h := s.head(i)
+	s.bytes -= s.cost(i)
 	h.state = idem.StateCompleted
 	h.done = now.UnixMicro()
 	h.expires = expiresAt.UnixMicro()
+	s.expiresAt(h.expires)
 	// The key and the fingerprint, then the encoded response, in the room the claim's blob
 	// was given if the response fits: no allocation. The room lies past the blob's end, so
 	// no string holds those bytes, and Complete writes it once: it is then used up. A response
@@ -338,6 +474,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	*s.blob(i) = unsafe.String(unsafe.SliceData(b), len(b))
 	h.room = 0
 	s.room = int32(min(len(b)-len(blob), maxRoom))
+	s.bytes += s.cost(i)
 	return nil
 }
 
@@ -353,6 +490,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 	}
 	// Keep the record, expired, so the next claim's token is larger than this one.
 	s.head(i).expires, s.head(i).lease = 0, 0
+	s.expiresAt(0)
 	return nil
 }
 
@@ -417,6 +555,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 // remove deletes record i, moving the last record into its place so the arrays stay dense,
 // and gives memory back once they are mostly empty.
 func (s *Store) remove(i int32) {
+	s.bytes -= s.cost(i)
 	s.link(s.hash(s.key(i)), i, s.head(i).next)
 	last := s.n - 1
 	if i != last {

@@ -2,8 +2,10 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,11 +19,58 @@ func init() {
 	Register("sqlite", openSQLite)
 }
 
+// Bounds of a memory:// store unless its URL sets them: a process serving outside callers
+// must not let them fill its memory.
+const (
+	MemoryMaxRecords = 100_000
+	MemoryMaxBytes   = 64 << 20
+)
+
+// openMemory opens memory://, a memstore bounded to MemoryMaxRecords records and
+// MemoryMaxBytes bytes (memstore.NewBounded); past either, new claims fail with an error
+// matching idem.ErrStoreUnavailable until records expire. Parameters: max_records and
+// max_bytes (a count of bytes, or with a unit: 512KiB, 64MiB, 1GiB, 100MB), 0 for no bound.
 func openMemory(_ context.Context, u *url.URL) (Store, error) {
-	if err := newParams(u).done(); err != nil {
+	p := newParams(u)
+	opt := memstore.Options{MaxRecords: MemoryMaxRecords, MaxBytes: MemoryMaxBytes}
+	if v := p.get("max_records"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: max_records %q is not a count of records (0: no bound)", idem.ErrInvalidInput, v)
+		}
+		opt.MaxRecords = int(n)
+	}
+	if v := p.get("max_bytes"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: max_bytes %q is not a size (like 67108864 or 64MiB; 0: no bound)", idem.ErrInvalidInput, v)
+		}
+		opt.MaxBytes = n
+	}
+	if err := p.done(); err != nil {
 		return nil, err
 	}
-	return memstore.New(), nil
+	return memstore.NewBounded(opt)
+}
+
+// parseBytes reads a count of bytes, bare or with a unit (KiB, MiB, GiB are powers of 1024;
+// kB, KB, MB, GB of 1000).
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"kB", 1000}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 || n > (1<<50)/mult {
+		return 0, errors.New("not a size")
+	}
+	return n * mult, nil
 }
 
 // openSQLite opens sqlite://PATH. sqlite://./idem.db and sqlite://idem.db are relative to the

@@ -3,7 +3,8 @@
 //
 // # Schemes
 //
-//	memory://                                     memstore (one process, nothing persisted)
+//	memory://                                     memstore (one process, nothing persisted;
+//	                                              params: max_records, max_bytes)
 //	sqlite://./idem.db   sqlite:///var/idem.db    sqlitestore: a file, the embedded default
 //	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate, group_commit,
 //	                                              partition_width, partition_margin)
@@ -12,6 +13,10 @@
 //	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (same params)
 //	dynamodb://TABLE?region=eu-west-1             dynamostore (params: endpoint, region,
 //	                                              prefix, create=true to create the table)
+//
+// A memory:// store holds at most MemoryMaxRecords records taking MemoryMaxBytes bytes unless
+// max_records or max_bytes say otherwise (0: no bound); past either, a new key is refused with
+// an error matching idem.ErrStoreUnavailable until records expire (memstore.NewBounded).
 //
 // SQL schemas are migrated on open unless migrate=false. PostgreSQL stores group concurrent
 // claims and completions into shared transactions (pgstore.Options.GroupCommit, here

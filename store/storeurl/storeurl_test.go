@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storeurl"
@@ -90,6 +91,30 @@ func TestOpenEachScheme(t *testing.T) {
 		ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
 		roundTrip(t, fmt.Sprintf("dynamodb://storeurl_%d?endpoint=%s&create=true", time.Now().UnixNano(), ep))
 	})
+}
+
+// memory:// is bounded by default; max_records and max_bytes change the bounds, 0 lifts one.
+func TestOpenMemoryBounds(t *testing.T) {
+	for raw, want := range map[string]memstore.Options{
+		"memory://": {MaxRecords: storeurl.MemoryMaxRecords, MaxBytes: storeurl.MemoryMaxBytes},
+		"memory://?max_records=10&max_bytes=1MiB": {MaxRecords: 10, MaxBytes: 1 << 20},
+		"memory://?max_bytes=5000":                {MaxRecords: storeurl.MemoryMaxRecords, MaxBytes: 5000},
+		"memory://?max_records=0&max_bytes=0":     {},
+	} {
+		st, err := storeurl.Open(context.Background(), raw)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", raw, err)
+		}
+		if got := st.(*memstore.Store).Options(); got != want {
+			t.Errorf("Open(%s): bounds %+v, want %+v", raw, got, want)
+		}
+		st.Close()
+	}
+	for _, raw := range []string{"memory://?max_records=-1", "memory://?max_records=x", "memory://?max_bytes=-1", "memory://?max_bytes=1XB"} {
+		if _, err := storeurl.Open(context.Background(), raw); !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "max_") {
+			t.Errorf("Open(%s) = %v, want ErrInvalidInput naming the parameter", raw, err)
+		}
+	}
 }
 
 func TestOpenErrors(t *testing.T) {

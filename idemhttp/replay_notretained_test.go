@@ -1,0 +1,54 @@
+package idemhttp_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// TestNotRetainedReplayDropsEntityHeaders: the replay of a response that was too large to
+// keep carries a problem body of its own, so none of the original's entity headers (its
+// Content-Length, Content-Encoding, ETag, digests...) come with it: a client reading the
+// replay gets exactly the problem body, not a partial transfer of a length that was the
+// original's. The original's other headers (Location) are kept.
+func TestNotRetainedReplayDropsEntityHeaders(t *testing.T) {
+	t.Parallel()
+	const size = 2 << 20
+	big := strings.Repeat("x", size)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="export.bin"`)
+		w.Header().Set("Content-Language", "en")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Last-Modified", "Sun, 06 Dec 2026 10:00:00 GMT")
+		w.Header().Set("Digest", "sha-256=abc")
+		w.Header().Set("Location", "/exports/1")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(big))
+	})
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+	r1 := b.do("POST", "/export", "nr-1", "x")
+	if r1.Err != nil || r1.Status != 201 || len(r1.Body) != size {
+		t.Fatalf("first: %d, %d bytes, %v", r1.Status, len(r1.Body), r1.Err)
+	}
+	r2 := b.do("POST", "/export", "nr-1", "x")
+	if r2.Err != nil {
+		t.Fatalf("reading the replay: %v (header %v)", r2.Err, r2.Header)
+	}
+	if r2.Status != 201 || problemType(t, r2) != idemhttp.ProblemNotRetained || r2.Header.Get("Location") != "/exports/1" {
+		t.Fatalf("replay: %d %v %s", r2.Status, r2.Header, r2.Body)
+	}
+	if cl := r2.Header.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(r2.Body)) {
+		t.Fatalf("replay: Content-Length %s on a %d-byte problem body", cl, len(r2.Body))
+	}
+	for _, name := range []string{"Content-Disposition", "Content-Language", "Etag", "Last-Modified", "Digest"} {
+		if v := r2.Header.Get(name); v != "" {
+			t.Errorf("replay: the original's %s: %s came with the problem body", name, v)
+		}
+	}
+}
