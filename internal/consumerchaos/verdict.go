@@ -114,7 +114,9 @@ type Verdict struct {
 	// past its lease, or by a worker just resumed from such a stop (its claim had lapsed).
 	PauseTakeovers int
 	// UnstoredTakeovers counts re-executions after the previous execution's worker logged
-	// that its effect ran but its completion could not be stored (the store was cut off).
+	// that its effect ran but its completion could not be stored (the store was cut off),
+	// and late effects of a worker cut off from the store past its lease, whose completion
+	// was then refused.
 	UnstoredTakeovers int
 
 	// Facts, Messages and Effects count what was published and executed.
@@ -205,6 +207,14 @@ func (j *judge) explain(prev, next Effect) string {
 		return p.To.Sub(p.From) >= j.lease && !p.To.After(next.At) && !p.To.Before(next.At.Add(-j.inFlight))
 	}) {
 		return "pause"
+	}
+	// Likewise a worker cut off from the store (its renewals failing) past its lease: its
+	// claim is taken over, its completion refused, and an effect it starts late is the
+	// documented window of a holder that was not dead after all (a partition).
+	if !j.completed(next) && j.unstored(next) && slices.ContainsFunc(j.h.Cuts, func(c Cut) bool {
+		return c.What == "store" && !c.At.After(next.At) && !c.At.Before(next.At.Add(-2*j.lease))
+	}) {
+		return "unstored"
 	}
 	if j.completed(prev) {
 		return ""
@@ -370,7 +380,7 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "documented windows (engine mode only; each for an execution never completed):\n")
 	fmt.Fprintf(w, "  re-executions after a worker kill -9          %d\n", v.CrashTakeovers)
 	fmt.Fprintf(w, "  re-executions after a pause past the lease    %d\n", v.PauseTakeovers)
-	fmt.Fprintf(w, "  re-executions after an unstored completion    %d\n", v.UnstoredTakeovers)
+	fmt.Fprintf(w, "  re-executions around an unstored completion   %d\n", v.UnstoredTakeovers)
 	fmt.Fprintf(w, "run:\n")
 	fmt.Fprintf(w, "  facts %d, messages published %d, effects recorded %d\n", v.Facts, v.Messages, v.Effects)
 	fmt.Fprintf(w, "  deliveries: %s; completions not stored %d\n", counts(v.Outcomes), v.UnstoredLogged)

@@ -206,3 +206,24 @@ func TestJudgeSameWorkerTwice(t *testing.T) {
 		t.Fatalf("first completed: %+v", v)
 	}
 }
+
+// A worker cut off from the store past its lease writes its effect after another worker took
+// the fact over and completed it; its own completion is refused. Excused only with a store cut
+// before it, and only when its completion was refused.
+func TestJudgeLateEffectOfAPartitionedHolder(t *testing.T) {
+	h := base()
+	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w2", At: at(130)})
+	h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w2", At: at(330), Outcome: "processed", Unstored: true})
+	h.Cuts = []consumerchaos.Cut{{At: at(-4500), What: "store"}, {At: at(-2000), What: "broker"}, {At: at(3000), What: "store"}}
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("no store cut in the two leases before: %+v", v)
+	}
+	h.Cuts = append(h.Cuts, consumerchaos.Cut{At: at(-2000), What: "store"})
+	if v := consumerchaos.Judge(h); !v.OK() || v.UnstoredTakeovers != 1 {
+		t.Fatalf("after a store cut: %+v", v)
+	}
+	h.Deliveries[len(h.Deliveries)-1].Unstored = false
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("completion stored: %+v", v)
+	}
+}
