@@ -85,6 +85,9 @@ type Config struct {
 	// OTEL_METRICS_EXPORTER=none turns a signal off; the other OTEL_EXPORTER_OTLP_* and OTEL_*
 	// variables (headers, OTEL_SERVICE_NAME, ...) apply either way.
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// ErrorBody, if set, writes the gateway's refusals in the API's own error shape instead
+	// of application/problem+json (see ErrorBody). YAML only. Default: problem+json.
+	ErrorBody *ErrorBody `yaml:"error_body"`
 	// LogFormat is text or json. Default text.
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is debug, info, warn or error. Default info: one line per processed request;
@@ -312,6 +315,11 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first problem in c (with defaults applied), naming the field.
 func (c Config) Validate() error {
+	if c.ErrorBody != nil {
+		if _, err := c.ErrorBody.formatter(); err != nil {
+			return err
+		}
+	}
 	if c.OTLPEndpoint != "" {
 		if _, err := otlpURL(c.OTLPEndpoint, "traces"); err != nil {
 			return err

@@ -77,8 +77,9 @@ type Gateway struct {
 	budget   *idemhttp.Budget // one memory budget for every route
 	secret   []byte           // the key of the scope's HMAC
 
-	draining atomic.Bool // Drain was called: /readyz answers 503
-	drain    *drainer    // the upstream calls in flight, and the floors of their claims
+	draining atomic.Bool               // Drain was called: /readyz answers 503
+	format   idemhttp.ProblemFormatter // Config.ErrorBody's; nil: problem+json
+	drain    *drainer                  // the upstream calls in flight, and the floors of their claims
 
 	// With OTLP export (Config.OTLPEndpoint): the providers flushed by Close, the engines'
 	// observer, and the gateway's handler under a server span continuing the caller's trace
@@ -180,7 +181,14 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	if g.traceUpstream != nil {
 		transport = g.traceUpstream(transport)
 	}
+	if cfg.ErrorBody != nil {
+		if g.format, err = cfg.ErrorBody.formatter(); err != nil {
+			g.Close()
+			return nil, err
+		}
+	}
 	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics, g.drain)
+	px.format = g.format
 	// One budget bounds the buffers of all routes together, not each route's alone. Its
 	// default is the middleware's: DefaultMemoryBudget, or 4 × the two body limits if larger.
 	budget := int64(cfg.MemoryBudget)
@@ -294,6 +302,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		DetachBody:      true, // the proxy's Transport may read the body after ServeHTTP returns
 		OnEvent:         g.event,
 		Logger:          g.log,
+		FormatProblem:   g.format,
 	}
 	switch rule.Mode {
 	case "required":
@@ -498,7 +507,7 @@ func hopByHop(h http.Header, names []string) string {
 
 // refuse answers status with a problem of type typ, and counts the request as refused.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, status int, typ, title string) {
-	idemhttp.WriteProblem(w, status, typ, title)
+	g.format.Write(w, idemhttp.Problem{Status: status, Type: typ, Title: title})
 	g.metrics.request(outcomeRefused)
 	g.log.LogAttrs(r.Context(), slog.LevelInfo, "request refused", slog.String("problem", typ),
 		slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()))

@@ -79,6 +79,7 @@ type proxy struct {
 	deadlines *deadlines
 	log       *slog.Logger
 	metrics   *Metrics
+	format    idemhttp.ProblemFormatter // the problems' shape (Config.ErrorBody); nil: problem+json
 }
 
 // upstreamCall is the context of one upstream call: the request's values, without its
@@ -263,8 +264,8 @@ func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	if f == uncertain && p.drain.cut.Load() && errors.Is(err, context.Canceled) {
 		idemhttp.MarkUncertain(w)
 		p.log.Warn("upstream call cut: the gateway's drain ended", "method", r.Method, "path", r.URL.Path)
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, ProblemShuttingDown,
-			"The gateway shut down before the upstream answered; the request may have been processed. Retry with the same key later.")
+		p.format.Write(w, idemhttp.Problem{Status: http.StatusServiceUnavailable, Type: ProblemShuttingDown,
+			Title: "The gateway shut down before the upstream answered; the request may have been processed. Retry with the same key later."})
 		return
 	}
 	status, title := http.StatusBadGateway, "The upstream could not be reached; nothing was sent."
@@ -278,5 +279,5 @@ func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		idemhttp.MarkFailed(w)
 	}
 	p.log.Warn("upstream call failed", "method", r.Method, "path", r.URL.Path, "err", err, "maybe_processed", f == uncertain)
-	idemhttp.WriteProblem(w, status, ProblemUpstream, title)
+	p.format.Write(w, idemhttp.Problem{Status: status, Type: ProblemUpstream, Title: title})
 }

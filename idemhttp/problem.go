@@ -77,6 +77,20 @@ func (p Problem) Code() string {
 // X-Content-Type-Options: nosniff are the middleware's, whatever the formatter returns.
 type ProblemFormatter func(Problem) (contentType string, body []byte)
 
+// Write answers p in f's shape, with the headers the middleware's own problems carry
+// (Content-Type, Content-Length, X-Content-Type-Options: nosniff), or as WriteProblem does
+// when f is nil. It is for handlers and proxies beside the middleware that refuse requests in
+// the same shape as the middleware configured with f.
+func (f ProblemFormatter) Write(w http.ResponseWriter, p Problem) {
+	if f == nil {
+		WriteProblem(w, p.Status, p.Type, p.Title)
+		return
+	}
+	ct, body := f(p)
+	q := problem{status: p.Status, ct: []string{ct}, body: body, length: []string{strconv.Itoa(len(body))}}
+	q.write(w, nil)
+}
+
 // problem is one precomputed answer.
 type problem struct {
 	status     int
