@@ -61,7 +61,7 @@ chaos-consumers: services ## Consumer chaos run, long form: IDEM_CCHAOS_FACTS pe
 bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
 	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/
 
-mutation: ## Mutation testing (gremlins v0.6.0) of the engine, idemhttp, memstore, txmode and sqlitestore's known-keys table; reports in tmp/mutation/ (~45 min on 2 busy cores).
+mutation: ## Mutation testing (gremlins v0.6.0) of the engine, idemhttp, memstore, txmode, sqlitestore's known-keys table, the gateway, consumers, idemlambda, idemgrpc, the console and the SQL transaction runners; reports in tmp/mutation/ (hours on 2 busy cores; one area: MUTATION_TARGETS).
 	GO=$(GO) bash scripts/mutation.sh
 
 FUZZTIME ?= 30s

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // ErrResultNotRetained: the effect ran and succeeded, but its result could not be encoded as
@@ -91,8 +90,9 @@ func DoJSON[T any](ctx context.Context, e *Engine, key string, input any, fn fun
 //	charge := idem.Wrap(eng, "charge", func(o Order) string { return o.ID }, chargeOrder)
 //	receipt, err := charge(ctx, order) // chargeOrder runs at most once per order ID
 //
-// The storage key is name, '|', keyOf(in): name keeps the keys of different functions apart,
-// and must be non-empty without '|'. The fingerprint is the JSON encoding of name and in, so
+// The storage key is ScopedKey(name, keyOf(in)): name is the scope that keeps the keys of
+// different functions apart, and must be a non-empty valid scope (CheckScope: no
+// ScopeSeparator, no control character, at most MaxScopeLen bytes). The fingerprint is the JSON encoding of name and in, so
 // the same key with another input fails with ErrMismatch. Everything else — replay decoded from
 // JSON, errors released for retry, panics, results that cannot be encoded — is DoJSON's; read
 // its documentation for what a replayed Out keeps. Use DoJSON directly to fingerprint only a
@@ -104,8 +104,10 @@ func Wrap[In, Out any](e *Engine, name string, keyOf func(In) string, fn func(ct
 	return func(ctx context.Context, in In) (Out, error) {
 		var zero Out
 		switch {
-		case name == "" || strings.IndexByte(name, '|') >= 0:
-			return zero, invalid("function name %.80q is empty or contains '|'", name)
+		case name == "":
+			return zero, invalid("empty function name")
+		case !ValidScope(name):
+			return zero, fmt.Errorf("function name: %w", CheckScope(name))
 		case keyOf == nil || fn == nil:
 			return zero, invalid("nil key or function")
 		}
@@ -113,7 +115,7 @@ func Wrap[In, Out any](e *Engine, name string, keyOf func(In) string, fn func(ct
 		if k == "" {
 			return zero, invalid("empty key for function %.80q", name)
 		}
-		out, _, err := DoJSON(ctx, e, name+"|"+k, wrapped[In]{Name: name, In: in}, func(ctx context.Context) (Out, error) {
+		out, _, err := DoJSON(ctx, e, ScopedKey(name, k), wrapped[In]{Name: name, In: in}, func(ctx context.Context) (Out, error) {
 			return fn(ctx, in)
 		})
 		return out, err

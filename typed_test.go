@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,7 +219,7 @@ func TestWrap(t *testing.T) {
 	if _, err := charge(ctx, order{}); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("empty key: %v", err)
 	}
-	for _, name := range []string{"a|b", "|a", "a|", ""} {
+	for _, name := range []string{"a|b", "|a", "a|", "", "a\nb", strings.Repeat("n", idem.MaxScopeLen+1)} {
 		bad := idem.Wrap(eng, name, func(o order) string { return o.ID }, chargeOrder)
 		if _, err := bad(ctx, order{ID: "1"}); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Fatalf("name %q: %v", name, err)

@@ -73,9 +73,13 @@ type Options struct {
 	// deliveries of one event (a send timestamp), for example to the fingerprint of the
 	// business fields only.
 	Fingerprint func(m *Message) (string, error)
-	// Scope is prefixed to every key as Scope+"/"+key, so that two consumers that both handle
-	// an event (billing and shipping, each on its own queue fed by one topic) each run their
-	// effect once while sharing a store. Default "": keys are used as returned by Key.
+	// Scope is joined to every key as idem.ScopedKey(Scope, key) ("billing|order-42"), so that
+	// two consumers that both handle an event (billing and shipping, each on its own queue fed
+	// by one topic) each run their effect once while sharing a store. The join is unambiguous:
+	// a scope is at most idem.MaxScopeLen bytes of UTF-8 without idem.ScopeSeparator or a
+	// control character (idem.CheckScope), so two (Scope, key) pairs never share a record,
+	// whatever the keys hold. Default "": the empty scope, shared by every consumer without one
+	// (and by the HTTP faces' anonymous callers); give each consumer of a shared store its own.
 	Scope string
 	// MaxResult is the largest handler result, in bytes, that is stored and returned to
 	// duplicates. A larger result is not stored; duplicates get Result.OutputOmitted. Default
@@ -144,8 +148,9 @@ func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
 		return nil, fmt.Errorf("%w: consumer.Options.RetryDelay %s is negative", idem.ErrInvalidInput, opt.RetryDelay)
 	case opt.InFlightDelay < 0:
 		return nil, fmt.Errorf("%w: consumer.Options.InFlightDelay %s is negative", idem.ErrInvalidInput, opt.InFlightDelay)
-	case len(opt.Scope) > idem.MaxStorageKeyLen/2:
-		return nil, fmt.Errorf("%w: consumer.Options.Scope is %d bytes, above %d", idem.ErrInvalidInput, len(opt.Scope), idem.MaxStorageKeyLen/2)
+	}
+	if err := idem.CheckScope(opt.Scope); err != nil {
+		return nil, fmt.Errorf("consumer: invalid options: consumer.Options.Scope: %w", err)
 	}
 	opt.MaxResult = cmp.Or(opt.MaxResult, 64<<10)
 	opt.InFlightDelay = cmp.Or(opt.InFlightDelay, 2*time.Second)
@@ -193,9 +198,7 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 	if key == "" {
 		return Result{Outcome: Rejected, Err: fmt.Errorf("%w: consumer: key function returned an empty key", idem.ErrInvalidInput)}
 	}
-	if c.opt.Scope != "" {
-		key = c.opt.Scope + "/" + key
-	}
+	key = idem.ScopedKey(c.opt.Scope, key)
 	var fp string
 	if c.opt.Fingerprint != nil {
 		if fp, err = c.opt.Fingerprint(m); err != nil {

@@ -108,7 +108,7 @@ func TestProcessedThenDuplicate(t *testing.T) {
 	ctx := context.Background()
 
 	r := c.Handle(ctx, &consumer.Message{Body: []byte("order:1:42"), ID: "m1"})
-	if r.Outcome != consumer.Processed || r.Err != nil || string(r.Output) != "receipt-order/1-1" || r.Key != "billing/order/1" {
+	if r.Outcome != consumer.Processed || r.Err != nil || string(r.Output) != "receipt-order/1-1" || r.Key != "billing|order/1" {
 		t.Fatalf("first delivery: %+v", r)
 	}
 	if got := b.store.calls.Load(); got != 2 {
@@ -143,6 +143,50 @@ func TestScopesAreApart(t *testing.T) {
 	}
 	if b.count("order/7") != 1 || shipped.Load() != 1 {
 		t.Fatalf("billing ran %d, shipping %d; want 1 and 1", b.count("order/7"), shipped.Load())
+	}
+}
+
+// Scopes and keys may both hold "/": scope "billing" with key "eu/1" and scope "billing/eu"
+// with key "1" are two events, and so are the same key in two scopes and an unscoped key that
+// spells a scoped one. Each handler runs once for its own.
+func TestScopesAndKeysWithSlashesAreApart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	ran := map[string]*atomic.Int64{}
+	var keys []string
+	for _, tc := range []struct{ scope, key string }{
+		{"billing", "eu/1"},
+		{"billing/eu", "1"}, // "billing/eu/1" under a "/" join, like the one above
+		{"billing", "eu/fr/1"},
+		{"billing/eu/fr", "1"}, // and this one like the one above
+		{"shipping", "eu/1"},   // billing's key in another scope
+		{"", "billing|eu/1"},   // an unscoped key that spells billing's first
+		{"billing", "eu|1"},    // a key may hold the separator
+		{"", "billing|eu|1"},   // and an unscoped one that spells it
+	} {
+		n := new(atomic.Int64)
+		ran[tc.scope+" "+tc.key] = n
+		c := newConsumer(t, b.engine, func(context.Context, *consumer.Message) ([]byte, error) {
+			n.Add(1)
+			return nil, nil
+		}, consumer.Options{Scope: tc.scope, Key: func(m *consumer.Message) (string, error) { return string(m.Body), nil }})
+		for range 2 {
+			// The same body for every consumer, as one event fanned out to every service: a
+			// merged record would take it for a duplicate.
+			r := c.Handle(context.Background(), &consumer.Message{Body: []byte(tc.key)})
+			if r.Outcome != consumer.Processed && r.Outcome != consumer.Duplicate {
+				t.Fatalf("scope %q key %q: %v %v", tc.scope, tc.key, r.Outcome, r.Err)
+			}
+			keys = append(keys, r.Key)
+		}
+	}
+	for what, n := range ran {
+		if n.Load() != 1 {
+			t.Errorf("scope and key %q: handler ran %d times, want 1", what, n.Load())
+		}
+	}
+	if want := idem.ScopedKey("billing", "eu/1"); keys[0] != want {
+		t.Errorf("key %q, want %q", keys[0], want)
 	}
 }
 
@@ -371,12 +415,23 @@ func TestNewValidates(t *testing.T) {
 		{"no key", e, h, consumer.Options{}, "Options.Key"},
 		{"retry delay", e, h, consumer.Options{Key: orderKey, RetryDelay: -1}, "Options.RetryDelay"},
 		{"in-flight delay", e, h, consumer.Options{Key: orderKey, InFlightDelay: -1}, "Options.InFlightDelay"},
-		{"scope", e, h, consumer.Options{Key: orderKey, Scope: strings.Repeat("s", 300)}, "Options.Scope"},
+		{"scope too long", e, h, consumer.Options{Key: orderKey, Scope: strings.Repeat("s", idem.MaxScopeLen+1)}, "consumer.Options.Scope"},
+		{"scope with the separator", e, h, consumer.Options{Key: orderKey, Scope: "billing|eu"}, "consumer.Options.Scope"},
+		{"scope with a control character", e, h, consumer.Options{Key: orderKey, Scope: "billing\n"}, "consumer.Options.Scope"},
+		{"scope not UTF-8", e, h, consumer.Options{Key: orderKey, Scope: "billing\xff"}, "consumer.Options.Scope"},
 	}
 	for _, tc := range cases {
 		_, err := consumer.New(tc.e, tc.h, tc.opt)
 		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: %v", tc.name, err)
+		}
+		if strings.HasPrefix(tc.name, "scope") && (err == nil || !strings.HasPrefix(err.Error(), "consumer: ")) {
+			t.Errorf("%s: %q does not name the package first", tc.name, err)
+		}
+	}
+	for _, scope := range []string{"", "billing/eu", strings.Repeat("s", idem.MaxScopeLen), "ключ"} {
+		if _, err := consumer.New(e, h, consumer.Options{Key: orderKey, Scope: scope}); err != nil {
+			t.Errorf("scope %.20q: %v", scope, err)
 		}
 	}
 	c, _ := consumer.New(e, h, consumer.Options{Key: orderKey})
@@ -406,7 +461,7 @@ func TestRecordRouteIsTheSubject(t *testing.T) {
 			t.Fatalf("%s: %+v", tc.body, r)
 		}
 		key, _ := orderKey(&consumer.Message{Body: []byte(tc.body)})
-		rec, err := b.mem.Get(ctx, key)
+		rec, err := b.mem.Get(ctx, idem.ScopedKey("", key))
 		if err != nil {
 			t.Fatal(err)
 		}

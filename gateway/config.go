@@ -109,8 +109,16 @@ type Config struct {
 	Cache int `yaml:"cache"`
 	// UpstreamTimeout bounds one upstream call. Default 60s.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
-	// ShutdownTimeout bounds the drain of in-flight requests on SIGINT/SIGTERM. Default 30s.
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGINT/SIGTERM. Default
+	// UpstreamTimeout + 5s, so that every upstream call may end within it. A call still out at
+	// its end is answered 503 (ProblemShuttingDown) and its claim follows Uncertain, never left
+	// to lapse while the upstream may still act on it (see Gateway.Drain).
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// ShutdownDelay is how long, after the first SIGINT/SIGTERM, the gateway keeps serving new
+	// requests with /readyz already answering 503, before the drain begins: the time a load
+	// balancer (a Kubernetes Service's endpoints) takes to stop sending it traffic. Default 0;
+	// `idem serve` makes it 5s when it runs in Kubernetes (KUBERNETES_SERVICE_HOST is set).
+	ShutdownDelay Duration `yaml:"shutdown_delay"`
 	// WaitForStore is how long New keeps trying to reach a store that does not answer at
 	// startup, logging each failed attempt, before it fails. Default 0: New fails at once,
 	// naming the store. Every store is reached the same way: opened, then read once.
@@ -288,7 +296,7 @@ func (c Config) WithDefaults() Config {
 		c.UpstreamTimeout = Duration(60 * time.Second)
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = Duration(30 * time.Second)
+		c.ShutdownTimeout = c.UpstreamTimeout + Duration(5*time.Second)
 	}
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = Duration(60 * time.Second)
@@ -323,6 +331,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: wait %s is negative", time.Duration(c.Wait))
 	case c.WaitForStore < 0:
 		return fmt.Errorf("config: wait_for_store %s is negative", time.Duration(c.WaitForStore))
+	case c.ShutdownDelay < 0:
+		return fmt.Errorf("config: shutdown_delay %s is negative", time.Duration(c.ShutdownDelay))
 	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.UpstreamTimeout < 0 || c.ShutdownTimeout < 0:
 		return fmt.Errorf("config: a timeout is negative (read_timeout %s, write_timeout %s, idle_timeout %s, upstream_timeout %s, shutdown_timeout %s)",
 			time.Duration(c.ReadTimeout), time.Duration(c.WriteTimeout), time.Duration(c.IdleTimeout), time.Duration(c.UpstreamTimeout), time.Duration(c.ShutdownTimeout))

@@ -78,6 +78,7 @@ type Gateway struct {
 	secret   []byte           // the key of the scope's HMAC
 
 	draining atomic.Bool // Drain was called: /readyz answers 503
+	drain    *drainer    // the upstream calls in flight, and the floors of their claims
 
 	// With OTLP export (Config.OTLPEndpoint): the providers flushed by Close, the engines'
 	// observer, and the gateway's handler under a server span continuing the caller's trace
@@ -169,6 +170,8 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		return nil, err
 	}
 	instrumented := instrument(g.store, g.metrics.StoreSeconds)
+	g.drain = newDrainer(cfg.UncertainPolicy(), time.Duration(cfg.Lease), instrumented, g.log)
+	instrumented = &floorStore{Store: instrumented, rr: instrumented.(idem.RouteReserver), d: g.drain}
 	upstream, _ := url.Parse(cfg.Upstream)
 	transport := opt.Transport
 	if transport == nil {
@@ -177,7 +180,7 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	if g.traceUpstream != nil {
 		transport = g.traceUpstream(transport)
 	}
-	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics)
+	px := newProxy(upstream, transport, time.Duration(cfg.UpstreamTimeout), g.log, g.metrics, g.drain)
 	// One budget bounds the buffers of all routes together, not each route's alone. Its
 	// default is the middleware's: DefaultMemoryBudget, or 4 × the two body limits if larger.
 	budget := int64(cfg.MemoryBudget)
@@ -312,6 +315,8 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 			return nil, errors.New("config: a scope header needs scope_secret or scope_secret_file (the key of its HMAC)")
 		}
 		opt.Scope = idemhttp.KeyedHeaderScope(h, g.secret)
+	} else {
+		opt.Scope = idemhttp.SingleCaller() // the configuration declared one trusted caller (scope: none)
 	}
 	if opt.Fingerprint == nil {
 		opt.Fingerprint = idemhttp.RawFingerprint
@@ -446,7 +451,12 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.traced != nil && rt != &g.fallback {
 		idemotel.Route(r.Context(), rt.rule.Path)
 	}
-	r, _ = withOutcome(r)
+	r, o := withOutcome(r)
+	defer func() {
+		if !o.deadline.IsZero() { // the upstream call began (drainer.begin, in this goroutine)
+			g.drain.end(o)
+		}
+	}()
 	rt.handler.ServeHTTP(w, r)
 }
 
@@ -506,7 +516,28 @@ var ErrDraining = errors.New("gateway: draining for shutdown")
 // returns ErrDraining), so that load balancers stop sending it new requests, while the
 // requests it gets are still served. The host calls it on the first SIGTERM, before it stops
 // accepting connections and waits for the requests in flight. It cannot be undone.
-func (g *Gateway) Drain() { g.draining.Store(true) }
+//
+// Drain also makes sure that no claim lapses while its upstream call may still run, whenever
+// the process ends: every claim whose upstream call is out (now, or sent later) has its lease
+// extended once, with the store's Extend, to a floor that Config.Uncertain sets — hold: the
+// record's expiry (it stays held until `idem release`, as an uncertain outcome); expire: the
+// call's deadline plus the lease; release: the call's deadline plus a second — and the
+// heartbeat's later extensions never shorten it. A call that ends before the process does
+// completes or releases its claim as usual. Drain returns once the floors are written.
+func (g *Gateway) Drain() {
+	g.draining.Store(true)
+	g.drain.drain()
+}
+
+// Abort ends the upstream calls still out, for a drain that ran out of time (or a second
+// signal): each of their requests is answered 503 with ProblemShuttingDown, and its claim
+// follows Config.Uncertain from the floor Drain gave it (a release waits for the call's
+// deadline, by letting the lease lapse there). It waits until those requests' handlers have
+// returned, or ctx ends, and returns how many requests were in flight. Call Drain first.
+func (g *Gateway) Abort(ctx context.Context) int {
+	g.Drain()
+	return g.drain.abort(ctx)
+}
 
 // Ready reports whether the gateway should get traffic: ErrDraining after Drain, else the
 // store's error if it does not answer within 2 seconds.

@@ -216,3 +216,33 @@ func TestBinaryMemoryBudgetFlag(t *testing.T) {
 		t.Fatalf("charges = %d, want 2 (the warm-up and the last request)", n)
 	}
 }
+
+// TestBinaryMemoryStoreBounded: `idem serve --store memory://?max_records=N` takes N new keys,
+// then answers a new key 503 (the store is full, nothing runs upstream) while every key it
+// holds still replays; without the bound a caller could fill the process's memory with keys.
+func TestBinaryMemoryStoreBounded(t *testing.T) {
+	t.Parallel()
+	api, up := upstream(t)
+	g := startGateway(t, "--upstream", up, "--store", "memory://?max_records=20")
+	first := map[string]answer{}
+	for i := range 20 {
+		key := fmt.Sprint("bounded-", i)
+		a := post(t, g.url, key, charge)
+		if a.status != http.StatusCreated {
+			t.Fatalf("key %d of 20: %d %s", i, a.status, a.body)
+		}
+		first[key] = a
+	}
+	a := post(t, g.url, "bounded-20", charge)
+	if a.status != http.StatusServiceUnavailable || api.Count() != 20 {
+		t.Fatalf("a 21st key in a store of 20: %d %s (charges %d), want 503 and no charge", a.status, a.body, api.Count())
+	}
+	for key, want := range first {
+		if b := post(t, g.url, key, charge); b.status != http.StatusCreated || b.body != want.body || b.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay of %s in a full store: %d %q, want %q replayed", key, b.status, b.body, want.body)
+		}
+	}
+	if api.Count() != 20 {
+		t.Fatalf("%d charges, want 20", api.Count())
+	}
+}

@@ -75,6 +75,7 @@ func classify(err error) upstreamFailure {
 // detached from the client's connection.
 type proxy struct {
 	rp        *httputil.ReverseProxy
+	drain     *drainer
 	deadlines *deadlines
 	log       *slog.Logger
 	metrics   *Metrics
@@ -126,6 +127,7 @@ func (c *upstreamCall) AfterFunc(f func()) (stop func() bool) {
 // request. A call gets at least the timeout, and at most a tick more. Each shared context
 // ends by itself when its deadline passes.
 type deadlines struct {
+	parent        context.Context // ends every call at once (a drain that ran out of time)
 	timeout, tick time.Duration
 	mu            sync.Mutex
 	cur           atomic.Pointer[sharedDeadline]
@@ -137,8 +139,8 @@ type sharedDeadline struct {
 	until  time.Time          // calls starting before this may share it
 }
 
-func newDeadlines(timeout time.Duration) *deadlines {
-	return &deadlines{timeout: timeout, tick: max(min(timeout/16, time.Second), time.Millisecond)}
+func newDeadlines(parent context.Context, timeout time.Duration) *deadlines {
+	return &deadlines{parent: parent, timeout: timeout, tick: max(min(timeout/16, time.Second), time.Millisecond)}
 }
 
 // get returns the deadline context for a call starting now.
@@ -152,7 +154,7 @@ func (d *deadlines) get(now time.Time) context.Context {
 		return sd.ctx
 	}
 	until := now.Add(d.tick)
-	ctx, cancel := context.WithDeadline(context.Background(), until.Add(d.timeout))
+	ctx, cancel := context.WithDeadline(d.parent, until.Add(d.timeout))
 	d.cur.Store(&sharedDeadline{ctx: ctx, cancel: cancel, until: until})
 	return ctx
 }
@@ -164,7 +166,16 @@ type outcomeKey struct{}
 // request's path: the gateway puts one in the request's context before the middleware, the
 // proxy writes it, and the gateway's event hook (or its bypass handler) reads it to label the
 // request upstream_error.
-type upstreamOutcome struct{ failure upstreamFailure }
+type upstreamOutcome struct {
+	failure upstreamFailure
+	// The claim the request holds, if any (noted by floorStore), and when its upstream call
+	// ends at the latest (noted by the drainer as the call begins).
+	claimed  bool
+	key      string
+	token    int64
+	expires  time.Time
+	deadline time.Time
+}
 
 // withOutcome returns r carrying a new upstreamOutcome, and that outcome.
 func withOutcome(r *http.Request) (*http.Request, *upstreamOutcome) {
@@ -185,8 +196,8 @@ func record(r *http.Request, f upstreamFailure) {
 	}
 }
 
-func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Duration, log *slog.Logger, m *Metrics) *proxy {
-	p := &proxy{deadlines: newDeadlines(timeout), log: log, metrics: m}
+func newProxy(upstream *url.URL, transport http.RoundTripper, timeout time.Duration, log *slog.Logger, m *Metrics, d *drainer) *proxy {
+	p := &proxy{drain: d, deadlines: newDeadlines(d.cutCtx, timeout), log: log, metrics: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -214,6 +225,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// so the effect's response is still stored and the client's retry gets it.
 	start := time.Now()
 	call := &upstreamCall{Context: r.Context(), deadline: p.deadlines.get(start)}
+	if o, ok := r.Context().Value(outcomeKey{}).(*upstreamOutcome); ok {
+		// From here the effect may happen: a drain keeps the claim from lapsing until the
+		// call's deadline has passed.
+		dl, _ := call.deadline.Deadline()
+		p.drain.begin(o, dl)
+	}
 	p.metrics.InFlight.Inc()
 	returned := false
 	defer func() {
@@ -242,6 +259,13 @@ func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	f := classify(err)
 	if call, ok := r.Context().Value(callKey{}).(*upstreamCall); ok {
 		call.failure = f
+	}
+	if f == uncertain && p.drain.cut.Load() && errors.Is(err, context.Canceled) {
+		idemhttp.MarkUncertain(w)
+		p.log.Warn("upstream call cut: the gateway's drain ended", "method", r.Method, "path", r.URL.Path)
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, ProblemShuttingDown,
+			"The gateway shut down before the upstream answered; the request may have been processed. Retry with the same key later.")
+		return
 	}
 	status, title := http.StatusBadGateway, "The upstream could not be reached; nothing was sent."
 	if f == uncertain {

@@ -13,7 +13,7 @@ type testKey struct{}
 // An upstream call's context keeps the request's values, not its cancellation, and ends no
 // sooner than the timeout after the call started and at most a tick later.
 func TestUpstreamCallContext(t *testing.T) {
-	d := newDeadlines(160 * time.Millisecond) // tick 10ms
+	d := newDeadlines(context.Background(), 160*time.Millisecond) // tick 10ms
 	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), testKey{}, "v"))
 	start := time.Now()
 	call := &upstreamCall{Context: parent, deadline: d.get(start)}
@@ -66,7 +66,7 @@ func TestUpstreamCallContext(t *testing.T) {
 
 // Calls starting within a tick share one deadline context; later ones get a new one.
 func TestDeadlinesShared(t *testing.T) {
-	d := newDeadlines(16 * time.Second) // tick 1s
+	d := newDeadlines(context.Background(), 16*time.Second) // tick 1s
 	now := time.Now()
 	a, b := d.get(now), d.get(now.Add(500*time.Millisecond))
 	if a != b {
@@ -79,7 +79,7 @@ func TestDeadlinesShared(t *testing.T) {
 
 // Contexts derived from calls cost no goroutine each (the Transport derives one per call).
 func TestUpstreamCallNoGoroutinePerChild(t *testing.T) {
-	d := newDeadlines(time.Minute)
+	d := newDeadlines(context.Background(), time.Minute)
 	before := runtime.NumGoroutine()
 	var cancels []context.CancelFunc
 	for range 1000 {

@@ -20,7 +20,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := idemfiber.New(idemfiber.Options{Engine: eng, Scope: idemfiber.HeaderScope("X-API-Key")})
+	scopeSecret := []byte("from your secret store, 32 bytes") // the same for every server of the store
+	mw, err := idemfiber.New(idemfiber.Options{
+		Engine: eng,
+		Scope:  idemfiber.KeyedHeaderScope("X-API-Key", scopeSecret), // whose key it is
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem"
 )
 
 // fingerprint is idemhttp.RawFingerprint for a Fiber request: the hex SHA-256 of the method,
@@ -19,7 +19,7 @@ func fingerprint(c *fiber.Ctx) string {
 	return fp
 }
 
-// keyAndFingerprint returns the storage key of key in scope (idemhttp.StorageKey) and the
+// keyAndFingerprint returns the storage key of key in scope (idem.ScopedKey) and the
 // request's fingerprint, in one allocation: the fingerprint's digits, then the storage key.
 // Requests up to 512 bytes of method, path, query and body are laid out on the stack.
 func keyAndFingerprint(c *fiber.Ctx, scope, key string) (storageKey, fp string) {
@@ -41,7 +41,7 @@ func keyAndFingerprint(c *fiber.Ctx, scope, key string) (storageKey, fp string) 
 	sum := sha256.Sum256(b)
 	out := make([]byte, 2*sha256.Size, 2*sha256.Size+len(scope)+1+len(key))
 	hex.Encode(out, sum[:])
-	out = append(append(append(out, scope...), idemhttp.ScopeSeparator), key...)
+	out = append(append(append(out, scope...), idem.ScopeSeparator), key...)
 	s := unsafe.String(unsafe.SliceData(out), len(out)) // out is not used again
 	return s[2*sha256.Size:], s[:2*sha256.Size]
 }

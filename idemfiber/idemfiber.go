@@ -1,6 +1,7 @@
 package idemfiber
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -21,27 +22,61 @@ import (
 // DefaultMaxResponseBody is the default of Options.MaxResponseBody: 1 MiB.
 const DefaultMaxResponseBody = 1 << 20
 
-// ErrOptions reports invalid Options; the error says which field.
-var ErrOptions = errors.New("idemfiber: invalid options")
+// ErrOptions reports invalid Options; the error says which field. It matches
+// idem.ErrInvalidInput too.
+var ErrOptions = fmt.Errorf("idemfiber: invalid options: %w", idem.ErrInvalidInput)
 
 // A ScopeFunc returns the tenant a request acts for (see idemhttp.ScopeFunc). It must return
 // the same scope for every retry of a request.
 type ScopeFunc func(c *fiber.Ctx) (string, error)
 
+// SingleCaller is the Options.Scope of an API that one trusted caller is the only one to use:
+// every request is in the one scope "", so keys are global, and any caller who sends another's
+// key and body receives the other's stored response. Choose it explicitly; with more than one
+// caller, scope by the caller's identity instead (KeyedHeaderScope, or a ScopeFunc of your own).
+func SingleCaller() ScopeFunc { return singleCaller }
+
+func singleCaller(*fiber.Ctx) (string, error) { return "", nil }
+
 // HeaderScope scopes requests by the value of the named header (such as X-API-Key), hashed
 // with idemhttp.HashScope so that no secret reaches the store. A request without the header is
-// anonymous (scope "").
+// anonymous (scope ""); one that sends it more than once is refused (400), as idemhttp does.
+//
+// An unkeyed hash of a guessable credential can be reversed by trying guesses: prefer
+// KeyedHeaderScope, whose hash needs a secret kept apart from the store.
 func HeaderScope(name string) ScopeFunc {
+	return headerScope(name, idemhttp.HashScope)
+}
+
+// KeyedHeaderScope is HeaderScope with the value hashed by HMAC-SHA256 under secret
+// (idemhttp.KeyedHashScope), the scope idemhttp.KeyedHeaderScope gives the same request: the
+// two middlewares share records. Every process that shares a store must use the same secret.
+// It panics if secret is empty.
+func KeyedHeaderScope(name string, secret []byte) ScopeFunc {
+	if len(secret) == 0 {
+		panic("idemfiber: KeyedHeaderScope with an empty secret")
+	}
+	secret = bytes.Clone(secret)
+	return headerScope(name, func(values ...string) string { return idemhttp.KeyedHashScope(secret, values[0]) })
+}
+
+func headerScope(name string, hash func(...string) string) ScopeFunc {
 	return func(c *fiber.Ctx) (string, error) {
-		v := c.Request().Header.Peek(name)
-		if len(v) == 0 {
+		vs := c.Request().Header.PeekAll(name)
+		switch len(vs) {
+		case 0:
 			return "", nil
+		case 1:
+			if len(vs[0]) == 0 {
+				return "", nil
+			}
+			return hash(string(vs[0])), nil
 		}
-		return idemhttp.HashScope(string(v)), nil
+		return "", fmt.Errorf("%w: header %s sent %d times", idemhttp.ErrInvalidScope, name, len(vs))
 	}
 }
 
-// Options configure New. Only Engine is required.
+// Options configure New. Engine and Scope are required.
 type Options struct {
 	// Engine claims keys, stores and replays responses. Required.
 	Engine *idem.Engine
@@ -50,7 +85,11 @@ type Options struct {
 	// RequireKey answers 400 (idemhttp.ProblemMissingKey) to a processed request without a
 	// key. Default false: such a request passes through unprotected.
 	RequireKey bool
-	// Scope returns the caller's scope. Default nil: every request is in the anonymous scope.
+	// Scope returns the caller's scope. Required: without a scope, one caller who sends
+	// another's key and body receives the other's stored response. Use a ScopeFunc that
+	// returns the caller's stable identity (the account your authentication resolved, or
+	// KeyedHeaderScope over an API key), or SingleCaller when one trusted caller is the only
+	// one to use the API.
 	Scope ScopeFunc
 	// MaxResponseBody is the largest response body kept for replay, in bytes. A larger one is
 	// sent and the record completed without it. Default DefaultMaxResponseBody (1 MiB).
@@ -79,6 +118,11 @@ type middleware struct {
 func New(opt Options) (fiber.Handler, error) {
 	if opt.Engine == nil {
 		return nil, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+	}
+	if opt.Scope == nil {
+		return nil, fmt.Errorf("%w: idemfiber.Options.Scope is required: a ScopeFunc that tells callers apart "+
+			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+
+			"or SingleCaller() when one trusted caller is the only one to use the API", ErrOptions)
 	}
 	if opt.MaxResponseBody < 0 || opt.StoreRetryAfter < 0 {
 		return nil, fmt.Errorf("%w: Options.MaxResponseBody and Options.StoreRetryAfter must not be negative", ErrOptions)
@@ -125,7 +169,10 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	scope := ""
 	if m.scope != nil {
 		scope, err = m.scope(c)
-		if err != nil || !idemhttp.ValidScope(scope) {
+		if err == nil {
+			err = idem.CheckScope(scope)
+		}
+		if err != nil {
 			m.log.Warn("idemfiber: could not scope the request", "method", c.Method(), "path", c.Path(), "err", err)
 			return probInvalidScope.write(c, "")
 		}

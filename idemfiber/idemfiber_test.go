@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/idemkit/idem/idemfiber"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/valyala/fasthttp"
 )
 
 // bundle is a Fiber app on 127.0.0.1 with the middleware on /v1, and what it needs.
@@ -113,7 +115,7 @@ func problem(t *testing.T, a answer, status int, typ string) {
 // A retry gets the first answer byte for byte, its headers, and Idempotent-Replayed: true.
 func TestReplay(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{}, idemfiber.Options{}, charge)
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, charge)
 	first := b.do("POST", "/v1/charges", "k1", `{"amount":1000}`)
 	if first.Status != 201 || first.Header.Get(idemhttp.ReplayedHeader) != "" {
 		t.Fatalf("first: %+v", first)
@@ -133,7 +135,7 @@ func TestReplay(t *testing.T) {
 // The same key with another body, path or query is 422, and nothing runs.
 func TestMismatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{}, idemfiber.Options{}, charge)
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, charge)
 	b.do("POST", "/v1/charges", "k", `{"amount":1000}`)
 	problem(t, b.do("POST", "/v1/charges", "k", `{"amount":9999}`), 422, idemhttp.ProblemMismatch)
 	problem(t, b.do("POST", "/v1/refunds", "k", `{"amount":1000}`), 422, idemhttp.ProblemMismatch)
@@ -152,7 +154,7 @@ func TestConcurrentOneEffect(t *testing.T) {
 		h := charge(b)
 		return func(c *fiber.Ctx) error { time.Sleep(20 * time.Millisecond); return h(c) }
 	}
-	b := setup(t, idem.Options{}, idemfiber.Options{}, slow)
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, slow)
 	const keys, per = 4, 25
 	for k := range keys {
 		key := fmt.Sprint("key-", k)
@@ -200,7 +202,7 @@ func TestInFlight(t *testing.T) {
 		h := charge(b)
 		return func(c *fiber.Ctx) error { entered <- struct{}{}; <-release; return h(c) }
 	}
-	b := setup(t, idem.Options{}, idemfiber.Options{}, blocking)
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, blocking)
 	done := make(chan answer)
 	go func() { done <- b.do("POST", "/v1/charges", "k", "x") }()
 	<-entered
@@ -223,7 +225,7 @@ func TestInFlight(t *testing.T) {
 // The store down: 503 with Retry-After, and the handler does not run (fail closed).
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{}, idemfiber.Options{StoreRetryAfter: 3 * time.Second}, charge)
+	b := setup(t, idem.Options{}, idemfiber.Options{StoreRetryAfter: 3 * time.Second, Scope: idemfiber.SingleCaller()}, charge)
 	b.store.Close()
 	r := b.do("POST", "/v1/charges", "k", "x")
 	problem(t, r, 503, idemhttp.ProblemStoreUnavailable)
@@ -235,7 +237,7 @@ func TestStoreDown(t *testing.T) {
 // Bad keys are 400 and nothing runs; a missing key passes through, or is 400 when required.
 func TestKeys(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{}, idemfiber.Options{}, charge)
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, charge)
 	for _, k := range []string{strings.Repeat("k", idem.MaxClientKeyLen+1), `"unterminated`, `""`, `"a";p=1`} {
 		problem(t, b.do("POST", "/v1/charges", k, "x"), 400, idemhttp.ProblemInvalidKey)
 	}
@@ -247,7 +249,7 @@ func TestKeys(t *testing.T) {
 	if r1.Status != 201 || r2.Status != 201 || r2.Header.Get(idemhttp.ReplayedHeader) != "" || b.n.Load() != 2 {
 		t.Fatalf("no key: %+v %+v", r1, r2)
 	}
-	req := setup(t, idem.Options{}, idemfiber.Options{RequireKey: true}, charge)
+	req := setup(t, idem.Options{}, idemfiber.Options{RequireKey: true, Scope: idemfiber.SingleCaller()}, charge)
 	problem(t, req.do("POST", "/v1/charges", "", "x"), 400, idemhttp.ProblemMissingKey)
 	if req.n.Load() != 0 {
 		t.Fatal("the handler ran without a required key")
@@ -257,7 +259,7 @@ func TestKeys(t *testing.T) {
 // Methods that are not processed pass through, key or not.
 func TestMethodsPassThrough(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{}, idemfiber.Options{}, charge)
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, charge)
 	for range 2 {
 		if r := b.do("PUT", "/v1/charges", "k", "x"); r.Status != 201 || r.Header.Get(idemhttp.ReplayedHeader) != "" {
 			t.Fatalf("%+v", r)
@@ -267,7 +269,7 @@ func TestMethodsPassThrough(t *testing.T) {
 	if n := b.n.Load(); n != 4 {
 		t.Fatalf("%d executions, want 4", n)
 	}
-	put := setup(t, idem.Options{}, idemfiber.Options{Methods: []string{"PUT"}}, charge)
+	put := setup(t, idem.Options{}, idemfiber.Options{Methods: []string{"PUT"}, Scope: idemfiber.SingleCaller()}, charge)
 	put.do("PUT", "/v1/charges", "k", "x")
 	if r := put.do("PUT", "/v1/charges", "k", "x"); r.Header.Get(idemhttp.ReplayedHeader) != "true" || put.n.Load() != 1 {
 		t.Fatalf("PUT processed: %+v, %d executions", r, put.n.Load())
@@ -318,7 +320,7 @@ func TestFailures(t *testing.T) {
 					return ok(c)
 				}
 			}
-			b := setup(t, idem.Options{}, idemfiber.Options{}, h)
+			b := setup(t, idem.Options{}, idemfiber.Options{Scope: idemfiber.SingleCaller()}, h)
 			if r := b.do("POST", "/v1/charges", "k", "x"); r.Status != tc.firstCode {
 				t.Fatalf("first: %+v, want %d", r, tc.firstCode)
 			}
@@ -341,7 +343,7 @@ func TestFailures(t *testing.T) {
 // original status, and nothing runs again.
 func TestResponseNotRetained(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{}, idemfiber.Options{MaxResponseBody: 10}, charge)
+	b := setup(t, idem.Options{}, idemfiber.Options{MaxResponseBody: 10, Scope: idemfiber.SingleCaller()}, charge)
 	if r := b.do("POST", "/v1/charges", "k", "a body longer than ten bytes"); r.Status != 201 || !strings.Contains(r.Body, "ten bytes") {
 		t.Fatalf("%+v", r)
 	}
@@ -354,7 +356,60 @@ func TestResponseNotRetained(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	t.Parallel()
-	if _, err := idemfiber.New(idemfiber.Options{}); !errors.Is(err, idemfiber.ErrOptions) {
+	if _, err := idemfiber.New(idemfiber.Options{Scope: idemfiber.SingleCaller()}); !errors.Is(err, idemfiber.ErrOptions) {
 		t.Fatalf("no engine: %v", err)
+	}
+	// No scope decision: one scope for every caller would hand one caller's stored response
+	// to another who sends the same key and body.
+	eng, err := idem.New(memstore.New(), idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = idemfiber.New(idemfiber.Options{Engine: eng})
+	if !errors.Is(err, idemfiber.ErrOptions) || !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "idemfiber.Options.Scope") {
+		t.Fatalf("no scope: %v, want ErrOptions (idem.ErrInvalidInput) naming idemfiber.Options.Scope", err)
+	}
+	if _, err := idemfiber.New(idemfiber.Options{Engine: eng, Scope: idemfiber.SingleCaller()}); err != nil {
+		t.Fatalf("SingleCaller: %v", err)
+	}
+}
+
+// The keyed header scope is idemhttp's for the same request (the two middlewares share
+// records), keeps tenants apart, and refuses a request that sends the header twice.
+func TestKeyedHeaderScope(t *testing.T) {
+	t.Parallel()
+	secret := []byte("a secret of sixteen bytes or more")
+	fs := idemfiber.KeyedHeaderScope("X-API-Key", secret)
+	hs := idemhttp.KeyedHeaderScope("X-API-Key", secret)
+	app := fiber.New()
+	scope := func(values ...string) (string, error) {
+		c := app.AcquireCtx(&fasthttp.RequestCtx{})
+		defer app.ReleaseCtx(c)
+		for _, v := range values {
+			c.Request().Header.Add("X-API-Key", v)
+		}
+		return fs(c)
+	}
+	for _, v := range []string{"alice", "bob"} {
+		got, err := scope(v)
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-API-Key", v)
+		want, _ := hs(r)
+		if err != nil || got != want || got == "" {
+			t.Errorf("%s: scope %q %v, want idemhttp's %q", v, got, err, want)
+		}
+	}
+	if s, err := scope(); s != "" || err != nil {
+		t.Errorf("no header: %q %v, want anonymous", s, err)
+	}
+	if _, err := scope("alice", "bob"); !errors.Is(err, idemhttp.ErrInvalidScope) {
+		t.Errorf("header sent twice: %v, want ErrInvalidScope", err)
+	}
+
+	b := setup(t, idem.Options{}, idemfiber.Options{Scope: fs}, charge)
+	a1 := b.do("POST", "/v1/charges", "k", "x", "X-API-Key", "alice")
+	b1 := b.do("POST", "/v1/charges", "k", "x", "X-API-Key", "bob")
+	if a1.Status != 201 || b1.Status != 201 || b1.Header.Get(idemhttp.ReplayedHeader) != "" || b1.Body == a1.Body || b.n.Load() != 2 {
+		t.Fatalf("bob sent alice's key and body: %+v after %+v (%d runs)", b1, a1, b.n.Load())
 	}
 }

@@ -3,7 +3,11 @@
 // interceptor that sends one key per call and retries while that is safe.
 //
 //	eng, _ := idem.New(store, idem.Options{})
-//	icpt, _ := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Methods: []string{"/payments.v1.Payments/Charge"}})
+//	icpt, _ := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{
+//		Engine:  eng,
+//		Scope:   idemgrpc.KeyedMetadataScope("x-api-key", scopeSecret), // whose key it is
+//		Methods: []string{"/payments.v1.Payments/Charge"},
+//	})
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recovery, auth, icpt))
 //
 //	ci, _ := idemgrpc.UnaryClientInterceptor(idemgrpc.ClientOptions{})
@@ -20,8 +24,8 @@
 // the request message marshalled deterministically (proto.MarshalOptions{Deterministic: true}:
 // map entries in key order), as the server decoded it, so two encodings of one request by
 // different clients are the same request, and the same key sent to another method is a
-// mismatch. The storage key is the scope (ServerOptions.Scope, such as MetadataScope hashing an
-// API key) and the key, as idemhttp.StorageKey builds it, so operators find a record with
+// mismatch. The storage key is the scope (ServerOptions.Scope, required: such as
+// KeyedMetadataScope hashing an API key under a secret, or SingleCaller for one trusted caller) and the key, as idemhttp.StorageKey builds it, so operators find a record with
 // `idem inspect` as for HTTP; the record's route (idem.Record.Route, shown by `idem list` and
 // the operator console) is the full method name.
 //

@@ -20,13 +20,18 @@ import (
 
 // The interceptor is an ordinary grpc.UnaryServerInterceptor; here it is called directly, as
 // the server would call it, twice with the same key: the handler runs once, and the second call
-// gets the stored reply.
+// gets the stored reply. Keys belong to the caller that sent them: the scope is the caller's
+// API key, hashed under a secret kept apart from the store.
 func ExampleUnaryServerInterceptor() {
 	eng, err := idem.New(memstore.New(), idem.Options{})
 	if err != nil {
 		panic(err)
 	}
-	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng})
+	scopeSecret := []byte("from your secret store, 32 bytes") // the same for every server of the store
+	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{
+		Engine: eng,
+		Scope:  idemgrpc.KeyedMetadataScope("x-api-key", scopeSecret),
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -36,7 +41,8 @@ func ExampleUnaryServerInterceptor() {
 		fmt.Println("charging", req.(*wrapperspb.Int64Value).GetValue())
 		return wrapperspb.String("ch_1"), nil
 	}
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(idemgrpc.MetadataKey, "order-1001"))
+	ctx := metadata.NewIncomingContext(context.Background(),
+		metadata.Pairs(idemgrpc.MetadataKey, "order-1001", "x-api-key", "key_alice"))
 	for range 2 {
 		reply, err := icpt(ctx, wrapperspb.Int64(1000), info, charge)
 		fmt.Println(reply.(*wrapperspb.StringValue).GetValue(), err)

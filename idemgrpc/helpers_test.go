@@ -126,6 +126,9 @@ func setup(t *testing.T, cfg config) *bundle {
 		t.Fatal(err)
 	}
 	cfg.server.Engine = b.eng
+	if cfg.server.Scope == nil {
+		cfg.server.Scope = idemgrpc.SingleCaller() // one test client
+	}
 	icpt, err := idemgrpc.UnaryServerInterceptor(cfg.server)
 	if err != nil {
 		t.Fatal(err)

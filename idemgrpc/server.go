@@ -1,10 +1,17 @@
 package idemgrpc
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,7 +19,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -59,9 +65,23 @@ const DefaultMaxReplyBytes = 1 << 20
 // same scope for every retry of a call: use the account, not a credential that rotates.
 type ScopeFunc func(ctx context.Context) (string, error)
 
-// MetadataScope scopes calls by the value of the named incoming metadata (such as
-// "x-api-key"), hashed with SHA-256 so that no secret reaches the store or the logs. A call
-// without it is anonymous (scope ""); several values are hashed together.
+// SingleCaller is the ServerOptions.Scope of a service that one trusted caller is the only one
+// to use: every call is in the one scope "", so keys are global, and any caller who sends
+// another's key and request receives the other's stored reply. Choose it explicitly; with more
+// than one caller, scope by the caller's identity instead (KeyedMetadataScope, or a ScopeFunc
+// of your own that returns the account an authentication interceptor resolved).
+func SingleCaller() ScopeFunc { return singleCaller }
+
+func singleCaller(context.Context) (string, error) { return "", nil }
+
+// MetadataScope scopes calls by the values of the named incoming metadata (such as
+// "x-api-key"), hashed with SHA-256 so that the credential itself reaches neither the store nor
+// the logs: the scope is the 64 hex digits of the hash of every value, each preceded by its
+// length, so that no two lists of values share a scope. A call without it is anonymous (scope
+// "").
+//
+// An unkeyed hash of a guessable credential can be reversed by trying guesses: prefer
+// KeyedMetadataScope, whose hash needs a secret kept apart from the store.
 func MetadataScope(name string) ScopeFunc {
 	name = strings.ToLower(name)
 	return func(ctx context.Context) (string, error) {
@@ -69,11 +89,43 @@ func MetadataScope(name string) ScopeFunc {
 		if len(vs) == 0 {
 			return "", nil
 		}
-		return idemhttp.HashScope(vs...), nil
+		return hashValues(sha256.New(), vs), nil
 	}
 }
 
-// ServerOptions configure the server interceptor. Only Engine is required.
+// KeyedMetadataScope is MetadataScope with the values hashed by HMAC-SHA256 under secret:
+// without the secret, stored and logged scopes cannot be tested against guesses of the
+// credential. Every process that shares a store must use the same secret; a new secret makes
+// every scope new, so records made under the old one are not found again. It panics if secret
+// is empty.
+func KeyedMetadataScope(name string, secret []byte) ScopeFunc {
+	if len(secret) == 0 {
+		panic("idemgrpc: KeyedMetadataScope with an empty secret")
+	}
+	name = strings.ToLower(name)
+	secret = bytes.Clone(secret)
+	return func(ctx context.Context) (string, error) {
+		vs := metadata.ValueFromIncomingContext(ctx, name)
+		if len(vs) == 0 {
+			return "", nil
+		}
+		return hashValues(hmac.New(sha256.New, secret), vs), nil
+	}
+}
+
+// hashValues returns the hex digest of h over every value, each preceded by its length as 8
+// bytes big-endian: a list of values is one string only one way.
+func hashValues(h hash.Hash, vs []string) string {
+	var n [8]byte
+	for _, v := range vs {
+		binary.BigEndian.PutUint64(n[:], uint64(len(v)))
+		h.Write(n[:])
+		_, _ = io.WriteString(h, v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ServerOptions configure the server interceptor. Engine and Scope are required.
 type ServerOptions struct {
 	// Engine runs handlers at most once per key and stores their replies. Its Policy decides
 	// which replies are kept, seen through HTTPStatus (see the package documentation); its
@@ -86,7 +138,11 @@ type ServerOptions struct {
 	// RequireKey answers InvalidArgument to a processed call without a key. Default false:
 	// such a call passes through without protection.
 	RequireKey bool
-	// Scope gives the tenant a call acts for (see ScopeFunc). Default: every call in scope "".
+	// Scope gives the tenant a call acts for (see ScopeFunc). Required: without a scope, one
+	// caller who sends another's key and request receives the other's stored reply. Use a
+	// ScopeFunc that returns the caller's stable identity (the account an authentication
+	// interceptor resolved, or KeyedMetadataScope over an API key), or SingleCaller when one
+	// trusted caller is the only one to use the service.
 	Scope ScopeFunc
 	// Types resolves the stored reply's message type on a replay, by the full name recorded
 	// with it. Default protoregistry.GlobalTypes, where every generated message type
@@ -121,6 +177,11 @@ type server struct {
 func UnaryServerInterceptor(opt ServerOptions) (grpc.UnaryServerInterceptor, error) {
 	if opt.Engine == nil {
 		return nil, fmt.Errorf("%w: ServerOptions.Engine is required", ErrOptions)
+	}
+	if opt.Scope == nil {
+		return nil, fmt.Errorf("%w: idemgrpc.ServerOptions.Scope is required: a ScopeFunc that tells callers apart "+
+			"(KeyedMetadataScope over an API key, or the account your authentication resolved), "+
+			"or SingleCaller() when one trusted caller is the only one to use the service", ErrOptions)
 	}
 	if opt.StoreRetryAfter < 0 {
 		return nil, fmt.Errorf("%w: ServerOptions.StoreRetryAfter %s is negative", ErrOptions, opt.StoreRetryAfter)
@@ -166,8 +227,8 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	scope := ""
 	if s.opt.Scope != nil {
 		scope, err = s.opt.Scope(ctx)
-		if err == nil && !idemhttp.ValidScope(scope) {
-			err = idemhttp.ErrInvalidScope
+		if err == nil {
+			err = idem.CheckScope(scope)
 		}
 		if err != nil {
 			return nil, fail(codes.InvalidArgument, ReasonInvalidScope, "invalid scope: "+err.Error())
@@ -189,7 +250,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		reply    any
 		replyErr error
 	)
-	res, err := s.opt.Engine.Do(ctx, idemhttp.StorageKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
+	res, err := s.opt.Engine.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
 		cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 		if cs.ServerTransportStream != nil {
 			ctx = grpc.NewContextWithServerTransportStream(ctx, cs)

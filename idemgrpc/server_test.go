@@ -2,6 +2,7 @@ package idemgrpc_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -207,7 +209,7 @@ func TestKeyRules(t *testing.T) {
 	if r := other.call(ctx, "", nil); r.err != nil {
 		t.Fatalf("unlisted method: %s", describe(r))
 	}
-	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: b.eng, Methods: []string{"Charge"}}); err == nil {
+	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: b.eng, Scope: idemgrpc.SingleCaller(), Methods: []string{"Charge"}}); err == nil {
 		t.Fatal("a method name without service was accepted")
 	}
 	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{}); err == nil {
@@ -388,5 +390,92 @@ func TestRecordRoute(t *testing.T) {
 	}
 	if rec.Route != "/test.Payments/Charge" {
 		t.Errorf("record's route %q, want the method /test.Payments/Charge", rec.Route)
+	}
+}
+
+// A server interceptor without a scope decision is refused: one scope for every caller would
+// hand one caller's stored reply to another who sends the same key and request.
+func TestScopeRequired(t *testing.T) {
+	t.Parallel()
+	eng, err := idem.New(memstore.New(), idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng})
+	if !errors.Is(err, idem.ErrInvalidInput) || !errors.Is(err, idemgrpc.ErrOptions) ||
+		!strings.Contains(err.Error(), "idemgrpc.ServerOptions.Scope") {
+		t.Fatalf("no scope: err %v, want ErrOptions (idem.ErrInvalidInput) naming idemgrpc.ServerOptions.Scope", err)
+	}
+	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()}); err != nil {
+		t.Fatalf("SingleCaller: %v", err)
+	}
+}
+
+// The metadata scopes hash every value, each with its length: lists of values that join to
+// the same text are different callers, and the keyed form depends on its secret.
+func TestMetadataScopes(t *testing.T) {
+	t.Parallel()
+	scope := func(f idemgrpc.ScopeFunc, vs ...string) string {
+		t.Helper()
+		md := metadata.MD{}
+		for _, v := range vs {
+			md.Append("x-api-key", v)
+		}
+		s, err := f(metadata.NewIncomingContext(context.Background(), md))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !idemhttp.ValidScope(s) {
+			t.Fatalf("scope %q is not a valid scope", s)
+		}
+		return s
+	}
+	secret := []byte("a secret of sixteen bytes or more")
+	for name, f := range map[string]idemgrpc.ScopeFunc{
+		"MetadataScope":      idemgrpc.MetadataScope("X-API-Key"),
+		"KeyedMetadataScope": idemgrpc.KeyedMetadataScope("X-API-Key", secret),
+	} {
+		if s := scope(f); s != "" {
+			t.Errorf("%s: no metadata: scope %q, want anonymous", name, s)
+		}
+		seen := map[string][]string{}
+		for _, vs := range [][]string{{"a\nb"}, {"a", "b"}, {"ab"}, {"a", "", "b"}, {"a\n", "b"}, {"", "ab"}, {"alice"}, {"bob"}} {
+			s := scope(f, vs...)
+			if prev, ok := seen[s]; ok {
+				t.Errorf("%s: values %q and %q share the scope %s", name, prev, vs, s)
+			}
+			seen[s] = vs
+			if again := scope(f, vs...); again != s {
+				t.Errorf("%s: %q: scope %s then %s", name, vs, s, again)
+			}
+		}
+	}
+	if scope(idemgrpc.MetadataScope("x-api-key"), "alice") == scope(idemgrpc.KeyedMetadataScope("x-api-key", secret), "alice") {
+		t.Error("the keyed scope is the unkeyed hash")
+	}
+	if scope(idemgrpc.KeyedMetadataScope("x-api-key", secret), "alice") == scope(idemgrpc.KeyedMetadataScope("x-api-key", []byte("another secret, sixteen bytes+")), "alice") {
+		t.Error("the keyed scope does not depend on its secret")
+	}
+}
+
+// Tenants are apart with the keyed scope too: bob, sending alice's key and request, gets a
+// reply of his own.
+func TestKeyedMetadataScope(t *testing.T) {
+	t.Parallel()
+	b := setup(t, config{server: idemgrpc.ServerOptions{Scope: idemgrpc.KeyedMetadataScope("x-api-key", []byte("a secret of sixteen bytes or more"))}})
+	var runs atomic.Int32
+	b.svc.set(func(ctx context.Context, _ *structpb.Struct) (*wrapperspb.StringValue, error) {
+		runs.Add(1)
+		return wrapperspb.String(metadata.ValueFromIncomingContext(ctx, "x-api-key")[0]), nil
+	})
+	ctx := ctxT(t)
+	for _, tenant := range []string{"alice", "bob", "alice", "bob"} {
+		r := b.call(metadata.AppendToOutgoingContext(ctx, "x-api-key", tenant), "same-key", nil)
+		if r.err != nil || r.msg.GetValue() != tenant {
+			t.Fatalf("%s: %s", tenant, describe(r))
+		}
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("ran %d times, want 2", n)
 	}
 }

@@ -8,7 +8,10 @@
 //
 //	st, _ := sqlitestore.Open(ctx, "idem.db", sqlitestore.Options{})
 //	eng, _ := idem.New(st, idem.Options{TTL: 24 * time.Hour})
-//	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.HeaderScope("X-API-Key")})
+//	mw, err := idemhttp.New(idemhttp.Options{
+//		Engine: eng,
+//		Scope:  idemhttp.KeyedHeaderScope("X-API-Key", scopeSecret), // whose key it is
+//	})
 //	mux.Handle("POST /v1/charges", mw(chargeHandler))
 //
 // # Requests
@@ -47,8 +50,11 @@
 //
 // # Scopes and storage keys
 //
-// A ScopeFunc names the tenant a request acts for (HeaderScope hashes a header such as X-API-Key
-// with SHA-256, so no secret is stored). The storage key is StorageKey(scope, key): scope, "|",
+// A ScopeFunc names the tenant a request acts for, and New requires one (Options.Scope): a
+// function of your own that returns the account your authentication resolved, or
+// KeyedHeaderScope, which hashes a header such as X-API-Key with HMAC-SHA256 under a secret,
+// so that no credential is stored. SingleCaller declares that one trusted caller is the only
+// one to use the API, so that keys are global. The storage key is StorageKey(scope, key): scope, "|",
 // key. Two tenants with the same key never see, block or probe each other's records. The route
 // is not part of the storage key: as in the draft and at Stripe, a key is unique per client,
 // and reusing it on another route is a mismatch (422), not a new request.

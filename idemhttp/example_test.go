@@ -13,10 +13,19 @@ import (
 )
 
 // The same POST sent twice with one key runs the handler once; the retry gets the first
-// response, marked as replayed. Another body with that key is refused.
+// response, marked as replayed. Another body with that key is refused. Keys belong to the
+// caller that sent them: the scope is the caller's API key, hashed under a secret kept apart
+// from the store.
 func Example() {
 	eng, _ := idem.New(memstore.New(), idem.Options{})
-	mw, _ := idemhttp.New(idemhttp.Options{Engine: eng})
+	scopeSecret := []byte("from your secret store, 32 bytes") // the same for every server of the store
+	mw, err := idemhttp.New(idemhttp.Options{
+		Engine: eng,
+		Scope:  idemhttp.KeyedHeaderScope("X-API-Key", scopeSecret), // whose key it is
+	})
+	if err != nil {
+		panic(err)
+	}
 
 	charges := 0
 	mux := http.NewServeMux()
@@ -30,6 +39,7 @@ func Example() {
 	post := func(body string) {
 		req := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", `"order-1001"`)
+		req.Header.Set("X-API-Key", "key_alice")
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, req)
 		b, _ := io.ReadAll(rec.Body)
@@ -76,7 +86,7 @@ func ExampleJSONKey() {
 func ExampleOptions_onEvent() {
 	eng, _ := idem.New(memstore.New(), idem.Options{})
 	counts := map[idemhttp.Outcome]int{}
-	mw, _ := idemhttp.New(idemhttp.Options{Engine: eng, OnEvent: func(ev idemhttp.Event) { counts[ev.Outcome]++ }})
+	mw, _ := idemhttp.New(idemhttp.Options{Engine: eng, OnEvent: func(ev idemhttp.Event) { counts[ev.Outcome]++ }, Scope: idemhttp.SingleCaller()})
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, key := range []string{"a", "a", "", "\"bad"} {
 		req := httptest.NewRequest("POST", "/", nil)

@@ -102,7 +102,7 @@ func TestSlowBodiesHoldOnlyWhatArrived(t *testing.T) {
 	const conns = 200
 	const maxBody = 1 << 20
 	var ran atomic.Int64
-	b := setupBudget(t, idemhttp.Options{MaxRequestBody: maxBody}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setupBudget(t, idemhttp.Options{MaxRequestBody: maxBody, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 	}))
 	// Warm the server and the pools, then measure from there.
@@ -146,7 +146,7 @@ func TestMemoryBudgetRefusesBeforeTheClaim(t *testing.T) {
 	t.Parallel()
 	const budget = 256 << 10
 	var ran atomic.Int64
-	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(201)
@@ -194,7 +194,7 @@ func TestMemoryBudgetBoundsManySlowBodies(t *testing.T) {
 		conns  = 64
 		part   = 40 << 10 // grows a request's buffer to 64 KiB
 	)
-	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(201)
 	}))
@@ -271,7 +271,7 @@ func TestMemoryBudgetResponseNotRetained(t *testing.T) {
 	const budget = 256 << 10
 	var ran atomic.Int64
 	big := strings.Repeat("z", 600<<10)
-	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setupBudget(t, idemhttp.Options{MemoryBudget: budget, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(201)
@@ -313,10 +313,10 @@ func TestMemoryBudgetOption(t *testing.T) {
 		opt  idemhttp.Options
 		want int64 // -1: unlimited
 	}{
-		{idemhttp.Options{}, idemhttp.DefaultMemoryBudget},
-		{idemhttp.Options{MaxRequestBody: 32 << 20}, 4 * (32<<20 + idemhttp.DefaultMaxResponseBody)},
-		{idemhttp.Options{MemoryBudget: 1 << 10}, 1 << 10},
-		{idemhttp.Options{MemoryBudget: -1}, -1},
+		{idemhttp.Options{Scope: idemhttp.SingleCaller()}, idemhttp.DefaultMemoryBudget},
+		{idemhttp.Options{MaxRequestBody: 32 << 20, Scope: idemhttp.SingleCaller()}, 4 * (32<<20 + idemhttp.DefaultMaxResponseBody)},
+		{idemhttp.Options{MemoryBudget: 1 << 10, Scope: idemhttp.SingleCaller()}, 1 << 10},
+		{idemhttp.Options{MemoryBudget: -1, Scope: idemhttp.SingleCaller()}, -1},
 	} {
 		tc.opt.Engine = eng
 		got, err := idemhttp.MemoryBudgetOf(tc.opt)
@@ -339,9 +339,9 @@ func TestMemoryBudgetGivenBackOnPanic(t *testing.T) {
 		closeStore bool
 		key        string
 	}{
-		{"claimed", idemhttp.Options{}, false, "k"},
-		{"no key in the body", idemhttp.Options{Key: idemhttp.JSONKey("id")}, false, ""},
-		{"fail open", idemhttp.Options{FailOpen: true}, true, "k"},
+		{"claimed", idemhttp.Options{Scope: idemhttp.SingleCaller()}, false, "k"},
+		{"no key in the body", idemhttp.Options{Key: idemhttp.JSONKey("id"), Scope: idemhttp.SingleCaller()}, false, ""},
+		{"fail open", idemhttp.Options{FailOpen: true, Scope: idemhttp.SingleCaller()}, true, "k"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -369,8 +369,8 @@ func TestSharedBudget(t *testing.T) {
 		t.Fatal("NewBudget's limits")
 	}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
-	a := setupBudget(t, idemhttp.Options{Budget: shared}, ok)
-	b := setupBudget(t, idemhttp.Options{Budget: shared}, ok)
+	a := setupBudget(t, idemhttp.Options{Budget: shared, Scope: idemhttp.SingleCaller()}, ok)
+	b := setupBudget(t, idemhttp.Options{Budget: shared, Scope: idemhttp.SingleCaller()}, ok)
 	a.slowConn(t, "holder", 1<<20, bytes.Repeat([]byte("x"), 300<<10))
 	a.waitHeld(t, "the holder to hold more than the budget", func(n int64) bool { return n > 256<<10 })
 	if r := b.do("POST", "/", "other-route", "{}"); r.Status != http.StatusServiceUnavailable || problemType(t, r) != idemhttp.ProblemOverloaded {
@@ -381,7 +381,7 @@ func TestSharedBudget(t *testing.T) {
 	}
 	a.srv.CloseClientConnections()
 	b.waitHeld(t, "the shared budget to come back to 0", func(n int64) bool { return n == 0 && shared.InUse() == 0 })
-	if _, err := idemhttp.New(idemhttp.Options{Engine: a.eng, Budget: shared, MemoryBudget: 1}); !errors.Is(err, idemhttp.ErrOptions) {
+	if _, err := idemhttp.New(idemhttp.Options{Engine: a.eng, Budget: shared, MemoryBudget: 1, Scope: idemhttp.SingleCaller()}); !errors.Is(err, idemhttp.ErrOptions) {
 		t.Fatalf("MemoryBudget and Budget both set: %v, want ErrOptions", err)
 	}
 }

@@ -27,7 +27,7 @@ func TestMethodIsFingerprinted(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, r.Method)
 			})
-			b := setup(t, nil, idem.Options{}, idemhttp.Options{Methods: []string{"POST", "PUT", "PATCH"}, Fingerprint: fp}, h)
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Methods: []string{"POST", "PUT", "PATCH"}, Fingerprint: fp, Scope: idemhttp.SingleCaller()}, h)
 			const body = `{"amount":1}`
 			if r := b.do("POST", "/orders", "m-1", body); r.Status != 201 || string(r.Body) != "POST" {
 				t.Fatalf("POST: %d %q %v", r.Status, r.Body, r.Err)

@@ -45,6 +45,15 @@ type middleware struct {
 	methods []string
 	checkFP bool // Options.Fingerprint is the caller's: check what it returns
 	budget  *Budget
+	probs   map[*problem]*problem // the refusals in Options.FormatProblem's shape
+}
+
+// problem returns p as this middleware answers it: in Options.FormatProblem's shape when set.
+func (m *middleware) problem(p *problem) *problem {
+	if q, ok := m.probs[p]; ok {
+		return q
+	}
+	return p
 }
 
 func newMiddleware(opt Options) (*middleware, error) {
@@ -71,6 +80,16 @@ func newMiddleware(opt Options) (*middleware, error) {
 		opt: opt, eng: eng, policy: eo.Policy, ttl: eo.TTL, now: eo.Now,
 		methods: opt.Methods, checkFP: checkFP,
 		retry: retryAfterValue(int64((opt.StoreRetryAfter + time.Second - 1) / time.Second)),
+	}
+	if opt.FormatProblem != nil {
+		m.probs = make(map[*problem]*problem, len(allProblems))
+		for _, p := range allProblems {
+			q := p.formatted(opt.FormatProblem)
+			if len(q.ct[0]) == 0 {
+				return nil, fmt.Errorf("%w: Options.FormatProblem returned no content type for %s", ErrOptions, p.typ)
+			}
+			m.probs[p] = q
+		}
 	}
 	m.budget = opt.Budget
 	if m.budget == nil {
@@ -280,7 +299,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p := recover()
 		if p != nil && p != http.ErrAbortHandler && !c.committed {
 			clear(w.Header())
-			probPanic.write(w, nil)
+			m.problem(probPanic).write(w, nil)
 			if f, ok := w.(http.Flusher); ok {
 				f.Flush() // http.Server does not flush a handler's buffered output after a panic
 			}
@@ -341,7 +360,7 @@ func (h *handler) noKey(w http.ResponseWriter, r *http.Request, start time.Time,
 // nothing is held. It writes problem p (with its Retry-After, if it has one), reports ev with
 // p's outcome and status, and returns the capture c, if any, to its pool.
 func (h *handler) reject(w http.ResponseWriter, r *http.Request, c *captureWriter, p *problem, ev Event) {
-	p.write(w, p.retryAfter)
+	h.m.problem(p).write(w, p.retryAfter)
 	ev.Outcome, ev.Request, ev.Status = p.outcome, r, p.status
 	h.m.emit(ev)
 	if c != nil {
@@ -555,7 +574,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 		m.replay(w, &res)
 		ev.Outcome, ev.Status = OutcomeReplayed, res.Response.Status
 	case errors.Is(err, idem.ErrMismatch):
-		probMismatch.write(w, nil)
+		m.problem(probMismatch).write(w, nil)
 		ev.Outcome, ev.Status = OutcomeMismatch, probMismatch.status
 	case errors.Is(err, idem.ErrInFlight):
 		var ife *idem.InFlightError
@@ -563,7 +582,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 		if errors.As(err, &ife) {
 			secs = int64((ife.RetryAfter + time.Second - 1) / time.Second)
 		}
-		probInFlight.write(w, retryAfterValue(secs))
+		m.problem(probInFlight).write(w, retryAfterValue(secs))
 		ev.Outcome, ev.Status = OutcomeConflict, probInFlight.status
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		ev.Err = err
@@ -577,14 +596,14 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 			break
 		}
 		m.opt.Logger.Warn("idemhttp: store unavailable; request refused (fail closed)", "method", r.Method, "path", r.URL.Path, "err", err)
-		probStore.write(w, m.retry)
+		m.problem(probStore).write(w, m.retry)
 		ev.Outcome, ev.Status = OutcomeStoreError, probStore.status
 	default:
 		// The client went away while waiting, or an unexpected error: nothing was done.
 		if r.Context().Err() == nil {
 			m.opt.Logger.Error("idemhttp: unexpected engine error", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
-		probInternal.write(w, nil)
+		m.problem(probInternal).write(w, nil)
 		ev.Outcome, ev.Status, ev.Err = OutcomeError, probInternal.status, err
 	}
 	m.emit(ev)
@@ -604,13 +623,20 @@ func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
 				h[k] = v[:len(v):len(v)]
 			}
 		}
-		h["Content-Type"] = problemCT
+		ct, body := problemCT, notRetainedBody(status)
+		if m.opt.FormatProblem != nil {
+			var t string
+			t, body = m.opt.FormatProblem(Problem{Status: status, Type: ProblemNotRetained, Title: notRetainedTitle})
+			ct = []string{t}
+		}
+		h["Content-Type"] = ct
+		h["X-Content-Type-Options"] = nosniff
 		h[ReplayedHeader] = replayedTrue
 		if m.opt.ExpiresHeader {
 			h[ExpiresHeader] = []string{res.ExpiresAt.UTC().Format(http.TimeFormat)}
 		}
 		w.WriteHeader(status)
-		_, _ = w.Write(notRetainedBody(status))
+		_, _ = w.Write(body)
 		return
 	}
 	for k, v := range resp.Header {

@@ -37,7 +37,7 @@ func (c *charge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestSeedScenario(t *testing.T) {
 	t.Parallel()
 	h := &charge{}
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
 	first := b.do("POST", "/v1/charges", "order-1001", `{"amount":1000}`)
 	if first.Status != 201 || first.Header.Get(idemhttp.ReplayedHeader) != "" {
 		t.Fatalf("first: %d %v", first.Status, first.Header)
@@ -80,7 +80,7 @@ func TestConcurrentSameKey(t *testing.T) {
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"n":%d}`, n.Load())
 	})
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, slow)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, slow)
 	const N = 200
 	replies := make([]reply, N)
 	var wg sync.WaitGroup
@@ -131,7 +131,7 @@ func TestConcurrentWait(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		io.WriteString(w, "done")
 	})
-	b := setup(t, nil, idem.Options{Wait: 10 * time.Second}, idemhttp.Options{}, slow)
+	b := setup(t, nil, idem.Options{Wait: 10 * time.Second}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, slow)
 	var wg sync.WaitGroup
 	replies := make([]reply, 50)
 	for i := range replies {
@@ -194,7 +194,7 @@ func TestHandlerPanics(t *testing.T) {
 				}
 				io.WriteString(w, "second")
 			})
-			b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
 			r := b.do("POST", "/p", "k1", "x")
 			if !tc.begun {
 				if r.Status != 500 || problemType(t, r) != idemhttp.ProblemHandlerPanic {
@@ -234,7 +234,7 @@ func TestServerErrorPolicy(t *testing.T) {
 			if store5xx {
 				eo.Policy = idem.StoreServerErrors
 			}
-			b := setup(t, nil, eo, idemhttp.Options{}, h)
+			b := setup(t, nil, eo, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
 			r1 := b.do("POST", "/p", "k", "x")
 			r2 := b.do("POST", "/p", "k", "x")
 			if r1.Status != 500 || r2.Status != 500 {
@@ -271,7 +271,7 @@ func TestStreamingLargeResponse(t *testing.T) {
 			http.NewResponseController(w).Flush()
 		}
 	})
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true, Scope: idemhttp.SingleCaller()}, h)
 	r1 := b.do("POST", "/export", "big", "x")
 	if r1.Err != nil || r1.Status != 201 || len(r1.Body) != 80*len(chunk) || string(r1.Body[:16]) != chunk[:16] {
 		t.Fatalf("first: %d, %d bytes, %v", r1.Status, len(r1.Body), r1.Err)
@@ -303,7 +303,7 @@ func TestResponseLimitBoundary(t *testing.T) {
 				w.Write([]byte{'x'})
 			}
 		})
-		b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 1000}, h)
+		b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 1000, Scope: idemhttp.SingleCaller()}, h)
 		r1 := b.do("POST", "/", "k", "")
 		r2 := b.do("POST", "/", "k", "")
 		if len(r1.Body) != size || n.Load() != 1 {
@@ -321,7 +321,7 @@ func TestResponseLimitBoundary(t *testing.T) {
 func TestHandlerNeverWrites(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int64
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
 	r1 := b.do("POST", "/", "k", "x")
 	r2 := b.do("POST", "/", "k", "x")
 	if r1.Status != 200 || len(r1.Body) != 0 || r2.Status != 200 || len(r2.Body) != 0 || r2.Header.Get(idemhttp.ReplayedHeader) != "true" {
@@ -377,7 +377,7 @@ func TestCaptureShapes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var n atomic.Int64
-			b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				n.Add(1)
 				h(w, r)
 			}))
@@ -398,7 +398,7 @@ func TestCaptureShapes(t *testing.T) {
 func TestHijackRefused(t *testing.T) {
 	t.Parallel()
 	errs := make(chan error, 2)
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _, err := w.(http.Hijacker).Hijack()
 		errs <- err
 		_, _, err = http.NewResponseController(w).Hijack()
@@ -428,7 +428,7 @@ func TestStoredHeaders(t *testing.T) {
 		hd.Set("Content-Type", "text/plain")
 		io.WriteString(w, "hi")
 	})
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{"Set-Cookie", "x-internal"}}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{"Set-Cookie", "x-internal"}, Scope: idemhttp.SingleCaller()}, h)
 	b.do("POST", "/", "k", "x")
 	r := b.do("POST", "/", "k", "x")
 	for _, k := range []string{"X-Private", "Keep-Alive", "Set-Cookie", "X-Internal"} {
@@ -445,9 +445,9 @@ func TestStoredHeaders(t *testing.T) {
 func TestKeyHandling(t *testing.T) {
 	t.Parallel()
 	h := &charge{}
-	opt := idemhttp.Options{}
+	opt := idemhttp.Options{Scope: idemhttp.SingleCaller()}
 	b := setup(t, nil, idem.Options{}, opt, h)
-	req := setup(t, nil, idem.Options{}, idemhttp.Options{RequireKey: true}, h)
+	req := setup(t, nil, idem.Options{}, idemhttp.Options{RequireKey: true, Scope: idemhttp.SingleCaller()}, h)
 
 	if r := b.do("POST", "/", "", "x"); r.Status != 201 || r.Header.Get(idemhttp.ReplayedHeader) != "" {
 		t.Fatalf("optional, no key: %d", r.Status)
@@ -521,7 +521,7 @@ func TestScopesAreApart(t *testing.T) {
 func TestJSONFingerprint(t *testing.T) {
 	t.Parallel()
 	h := &charge{}
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{Fingerprint: idemhttp.JSONFingerprint("sent_at", "meta.trace")}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Fingerprint: idemhttp.JSONFingerprint("sent_at", "meta.trace"), Scope: idemhttp.SingleCaller()}, h)
 	r1 := b.do("POST", "/", "k", `{"amount":1000,"currency":"eur","sent_at":"10:00","meta":{"trace":"a","x":1}}`)
 	r2 := b.do("POST", "/", "k", `{ "currency" : "eur", "meta":{"x":1.0,"trace":"b"}, "amount":1e3, "sent_at":"10:01" }`)
 	sameReply(t, r1, r2)
@@ -537,12 +537,12 @@ func TestJSONFingerprint(t *testing.T) {
 func TestWebhookKeys(t *testing.T) {
 	t.Parallel()
 	h := &charge{}
-	gh := setup(t, nil, idem.Options{}, idemhttp.Options{Key: idemhttp.HeaderKey("X-GitHub-Delivery"), RequireKey: true}, h)
+	gh := setup(t, nil, idem.Options{}, idemhttp.Options{Key: idemhttp.HeaderKey("X-GitHub-Delivery"), RequireKey: true, Scope: idemhttp.SingleCaller()}, h)
 	g1 := gh.do("POST", "/hook", "", `{"action":"opened"}`, "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	g2 := gh.do("POST", "/hook", "", `{"action":"opened"}`, "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	sameReply(t, g1, g2)
 
-	st := setup(t, nil, idem.Options{}, idemhttp.Options{Key: idemhttp.JSONKey("id")}, h)
+	st := setup(t, nil, idem.Options{}, idemhttp.Options{Key: idemhttp.JSONKey("id"), Scope: idemhttp.SingleCaller()}, h)
 	s1 := st.do("POST", "/hook", "", `{"id":"evt_1","type":"charge.succeeded","created":1}`)
 	s2 := st.do("POST", "/hook", "", `{"created":1,"type":"charge.succeeded","id":"evt_1"}`)
 	if s1.Status != 201 || s2.Status != 422 { // raw fingerprint: reordered body is another request
@@ -563,7 +563,7 @@ func TestWebhookKeys(t *testing.T) {
 func TestRequestBodyLimit(t *testing.T) {
 	t.Parallel()
 	h := &charge{}
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxRequestBody: 10}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxRequestBody: 10, Scope: idemhttp.SingleCaller()}, h)
 	if r := b.do("POST", "/", "k", "12345678901"); r.Status != 413 || problemType(t, r) != idemhttp.ProblemRequestTooLarge {
 		t.Fatalf("%d", r.Status)
 	}
@@ -583,7 +583,7 @@ func TestStoreFailure(t *testing.T) {
 			t.Parallel()
 			h := &charge{}
 			st := memstore.New()
-			b := setup(t, st, idem.Options{}, idemhttp.Options{FailOpen: open, StoreRetryAfter: 3 * time.Second}, h)
+			b := setup(t, st, idem.Options{}, idemhttp.Options{FailOpen: open, StoreRetryAfter: 3 * time.Second, Scope: idemhttp.SingleCaller()}, h)
 			st.Close()
 			r := b.do("POST", "/", "k", "body")
 			if !open {
@@ -606,7 +606,7 @@ func TestStoreFailure(t *testing.T) {
 // on replays (exact); not on a released response.
 func TestExpiresHeader(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{TTL: time.Hour}, idemhttp.Options{ExpiresHeader: true}, &charge{})
+	b := setup(t, nil, idem.Options{TTL: time.Hour}, idemhttp.Options{ExpiresHeader: true, Scope: idemhttp.SingleCaller()}, &charge{})
 	r1 := b.do("POST", "/", "k", "x")
 	r2 := b.do("POST", "/", "k", "x")
 	e1, err1 := http.ParseTime(r1.Header.Get(idemhttp.ExpiresHeader))
@@ -614,7 +614,7 @@ func TestExpiresHeader(t *testing.T) {
 	if err1 != nil || err2 != nil || e1.After(e2) || time.Until(e2) > time.Hour || time.Until(e2) < 59*time.Minute {
 		t.Fatalf("%v %v / %v %v", e1, err1, e2, err2)
 	}
-	rel := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
+	rel := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
 	if r := rel.do("POST", "/", "k", "x"); r.Header.Get(idemhttp.ExpiresHeader) != "" {
 		t.Fatal("expiry header on a released response")
 	}
@@ -634,7 +634,7 @@ func TestMarks(t *testing.T) {
 		}
 		w.WriteHeader(200)
 	})
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
 	b.do("POST", "/failed", "f", "")
 	if r := b.do("POST", "/failed", "f", ""); r.Status != 200 || n.Load() != 2 {
 		t.Fatalf("MarkFailed: %d, %d executions", r.Status, n.Load())
@@ -658,13 +658,13 @@ func TestOptionsValidation(t *testing.T) {
 		opt  idemhttp.Options
 		want string
 	}{
-		{idemhttp.Options{}, "Options.Engine"},
-		{idemhttp.Options{Engine: eng, Methods: []string{"PO ST"}}, "Options.Methods"},
-		{idemhttp.Options{Engine: eng, MaxRequestBody: -1}, "Options.MaxRequestBody"},
-		{idemhttp.Options{Engine: eng, MaxResponseBody: -1}, "Options.MaxResponseBody"},
-		{idemhttp.Options{Engine: eng, DenyHeaders: []string{"a b"}}, "Options.DenyHeaders"},
-		{idemhttp.Options{Engine: eng, Key: idemhttp.JSONKey("a..b")}, "Options.Key"},
-		{idemhttp.Options{Engine: eng, StoreRetryAfter: -time.Second}, "Options.StoreRetryAfter"},
+		{idemhttp.Options{Scope: idemhttp.SingleCaller()}, "Options.Engine"},
+		{idemhttp.Options{Engine: eng, Methods: []string{"PO ST"}, Scope: idemhttp.SingleCaller()}, "Options.Methods"},
+		{idemhttp.Options{Engine: eng, MaxRequestBody: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxRequestBody"},
+		{idemhttp.Options{Engine: eng, MaxResponseBody: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxResponseBody"},
+		{idemhttp.Options{Engine: eng, DenyHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.DenyHeaders"},
+		{idemhttp.Options{Engine: eng, Key: idemhttp.JSONKey("a..b"), Scope: idemhttp.SingleCaller()}, "Options.Key"},
+		{idemhttp.Options{Engine: eng, StoreRetryAfter: -time.Second, Scope: idemhttp.SingleCaller()}, "Options.StoreRetryAfter"},
 	} {
 		_, err := idemhttp.New(tc.opt)
 		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
@@ -677,7 +677,7 @@ func TestOptionsValidation(t *testing.T) {
 // sent: the replay carries the headers as they were sent.
 func TestHeaderChangedAfterCommit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 16, ExpiresHeader: true},
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 16, ExpiresHeader: true, Scope: idemhttp.SingleCaller()},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-A", "1")
 			io.WriteString(w, strings.Repeat("a", 32)) // over the limit: sent now

@@ -31,7 +31,7 @@ import (
 // then decides, like any status at or above 500, that it is not kept).
 func TestStatusRangeEnds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/continue" {
 			w.WriteHeader(http.StatusContinue)
 			w.WriteHeader(http.StatusCreated)
@@ -55,7 +55,7 @@ func TestStatusRangeEnds(t *testing.T) {
 // stored, with the headers the middleware adds (here Idempotency-Expires).
 func TestExplicitOKIsHeldUntilStored(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{ExpiresHeader: true, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "ok")
 	}))
@@ -70,7 +70,7 @@ func TestExplicitOKIsHeldUntilStored(t *testing.T) {
 func TestResponseOfExactlyMaxIsKept(t *testing.T) {
 	t.Parallel()
 	const max = 100_000
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: max}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: max, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, strings.Repeat("a", 60_000))
 		_, _ = io.WriteString(w, strings.Repeat("b", max-60_000))
 	}))
@@ -87,7 +87,7 @@ func TestDenyHeadersAtTheTableEnd(t *testing.T) {
 	t.Parallel()
 	n63 := "X-" + strings.Repeat("a", 61)
 	n64 := "X-" + strings.Repeat("b", 62)
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{n63, n64}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{n63, n64}, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(n63, "secret")
 		w.Header().Set(n64, "secret")
 		w.Header().Set("X-Kept", "yes")
@@ -104,7 +104,7 @@ func TestDenyHeadersAtTheTableEnd(t *testing.T) {
 // with a body gets the type net/http would have sniffed.
 func TestSniffOnlyBodies(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		if r.URL.Path == "/body" {
 			_, _ = io.WriteString(w, "<html>hi</html>")
@@ -127,7 +127,7 @@ func TestSniffOnlyBodies(t *testing.T) {
 // StoreServerErrors.
 func TestStreamedExpiresFollowsTheEnginePolicy(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{Policy: idem.StoreServerErrors}, idemhttp.Options{ExpiresHeader: true, MaxResponseBody: 8},
+	b := setup(t, nil, idem.Options{Policy: idem.StoreServerErrors}, idemhttp.Options{ExpiresHeader: true, MaxResponseBody: 8, Scope: idemhttp.SingleCaller()},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = io.WriteString(w, "more than eight bytes")
@@ -144,7 +144,7 @@ func TestStreamedExpiresFromTheEngineClock(t *testing.T) {
 	t.Parallel()
 	const ahead = 48 * time.Hour
 	b := setup(t, nil, idem.Options{TTL: time.Hour, Now: func() time.Time { return time.Now().Add(ahead) }},
-		idemhttp.Options{ExpiresHeader: true, MaxResponseBody: 8}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		idemhttp.Options{ExpiresHeader: true, MaxResponseBody: 8, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, "more than eight bytes")
 		}))
 	r := b.do(http.MethodPost, "/", "k", `{}`)
@@ -163,7 +163,7 @@ func TestStreamedExpiresFromTheEngineClock(t *testing.T) {
 func TestStreamedThenAbortedIsHeld(t *testing.T) {
 	t.Parallel()
 	var ran atomic.Int64
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 8}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 8, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 		_, _ = io.WriteString(w, "more than eight bytes")
 		w.(http.Flusher).Flush()
@@ -185,7 +185,7 @@ func TestStreamedThenAbortedIsHeld(t *testing.T) {
 func TestStreamedToAGoneClientIsCompleted(t *testing.T) {
 	t.Parallel()
 	var ran atomic.Int64
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 8}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{MaxResponseBody: 8, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		chunk := strings.Repeat("z", 64<<10)
@@ -234,7 +234,7 @@ func TestResponseGrowthChargedOnce(t *testing.T) {
 	const size = 1 << 20
 	budget := idemhttp.NewBudget(1 << 30)
 	var held atomic.Int64
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxResponseBody: size}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxResponseBody: size, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		chunk := strings.Repeat("g", 4<<10)
 		for range size / len(chunk) {
 			_, _ = io.WriteString(w, chunk)
@@ -290,7 +290,7 @@ func TestValidScopeEnds(t *testing.T) {
 // and not stored; the others are.
 func TestConnectionListTrimmed(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
 		hd["Connection"] = []string{"X-Hop-A \t, \tX-Hop-B,,X-Hop-C, ,", "\tx-hop-d"}
 		for _, k := range []string{"X-Hop-A", "X-Hop-B", "X-Hop-C", "X-Hop-D", "X-Kept"} {
@@ -314,7 +314,7 @@ func TestConnectionListTrimmed(t *testing.T) {
 // since: both set whenever OnEvent is.
 func TestEventStartAndDuration(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(2 * time.Millisecond)
 		_, _ = io.WriteString(w, "ok")
 	}))
@@ -358,7 +358,7 @@ func TestPanicBeforeAnswerGoesOn(t *testing.T) {
 				t.Fatal(err)
 			}
 			var events []idemhttp.Event
-			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }})
+			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }, Scope: idemhttp.SingleCaller()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -404,7 +404,7 @@ func TestRequestGrowthChargedOnce(t *testing.T) {
 			t.Parallel()
 			budget := idemhttp.NewBudget(1 << 30)
 			var held, got atomic.Int64
-			b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxRequestBody: size}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxRequestBody: size, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				n, _ := io.Copy(io.Discard, r.Body)
 				got.Store(n)
 				held.Store(budget.InUse())
@@ -500,7 +500,7 @@ func TestRequestBodyReadToItsEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, MaxRequestBody: limit})
+			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, MaxRequestBody: limit, Scope: idemhttp.SingleCaller()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -546,7 +546,7 @@ func (f runnerFunc) Do(ctx context.Context, key, fingerprint string, fn idem.Fun
 func serveOnce(t *testing.T, ctx context.Context, r idem.Runner, log *slog.Logger) (*httptest.ResponseRecorder, []idemhttp.Event) {
 	t.Helper()
 	var events []idemhttp.Event
-	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: cmp.Or(log, quiet), OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: cmp.Or(log, quiet), OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,7 +634,7 @@ func TestAbortAfterAnswerLogged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var logs syncbuf.Buffer
-			b := setup(t, nil, idem.Options{}, idemhttp.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, "partial")
 				panic(tc.value)
 			}))

@@ -30,8 +30,8 @@ const (
 	DefaultMaxResponseBody = 1 << 20
 )
 
-// Options configure the middleware. Only Engine (or Runner) is required; the zero value of every other
-// field is a safe default.
+// Options configure the middleware. Engine (or Runner) and Scope are required; the zero value of
+// every other field is a safe default.
 type Options struct {
 	// Engine runs handlers at most once per key and stores their responses. Its options decide
 	// the lease, how long responses are kept (TTL), whether duplicates in flight wait (Wait) or
@@ -60,8 +60,11 @@ type Options struct {
 	// Key says where the key comes from. Default: the Idempotency-Key header (ParseKey).
 	Key KeySource
 	// Scope gives the tenant a request acts for; it prefixes the storage key (StorageKey), so
-	// tenants never see or block each other. Default: every request in one scope "" — use it
-	// only when one client uses the API, or keys are random enough to be unguessable.
+	// tenants never see or block each other. Required: New refuses to guess, since without a
+	// scope one caller who sends another's key and body receives the other's stored response.
+	// Use a ScopeFunc that returns the caller's stable identity (the account your
+	// authentication resolved, or KeyedHeaderScope over an API key), or SingleCaller when one
+	// trusted caller is the only one to use the API.
 	Scope ScopeFunc
 	// Fingerprint identifies the request behind a key. Default RawFingerprint (method, path,
 	// query and body bytes); JSONFingerprint canonicalises JSON bodies.
@@ -134,13 +137,19 @@ type Options struct {
 	// OnEvent, if set, is called once per request, after the response is written, with what
 	// happened (see Event). It runs on the request's goroutine: keep it fast.
 	OnEvent func(Event)
+
+	// FormatProblem, if set, writes the middleware's refusals (400, 409, 413, 422, 500, 503
+	// and the replay of a response that was not retained) in the API's own error shape
+	// instead of application/problem+json. Default nil: RFC 9457 problem+json.
+	FormatProblem ProblemFormatter
 	// Logger receives warnings: store failures, fail-open requests, results that could not be
 	// stored, handler panics. Default slog.Default().
 	Logger *slog.Logger
 }
 
-// ErrOptions reports an invalid option; the message names the field.
-var ErrOptions = errors.New("idemhttp: invalid options")
+// ErrOptions reports an invalid option; the message names the field. It matches
+// idem.ErrInvalidInput too.
+var ErrOptions = fmt.Errorf("idemhttp: invalid options: %w", idem.ErrInvalidInput)
 
 func (o Options) withDefaults() (Options, error) {
 	switch {
@@ -148,6 +157,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: Options.Engine or Options.Runner is required", ErrOptions)
 	case o.Engine != nil && o.Runner != nil:
 		return o, fmt.Errorf("%w: Options.Engine and Options.Runner are both set", ErrOptions)
+	case o.Scope == nil:
+		return o, fmt.Errorf("%w: idemhttp.Options.Scope is required: a ScopeFunc that tells callers apart "+
+			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+
+			"or SingleCaller() when one trusted caller is the only one to use the API", ErrOptions)
 	}
 	if len(o.Methods) == 0 {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}

@@ -26,7 +26,7 @@ func TestOuterMaxBytesIsTooLarge(t *testing.T) {
 	}
 	var ran atomic.Int32
 	var outcome atomic.Value
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { outcome.Store(ev.Outcome) }})
+	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { outcome.Store(ev.Outcome) }, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestMarkUncertainEventOutcome(t *testing.T) {
 			idemhttp.MarkUncertain(w)
 			w.WriteHeader(status)
 		})
-		b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+		b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
 		b.do("POST", "/", "unc-1", "x")
 		if got := fmt.Sprint(b.outcomes()); got != "[uncertain]" {
 			t.Errorf("status %d with MarkUncertain: events %s, want [uncertain]", status, got)

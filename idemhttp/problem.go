@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -51,9 +52,36 @@ const (
 // ProblemContentType is the media type of the middleware's error bodies.
 const ProblemContentType = "application/problem+json"
 
+// Problem is one of the middleware's refusals, as a ProblemFormatter receives it.
+type Problem struct {
+	// Status is the HTTP status: 400, 409, 413, 422, 500 or 503, or for a replay of a
+	// response that was not retained, that response's status.
+	Status int
+	// Type is the problem's stable type URI, one of the Problem* constants.
+	Type string
+	// Title is the human-readable summary, in English.
+	Title string
+}
+
+// Code returns the last segment of the problem's type URI ("in-flight", "mismatch",
+// "store-unavailable", …): a short, stable code for an API's own error envelope.
+func (p Problem) Code() string {
+	return p.Type[strings.LastIndexByte(p.Type, '/')+1:]
+}
+
+// A ProblemFormatter writes the middleware's refusals in an API's own error shape (Stripe's
+// envelope, a company standard) instead of application/problem+json: it returns the body's
+// media type and the body. It is called once per problem when the middleware is made (and
+// for each replay of a response that was not retained, whose status varies), so it may take
+// its time; it must not return an empty content type. The status, Retry-After and
+// X-Content-Type-Options: nosniff are the middleware's, whatever the formatter returns.
+type ProblemFormatter func(Problem) (contentType string, body []byte)
+
 // problem is one precomputed answer.
 type problem struct {
 	status     int
+	typ, title string
+	ct         []string // Content-Type
 	body       []byte
 	length     []string // Content-Length, precomputed
 	outcome    Outcome  // reported when the middleware refuses a request with this problem
@@ -62,8 +90,21 @@ type problem struct {
 
 func newProblem(status int, typ, title string, outcome Outcome) *problem {
 	b := []byte(`{"type":"` + typ + `","title":"` + title + `","status":` + strconv.Itoa(status) + "}\n")
-	return &problem{status: status, body: b, length: []string{strconv.Itoa(len(b))}, outcome: outcome}
+	return &problem{status: status, typ: typ, title: title, ct: problemCT, body: b, length: []string{strconv.Itoa(len(b))}, outcome: outcome}
 }
+
+// formatted returns p with its body and content type made by f.
+func (p *problem) formatted(f ProblemFormatter) *problem {
+	ct, body := f(Problem{Status: p.status, Type: p.typ, Title: p.title})
+	q := *p
+	q.ct, q.body, q.length = []string{ct}, body, []string{strconv.Itoa(len(body))}
+	return &q
+}
+
+// allProblems are the middleware's precomputed refusals, formatted once per middleware when
+// Options.FormatProblem is set.
+var allProblems = []*problem{probMissingKey, probInvalidKey, probInvalidScope, probScopeSpelling, probInvalidBody,
+	probTooLarge, probInFlight, probMismatch, probStore, probOverloaded, probPanic, probInternal}
 
 // withRetryAfter sets the Retry-After, in seconds, sent when the middleware refuses a request
 // with p.
@@ -96,7 +137,7 @@ var (
 // write sends the problem. retryAfter, if not nil, is the Retry-After value.
 func (p *problem) write(w http.ResponseWriter, retryAfter []string) {
 	h := w.Header()
-	h["Content-Type"] = problemCT
+	h["Content-Type"] = p.ct
 	h["Content-Length"] = p.length
 	h["X-Content-Type-Options"] = nosniff
 	if retryAfter != nil {
@@ -120,7 +161,7 @@ func WriteProblem(w http.ResponseWriter, status int, typ, title string) {
 	body = append(body, `,"status":`...)
 	body = strconv.AppendInt(body, int64(status), 10)
 	body = append(body, "}\n"...)
-	p := problem{status: status, body: body, length: []string{strconv.Itoa(len(body))}}
+	p := problem{status: status, ct: problemCT, body: body, length: []string{strconv.Itoa(len(body))}}
 	p.write(w, nil)
 }
 
@@ -141,9 +182,12 @@ func appendJSONString(out []byte, s string) []byte {
 	return append(out, '"')
 }
 
+// notRetainedTitle is the title of a replay whose response was not kept.
+const notRetainedTitle = "This request was already processed; its response was too large to be retained"
+
 // notRetainedBody is the body of a replay whose response was not kept.
 func notRetainedBody(status int) []byte {
-	return []byte(`{"type":"` + ProblemNotRetained + `","title":"This request was already processed; its response was too large to be retained","status":` +
+	return []byte(`{"type":"` + ProblemNotRetained + `","title":"` + notRetainedTitle + `","status":` +
 		strconv.Itoa(status) + "}\n")
 }
 

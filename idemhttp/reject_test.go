@@ -30,15 +30,15 @@ func TestRejections(t *testing.T) {
 		problem string
 		outcome idemhttp.Outcome
 	}{
-		{"invalid key", idemhttp.Options{}, `"unterminated`, "{}", false, 400, idemhttp.ProblemInvalidKey, idemhttp.OutcomeInvalidKey},
-		{"invalid key in the body", idemhttp.Options{Key: idemhttp.JSONKey("id")}, "", `{"id":"` + strings.Repeat("k", 300) + `"}`, false, 400, idemhttp.ProblemInvalidKey, idemhttp.OutcomeInvalidKey},
-		{"missing key", idemhttp.Options{RequireKey: true}, "", "{}", false, 400, idemhttp.ProblemMissingKey, idemhttp.OutcomeMissingKey},
-		{"missing key in the body", idemhttp.Options{RequireKey: true, Key: idemhttp.JSONKey("id")}, "", "{}", false, 400, idemhttp.ProblemMissingKey, idemhttp.OutcomeMissingKey},
+		{"invalid key", idemhttp.Options{Scope: idemhttp.SingleCaller()}, `"unterminated`, "{}", false, 400, idemhttp.ProblemInvalidKey, idemhttp.OutcomeInvalidKey},
+		{"invalid key in the body", idemhttp.Options{Key: idemhttp.JSONKey("id"), Scope: idemhttp.SingleCaller()}, "", `{"id":"` + strings.Repeat("k", 300) + `"}`, false, 400, idemhttp.ProblemInvalidKey, idemhttp.OutcomeInvalidKey},
+		{"missing key", idemhttp.Options{RequireKey: true, Scope: idemhttp.SingleCaller()}, "", "{}", false, 400, idemhttp.ProblemMissingKey, idemhttp.OutcomeMissingKey},
+		{"missing key in the body", idemhttp.Options{RequireKey: true, Key: idemhttp.JSONKey("id"), Scope: idemhttp.SingleCaller()}, "", "{}", false, 400, idemhttp.ProblemMissingKey, idemhttp.OutcomeMissingKey},
 		{"no scope", idemhttp.Options{Scope: noScope}, "k", "{}", false, 400, idemhttp.ProblemInvalidScope, idemhttp.OutcomeInvalidScope},
-		{"body cut short", idemhttp.Options{}, "k", "{}", true, 400, idemhttp.ProblemInvalidBody, idemhttp.OutcomeInvalidBody},
-		{"fingerprint refused", idemhttp.Options{Fingerprint: badFP}, "k", "{}", false, 400, idemhttp.ProblemInvalidBody, idemhttp.OutcomeInvalidBody},
-		{"invalid fingerprint", idemhttp.Options{Fingerprint: invalidFP}, "k", "{}", false, 500, idemhttp.ProblemInternal, idemhttp.OutcomeError},
-		{"too large", idemhttp.Options{MaxRequestBody: 4}, "k", "{\"a\":1}", false, 413, idemhttp.ProblemRequestTooLarge, idemhttp.OutcomeTooLarge},
+		{"body cut short", idemhttp.Options{Scope: idemhttp.SingleCaller()}, "k", "{}", true, 400, idemhttp.ProblemInvalidBody, idemhttp.OutcomeInvalidBody},
+		{"fingerprint refused", idemhttp.Options{Fingerprint: badFP, Scope: idemhttp.SingleCaller()}, "k", "{}", false, 400, idemhttp.ProblemInvalidBody, idemhttp.OutcomeInvalidBody},
+		{"invalid fingerprint", idemhttp.Options{Fingerprint: invalidFP, Scope: idemhttp.SingleCaller()}, "k", "{}", false, 500, idemhttp.ProblemInternal, idemhttp.OutcomeError},
+		{"too large", idemhttp.Options{MaxRequestBody: 4, Scope: idemhttp.SingleCaller()}, "k", "{\"a\":1}", false, 413, idemhttp.ProblemRequestTooLarge, idemhttp.OutcomeTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

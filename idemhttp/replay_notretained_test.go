@@ -31,7 +31,7 @@ func TestNotRetainedReplayDropsEntityHeaders(t *testing.T) {
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte(big))
 	})
-	b := setup(t, nil, idem.Options{}, idemhttp.Options{}, h)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
 	r1 := b.do("POST", "/export", "nr-1", "x")
 	if r1.Err != nil || r1.Status != 201 || len(r1.Body) != size {
 		t.Fatalf("first: %d, %d bytes, %v", r1.Status, len(r1.Body), r1.Err)

@@ -20,6 +20,7 @@ func TestReplayOfStatusZeroRecord(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1); w.WriteHeader(201) })
 	b := setup(t, nil, idem.Options{}, idemhttp.Options{
 		Fingerprint: func(*http.Request, []byte) (string, error) { return fp, nil },
+		Scope:       idemhttp.SingleCaller(),
 	}, h)
 	_, err := b.eng.Do(context.Background(), idemhttp.StorageKey("", "zero-1"), fp, func(context.Context) (idem.Response, error) {
 		return idem.Response{Status: 0, Body: []byte("kept")}, nil

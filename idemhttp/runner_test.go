@@ -23,15 +23,15 @@ func TestOptionsRunnerValidation(t *testing.T) {
 		opt  idemhttp.Options
 		want string
 	}{
-		{idemhttp.Options{}, "Options.Runner"},
-		{idemhttp.Options{Engine: eng, Runner: eng}, "Options.Engine and Options.Runner are both set"},
+		{idemhttp.Options{Scope: idemhttp.SingleCaller()}, "Options.Runner"},
+		{idemhttp.Options{Engine: eng, Runner: eng, Scope: idemhttp.SingleCaller()}, "Options.Engine and Options.Runner are both set"},
 	} {
 		_, err := idemhttp.New(tc.opt)
 		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %s", tc.opt, err, tc.want)
 		}
 	}
-	if _, err := idemhttp.New(idemhttp.Options{Runner: eng}); err != nil {
+	if _, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.SingleCaller()}); err != nil {
 		t.Fatalf("an engine as Runner: %v", err)
 	}
 }
@@ -53,7 +53,7 @@ func (p plainRunner) Do(ctx context.Context, key, fp string, fn idem.Func) (idem
 
 func runnerServer(t *testing.T, r idem.Runner, failOpen bool) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
-	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: quiet, FailOpen: failOpen, ExpiresHeader: true})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: quiet, FailOpen: failOpen, ExpiresHeader: true, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,17 +10,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 )
 
 // MaxScopeLen is the longest scope accepted, in bytes. A scope, its separator and a key of
 // MaxKeyLen fit in the engine's idem.MaxStorageKeyLen.
-const MaxScopeLen = 200
+const MaxScopeLen = idem.MaxScopeLen
 
 // ScopeSeparator separates the scope from the key in a storage key. Scopes must not contain it.
-const ScopeSeparator = '|'
+const ScopeSeparator = idem.ScopeSeparator
 
 // ErrInvalidScope reports a scope that is longer than MaxScopeLen, not valid UTF-8, or that
 // contains a control character or ScopeSeparator, or a ScopeFunc that failed. The middleware
@@ -42,6 +41,15 @@ var ErrScopeHeaderSpelling = errors.New("idemhttp: scope header sent with anothe
 // short-lived bearer token) is not a good scope: use the account behind it.
 // "" is the anonymous scope, shared by every request that has none.
 type ScopeFunc func(r *http.Request) (string, error)
+
+// SingleCaller is the Options.Scope of an API that one trusted caller is the only one to use: a
+// service of your own behind the middleware, never clients on the internet. Every request is
+// in the one scope "", so keys are global: any caller who sends another's key and body
+// receives the other's stored response. Choose it explicitly; with more than one caller, scope
+// by the caller's identity instead (KeyedHeaderScope, or a ScopeFunc of your own).
+func SingleCaller() ScopeFunc { return singleCaller }
+
+func singleCaller(*http.Request) (string, error) { return "", nil }
 
 // HeaderScope scopes requests by the value of the named header (such as X-API-Key or
 // Authorization), hashed with SHA-256 so that the credential itself reaches neither the store
@@ -178,23 +186,11 @@ func HashScope(values ...string) string {
 
 // ValidScope reports whether scope can prefix a storage key: at most MaxScopeLen bytes of
 // UTF-8 without control characters or ScopeSeparator.
-func ValidScope(scope string) bool {
-	if len(scope) > MaxScopeLen {
-		return false
-	}
-	for i := 0; i < len(scope); i++ {
-		if c := scope[i]; c < 0x20 || c == 0x7f || c == ScopeSeparator {
-			return false
-		}
-	}
-	return utf8.ValidString(scope)
-}
+func ValidScope(scope string) bool { return idem.ValidScope(scope) }
 
 // StorageKey returns the engine key for a client key in a scope: scope, ScopeSeparator, key.
 // Because a scope cannot contain the separator, distinct (scope, key) pairs give distinct
 // storage keys. The route is not part of it: as the IETF draft specifies, a key is unique per
 // client, and the same key sent to another route is a fingerprint mismatch (422). Operators use
 // it to find a record (`idem inspect`, `idem release`).
-func StorageKey(scope, key string) string {
-	return scope + string(ScopeSeparator) + key
-}
+func StorageKey(scope, key string) string { return idem.ScopedKey(scope, key) }

@@ -93,6 +93,41 @@ func TestKeyedStorageKey(t *testing.T) {
 	}
 }
 
+// TestScopeRequired: New refuses options without a scope decision, with the Engine and with a
+// Runner, since one scope for every caller hands one caller's stored response to another who
+// sends the same key and body. SingleCaller is the explicit choice of one trusted caller.
+func TestScopeRequired(t *testing.T) {
+	t.Parallel()
+	eng, err := idem.New(memstore.New(), idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opt := range map[string]idemhttp.Options{
+		"Engine": {Engine: eng},
+		"Runner": {Runner: eng},
+	} {
+		_, err := idemhttp.New(opt)
+		if !errors.Is(err, idem.ErrInvalidInput) || !errors.Is(err, idemhttp.ErrOptions) ||
+			!strings.Contains(err.Error(), "idemhttp.Options.Scope") {
+			t.Errorf("%s without Scope: err %v, want ErrOptions (idem.ErrInvalidInput) naming idemhttp.Options.Scope", name, err)
+		}
+		opt.Scope = idemhttp.SingleCaller()
+		if _, err := idemhttp.New(opt); err != nil {
+			t.Errorf("%s with SingleCaller: %v", name, err)
+		}
+	}
+}
+
+// TestSingleCaller: every request, whatever it sends, is in the one scope "".
+func TestSingleCaller(t *testing.T) {
+	t.Parallel()
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("Authorization", "Bearer alice")
+	if s, err := idemhttp.SingleCaller()(r); s != "" || err != nil {
+		t.Fatalf("SingleCaller: %q %v, want the scope \"\"", s, err)
+	}
+}
+
 // TestScopeHeaderSpelling: HeaderScope and KeyedHeaderScope refuse a request that carries the
 // scope header spelled with underscores for hyphens (X_API_KEY for X-API-Key), which servers
 // that follow CGI's naming read as the scope header: alone it would make the caller anonymous

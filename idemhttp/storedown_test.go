@@ -33,7 +33,7 @@ func TestStoreDownThroughComplete(t *testing.T) {
 	const lease = 3 * time.Second
 	var runs atomic.Int32
 	b := setup(t, st, idem.Options{Lease: lease, StoreTimeout: 200 * time.Millisecond},
-		idemhttp.Options{ExpiresHeader: true},
+		idemhttp.Options{ExpiresHeader: true, Scope: idemhttp.SingleCaller()},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			if n == 1 {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 )
 
@@ -79,16 +80,13 @@ func ConsumerTrace(opt Options) func(context.Context, *consumer.Message) (contex
 }
 
 // ConsumerKey returns an Options.Key func for the spans of a consumer made with
-// consumer.Options.Scope set to scope: it drops the scope and its "/" from the front of the
-// key, and then, like ClientKey, any tenant's scope. With it a consumer's idem.key is the key
-// its KeyFunc returned.
+// consumer.Options.Scope set to scope: it drops the scope and its separator from the front of
+// the key (idem.ScopedKey), and then, like ClientKey, any tenant's scope. With it a consumer's
+// idem.key is the key its KeyFunc returned, without a tenant's scope in front.
 func ConsumerKey(scope string) func(storageKey string) string {
-	prefix := scope + "/"
+	prefix := idem.ScopedKey(scope, "")
 	return func(storageKey string) string {
-		if scope != "" {
-			storageKey = strings.TrimPrefix(storageKey, prefix)
-		}
-		return ClientKey(storageKey)
+		return ClientKey(strings.TrimPrefix(storageKey, prefix))
 	}
 }
 

@@ -116,11 +116,15 @@ func TestConsumerTraceNoop(t *testing.T) {
 func TestConsumerKey(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ scope, key, want string }{
-		{"billing", "billing/order-1", "order-1"},
-		{"billing", "billing/tenant|order-1", "order-1"},
-		{"billing", "shipping/order-1", "shipping/order-1"},
-		{"", "order/1", "order/1"},
+		{"billing", "billing|order-1", "order-1"},
+		{"billing", "billing|tenant|order-1", "order-1"}, // a tenant's scope in the key is dropped too
+		{"billing/eu", "billing/eu|order/1", "order/1"},
+		{"billing", "billing/eu|order/1", "order/1"}, // another scope is dropped all the same
+		{"billing", "shipping|order-1", "order-1"},
+		{"", "|order/1", "order/1"},
+		{"", "|tenant|order/1", "order/1"},
 		{"", "tenant|order/1", "order/1"},
+		{"", "order/1", "order/1"}, // a key without a scope
 	} {
 		if got := idemotel.ConsumerKey(tc.scope)(tc.key); got != tc.want {
 			t.Errorf("ConsumerKey(%q)(%q) = %q, want %q", tc.scope, tc.key, got, tc.want)

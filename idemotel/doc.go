@@ -20,7 +20,7 @@
 //     lease_lost or store_error.
 //
 // Spans carry idem.key, the client's key, and idem.store, Options.Store. They never carry the
-// tenant's scope (the part of the storage key before idemhttp.ScopeSeparator, see ClientKey),
+// tenant's scope (the part of the storage key before idem.ScopeSeparator, see ClientKey),
 // a request or response body, or an error message (which may quote the storage key): an
 // error shows as the span's status with the outcome as its description.
 //
@@ -65,7 +65,7 @@
 // and handles the message under a consumer span, "idem.consume", a child of the producer's
 // span, with the engine's spans and the handler's under it. The producer puts the headers on
 // the message with TraceHeaders (or with its propagator and the broker client's own carrier).
-// A consumer's keys carry its scope in front ("billing/order-42"): ConsumerKey keeps it off
+// A consumer's keys carry its scope in front ("billing|order-42"): ConsumerKey keeps it off
 // the spans.
 //
 // # Cost

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem"
 )
 
 // instrumentation is the instrumentation scope name of every tracer and meter this package
@@ -58,10 +58,10 @@ func (o Options) propagator() propagation.TextMapPropagator {
 }
 
 // ClientKey returns the client's part of a storage key: what follows the first
-// idemhttp.ScopeSeparator, or the whole key when it has none (a key with no scope, such as a
-// consumer's). The scope in front, which identifies a tenant, is never returned.
+// idem.ScopeSeparator (see idem.ScopedKey), or the whole key when it has none (a key passed to
+// Engine.Do as it is). The scope in front, which identifies a tenant, is never returned.
 func ClientKey(storageKey string) string {
-	if _, after, ok := strings.Cut(storageKey, string(idemhttp.ScopeSeparator)); ok {
+	if _, after, ok := strings.Cut(storageKey, string(idem.ScopeSeparator)); ok {
 		return after
 	}
 	return storageKey

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing (gremlins) of the engine, idemhttp, memstore, the SQL stores' shared
-# transaction mode (store/internal/txmode) and sqlitestore's known-keys table (hint.go):
-# `make mutation`.
+# transaction mode (store/internal/txmode) and sqlitestore's known-keys table (hint.go), then
+# of the gateway, the consumer core, idemlambda, idemgrpc, the console and the SQL stores'
+# transaction runners: `make mutation`. One area alone: MUTATION_TARGETS (below).
 #
 # gremlins measures coverage with `go test ./...` under the path it is given ("." is the whole
 # module) and gives each mutant a time limit of that run times a coefficient. So each package
@@ -23,7 +24,12 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 GREMLINS=${GREMLINS:-github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0}
 WORKERS=${MUTATION_WORKERS:-2}
-TARGETS=${MUTATION_TARGETS:-"engine:.:15:^store/ idemhttp:./idemhttp:3:(canonjson|key|options|problem|budget)[.]go$ memstore:./store/memstore:30:^$ txmode:./store/internal/txmode:15:^$ sqlhint:./store/sqlitestore:3:(bench|deadline|doc|dotx|list|migrate|queries|sqlitestore|sweeper|txrunner|records)[.]go$"}
+CORE="engine:.:15:^store/ idemhttp:./idemhttp:3:(canonjson|key|options|problem|budget)[.]go$ memstore:./store/memstore:30:^$ txmode:./store/internal/txmode:15:^$ sqlhint:./store/sqlitestore:3:(bench|deadline|doc|dotx|list|migrate|queries|sqlitestore|sweeper|txrunner|records)[.]go$"
+# The faces and the SQL transaction runners: the gateway's proxy, routing and request path
+# (its tests include the end-to-end ones, which build the mutated binary), the consumer core,
+# idemlambda, idemgrpc, the console, and each SQL store's DoTx and TxRunner.
+FACES="gateway:./gateway:5:(config|metrics|otlp|storewait)[.]go$ consumer:./consumer:5:^$ idemlambda:./idemlambda:5:^$ idemgrpc:./idemgrpc:5:^$ console:./internal/console:5:^$ pgtx:./store/pgstore:3:(doc|group|list|migrate|partition|partition_migrate|pgstore|queries|sweeper)[.]go$ mysqltx:./store/mysqlstore:3:(doc|list|migrate|mysqlstore|queries|sweeper)[.]go$ sqlitetx:./store/sqlitestore:3:(doc|hint|list|migrate|queries|records|sqlitestore|sweeper)[.]go$"
+TARGETS=${MUTATION_TARGETS:-"$CORE $FACES"}
 module=$($GO list -m)
 out=$PWD/tmp/mutation
 mkdir -p "$out"

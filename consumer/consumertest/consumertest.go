@@ -113,6 +113,7 @@ func Run(t *testing.T, broker Broker, opt Options) {
 	t.Run("AckAfterEffect", s.ackAfterEffect)
 	t.Run("CrashDuringEffect", s.crashDuringEffect)
 	t.Run("Rejected", s.rejected)
+	t.Run("ScopesApart", s.scopesApart)
 }
 
 func withDefaults(opt Options) Options {
@@ -687,6 +688,132 @@ func (s *suite) rejected(t *testing.T) {
 	if n := b.outcome[consumer.Rejected].Load(); n != 2 {
 		t.Errorf("consumertest: %d Rejected outcomes, want 2 (a rejected message must not come back)", n)
 	}
+}
+
+// scopesApart runs four consumers, each on its own queue as services fed by one topic are,
+// all sharing one store, and publishes the same events to every queue. Their (scope, key) pairs
+// differ, but a join of scope and key that a scope or a key can imitate merges them: scope
+// "billing" with key "eu/1" and scope "billing/eu" with key "1" under a "/" join; the same key
+// in the scopes "billing" and "shipping"; and an unscoped key "billing|eu/1" that spells a
+// scoped one. Each consumer must run its own effect once per event: a merged record would make
+// one consumer's message a Duplicate of another's, and its effect would never run.
+func (s *suite) scopesApart(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t)
+	ctx := context.Background()
+	es := events(10)
+	for i := range es {
+		es[i].Slow = false
+	}
+	run := randHex(4)
+	sides := []struct {
+		label, scope string
+		key          func(id string) string
+	}{
+		{"billing", "billing-" + run, func(id string) string { return "eu/" + id }},
+		{"billing/eu", "billing-" + run + "/eu", func(id string) string { return id }},
+		{"shipping", "shipping-" + run, func(id string) string { return "eu/" + id }},
+		{"unscoped", "", func(id string) string { return "billing-" + run + "|eu/" + id }},
+	}
+	const copies = 2
+	bs := make([]*bundle, len(sides))
+	cs := make([]*consumer.Consumer, len(sides))
+	ps := make([]*pool, len(sides))
+	for i, sd := range sides {
+		bs[i] = b
+		if i > 0 {
+			bs[i] = &bundle{t: t, q: s.broker.NewQueue(t), effs: b.effs, runner: b.runner}
+		}
+		cs[i] = bs[i].scopedConsumer(sd.label, sd.scope, sd.key)
+		ps[i] = bs[i].run(ctx, cs[i], min(2, s.opt.Consumers), 0)
+	}
+	for _, sb := range bs {
+		sb.publish(ctx, es, copies)
+	}
+	want := int64(len(es) * copies)
+	b.waitFor(s.opt.Timeout, "every message of every consumer handled", func() (bool, string) {
+		var state []string
+		done := true
+		for i, sb := range bs {
+			n := sb.outcome[consumer.Processed].Load() + sb.outcome[consumer.Duplicate].Load() + sb.outcome[consumer.Rejected].Load()
+			done = done && n >= want
+			state = append(state, fmt.Sprintf("%s %d/%d", sides[i].label, n, want))
+		}
+		return done, fmt.Sprint(state)
+	})
+	for i, sb := range bs {
+		s.drain(ctx, sb, cs[i], ps[i])
+	}
+	counts, err := b.effs.Counts(ctx)
+	if err != nil {
+		t.Fatalf("consumertest: count effects: %v", err)
+	}
+	for i, sd := range sides {
+		var missing, doubled []string
+		for _, e := range es {
+			switch n := counts[sd.label+"#"+e.ID]; {
+			case n == 0:
+				missing = append(missing, sd.key(e.ID))
+			case n > 1:
+				doubled = append(doubled, fmt.Sprintf("%s×%d", sd.key(e.ID), n))
+			}
+		}
+		if len(missing) > 0 || len(doubled) > 0 {
+			t.Errorf("consumertest: consumer with scope %q: %d of %d events never had its effect (keys %v), %d had it more than once (%v); outcomes %v",
+				sd.scope, len(missing), len(es), missing, len(doubled), doubled, bs[i].outcomeCounts())
+		}
+		if n := bs[i].outcome[consumer.Processed].Load(); n != int64(len(es)) {
+			t.Errorf("consumertest: consumer with scope %q: %d Processed outcomes, want one per event (%d)", sd.scope, n, len(es))
+		}
+		if n := bs[i].outcome[consumer.Rejected].Load(); n != 0 {
+			t.Errorf("consumertest: consumer with scope %q: %d Rejected outcomes, want none", sd.scope, n)
+		}
+	}
+}
+
+// scopedConsumer returns a consumer with the given scope, whose key is key(event id) and whose
+// effect is recorded as label#id.
+func (b *bundle) scopedConsumer(label, scope string, key func(id string) string) *consumer.Consumer {
+	c, err := consumer.New(b.runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var e event
+		if err := json.Unmarshal(m.Body, &e); err != nil {
+			return nil, consumer.Reject(err)
+		}
+		if err := b.effs.Add(ctx, label+"#"+e.ID); err != nil {
+			return nil, err
+		}
+		return []byte(label + " charged " + e.ID), nil
+	}, consumer.Options{
+		Scope:         scope,
+		InFlightDelay: 200 * time.Millisecond,
+		RetryDelay:    50 * time.Millisecond,
+		Logger:        quiet(),
+		Observe: func(_ *consumer.Message, r consumer.Result) {
+			if int(r.Outcome) < len(b.outcome) {
+				b.outcome[r.Outcome].Add(1)
+			}
+		},
+		Key: func(m *consumer.Message) (string, error) {
+			var e event
+			if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
+				return "", fmt.Errorf("no event id in %q", m.Body)
+			}
+			return key(e.ID), nil
+		},
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return c
+}
+
+// outcomeCounts returns the bundle's outcome counts, for failure messages.
+func (b *bundle) outcomeCounts() map[string]int64 {
+	m := map[string]int64{}
+	for o := consumer.Processed; o <= consumer.Rejected; o++ {
+		m[o.String()] = b.outcome[o].Load()
+	}
+	return m
 }
 
 func randHex(n int) string {

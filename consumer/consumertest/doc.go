@@ -37,6 +37,11 @@
 //     Workers that are [Killer]s, and is skipped (visibly) otherwise.
 //   - Rejected: a message without a business key is not acked and its effect never runs,
 //     while the others are processed.
+//   - ScopesApart: four consumers, each on its own queue, share one store and receive the same
+//     events, under (scope, key) pairs that a join of scope and key could merge: scope
+//     "billing" with key "eu/1" and scope "billing/eu" with key "1", the same key in two
+//     scopes, and an unscoped key that spells a scoped one ("billing|eu/1"). Each consumer's
+//     effect runs once per event: none is taken for another consumer's duplicate.
 //
 // Every execution of the effect is recorded in an [Effects] (in memory by default, without any
 // uniqueness, so a double effect counts twice); "exactly once" means every event has exactly

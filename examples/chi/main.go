@@ -31,8 +31,13 @@ type api struct {
 
 // router returns the chi router of the API, with idemhttp on the /v1 group and on the webhook
 // route, both sharing eng.
+// scopeSecret keys the HMAC that turns the caller's API key into its scope, so that stored
+// scopes cannot be tested against guesses of API keys. In a real service it comes from a secret
+// store, the same for every server that shares the idem store.
+var scopeSecret = []byte("example scope secret of 32 bytes")
+
 func (a *api) router(eng *idem.Engine) (http.Handler, error) {
-	payments, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.HeaderScope("Authorization")})
+	payments, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +45,7 @@ func (a *api) router(eng *idem.Engine) (http.Handler, error) {
 		Engine:     eng,
 		Key:        idemhttp.HeaderKey("X-GitHub-Delivery"),
 		RequireKey: true,
+		Scope:      idemhttp.SingleCaller(), // one sender: GitHub (check its X-Hub-Signature-256 in front of this route)
 	})
 	if err != nil {
 		return nil, err

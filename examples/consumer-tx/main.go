@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/natsjs"
 	"github.com/idemkit/idem/store/pgstore"
@@ -155,7 +156,7 @@ func run(ctx context.Context, db *pgxpool.Pool, js jetstream.JetStream, charges,
 		return s, err
 	}
 	err = db.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{idemTable}.Sanitize()+` WHERE key LIKE $1`,
-		"billing/order/"+run+"-%").Scan(&s.Keys)
+		idem.ScopedKey("billing", "order/"+run+"-%")).Scan(&s.Keys)
 	return s, err
 }
 

@@ -34,7 +34,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng})
+	mw, err := idemhttp.New(idemhttp.Options{
+		Engine: eng,
+		Scope:  idemhttp.SingleCaller(), // one client in this demo; scope by the caller's identity when there are more
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

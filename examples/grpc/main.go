@@ -79,7 +79,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	server, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, RequireKey: true})
+	server, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{
+		Engine:     eng,
+		RequireKey: true,
+		Scope:      idemgrpc.SingleCaller(), // one client in this demo: scope by the caller's identity (KeyedMetadataScope) in a real service
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -36,6 +36,11 @@ type app struct {
 }
 
 // setup creates the tables (if missing) and returns the API behind idemhttp in transaction mode.
+// scopeSecret keys the HMAC that turns the caller's API key into its scope, so that stored
+// scopes cannot be tested against guesses of API keys. In a real service it comes from a secret
+// store, the same for every server that shares the idem store.
+var scopeSecret = []byte("example scope secret of 32 bytes")
+
 func setup(ctx context.Context, db *pgxpool.Pool, ordersTable, idemTable string) (*app, http.Handler, error) {
 	a := &app{db: db, orders: pgx.Identifier{ordersTable}.Sanitize()}
 	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+a.orders+` (
@@ -52,7 +57,7 @@ func setup(ctx context.Context, db *pgxpool.Pool, ordersTable, idemTable string)
 	mw, err := idemhttp.New(idemhttp.Options{
 		Runner:     pgstore.NewTxRunner(st, pgstore.TxOptions{}),
 		RequireKey: true,
-		Scope:      idemhttp.HeaderScope("Authorization"),
+		Scope:      idemhttp.KeyedHeaderScope("Authorization", scopeSecret),
 	})
 	if err != nil {
 		return nil, nil, err

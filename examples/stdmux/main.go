@@ -27,6 +27,11 @@ import (
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
+// scopeSecret keys the HMAC that turns the caller's API key into its scope, so that stored
+// scopes cannot be tested against guesses of API keys. In a real service it comes from a secret
+// store, the same for every server that shares the idem store.
+var scopeSecret = []byte("example scope secret of 32 bytes")
+
 func main() {
 	listen := flag.String("listen", "", "serve on this address instead of running the demo")
 	db := flag.String("db", "", "SQLite file (default: a temporary one)")
@@ -53,7 +58,7 @@ func main() {
 	idempotent, err := idemhttp.New(idemhttp.Options{
 		Engine:        eng,
 		RequireKey:    true,
-		Scope:         idemhttp.HeaderScope("X-API-Key"),
+		Scope:         idemhttp.KeyedHeaderScope("X-API-Key", scopeSecret),
 		ExpiresHeader: true,
 		Logger:        slog.Default(),
 	})

@@ -64,7 +64,7 @@ func build(out, pkg string) error {
 }
 
 // allFaults are the fault classes; IDEM_CHAOS_FAULTS (a comma list) narrows a run to some.
-var allFaults = []string{"kill", "pause", "store", "net", "upstream", "client", "release", "fence"}
+var allFaults = []string{"kill", "pause", "store", "net", "upstream", "client", "release", "fence", "deploy"}
 
 // newConfig reads the run's settings from the environment, for a store kind.
 func newConfig(storeKind string) config {
@@ -79,6 +79,7 @@ func newConfig(storeKind string) config {
 		pauseGap:    [2]time.Duration{2 * time.Second, 5 * time.Second},
 		tenants:     envInt("IDEM_CHAOS_TENANTS", 3),
 		fenceMin:    3,
+		fenceGap:    [2]time.Duration{time.Second, 3 * time.Second},
 	}
 	names := allFaults
 	if v := os.Getenv("IDEM_CHAOS_FAULTS"); v != "" {
@@ -162,7 +163,8 @@ func TestChaosPlantedBugsFail(t *testing.T) {
 					for _, f := range bug.faults {
 						cfg.faults[f] = true
 					}
-					cfg.fenceMin = envInt("IDEM_CHAOS_PLANTED_FENCES", 4)
+					cfg.fenceMin = envInt("IDEM_CHAOS_PLANTED_FENCES", 3)
+					cfg.fenceGap = [2]time.Duration{}
 					v := runChaos(t, cfg, bin, bug.prefix+"+")
 					if v.OK() || !bug.caught(v) {
 						t.Errorf("the planted store %s+%s was not caught where its bug lives (verdict OK: %v)", bug.prefix, kind, v.OK())
@@ -222,7 +224,7 @@ func runChaos(t *testing.T, cfg config, binary, storePrefix string) chaos.Verdic
 	_, _, unstored, _ := h.gatewayLogs()
 	v := chaos.Judge(chaos.History{Effects: h.up.effects(t), Answers: h.answers, Kills: h.kills, Pauses: h.pauses,
 		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Stalls: h.stalls, Unstored: unstored, Deploys: h.deploys,
-		Lease: cfg.lease})
+		Lease: cfg.lease, UpstreamTimeout: upstreamTimeout})
 	var b strings.Builder
 	v.Report(&b)
 	h.faultMix(&b, loadTime)

@@ -103,6 +103,7 @@ func (h *harness) fenceCompletions(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
 	missed := 0
 	for n := 0; n < h.cfg.fenceMin || ctx.Err() == nil; {
+		h.fenceRest(ctx, n)
 		a := h.pickSlot(func(s *slot) { s.paused.Store(true) })
 		if a == nil {
 			time.Sleep(100 * time.Millisecond)
@@ -148,6 +149,7 @@ func (h *harness) fenceExtensions(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	for n := 0; n < h.cfg.fenceMin || ctx.Err() == nil; n++ {
+		h.fenceRest(ctx, n)
 		a := h.pickSlot(func(s *slot) { s.busy.Store(true) })
 		if a == nil {
 			n--
@@ -170,6 +172,19 @@ func (h *harness) fenceExtensions(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		deliveries.Wait()
 		a.busy.Store(false)
+	}
+}
+
+// fenceRest waits between two aims of a fence leg, for cfg.fenceGap, so the load goes on
+// meanwhile; not before the first, nor once the run is over (the leg's last aims, up to
+// fenceMin, go at once).
+func (h *harness) fenceRest(ctx context.Context, n int) {
+	if n == 0 || h.cfg.fenceGap[1] == 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(h.between(h.cfg.fenceGap[0], h.cfg.fenceGap[1])):
 	}
 }
 

@@ -340,6 +340,8 @@ type config struct {
 	// fenceMin is how many times each leg of the fence class runs at least, however soon
 	// the operations are done.
 	fenceMin int
+	// fenceGap bounds the rest between two aims of a fence leg (default 1s to 3s).
+	fenceGap [2]time.Duration
 	// store, if set, is a store server shared with other runs (no store fault then).
 	store storeServer
 }

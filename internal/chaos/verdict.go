@@ -166,6 +166,10 @@ type History struct {
 	// InFlight bounds how long before an execution's effect its holder may have been cut
 	// off while the request was still on its way to the upstream (default 2s).
 	InFlight time.Duration
+	// UpstreamTimeout is the gateways' upstream timeout (default 4s). A drain that ends
+	// while an upstream call is out cuts the call, and its key is kept until the call's
+	// deadline plus the lease (the uncertain policy expire), no less.
+	UpstreamTimeout time.Duration
 }
 
 // Verdict is the judgement of a History. The first group must be all zeros; the second group
@@ -199,7 +203,8 @@ type Verdict struct {
 	CrossTenant int
 	// DrainedDoubles counts the unexplained re-executions whose earlier execution's gateway
 	// was stopped by a rolling deploy (SIGTERM and drain) around it: part of
-	// UnexplainedDoubles, counted apart to show where they come from.
+	// UnexplainedDoubles, counted apart to show where they come from. A drain that lets a
+	// claim lapse while its upstream call may still run lands here.
 	DrainedDoubles int
 
 	// CrashTakeovers counts re-executions after a kill -9 of the previous execution's gateway.
@@ -216,6 +221,11 @@ type Verdict struct {
 	// OperatorReexecutions counts re-executions after an operator force-released the
 	// completed key.
 	OperatorReexecutions int
+	// DrainCutTakeovers counts re-executions of an execution never completed whose gateway
+	// drained and exited while it ran, no sooner than the upstream call's deadline plus the
+	// lease after it: the drain cut the call and kept the key that long (an uncertain outcome).
+	// Sooner, the drain let the claim lapse under a call that may still have run: unexplained.
+	DrainCutTakeovers int
 
 	// Ops is how many operations were sent; Executed how many have at least one effect.
 	Ops, Executed int
@@ -273,29 +283,31 @@ const (
 	outage
 	uncertain
 	operator
+	drainCut
 )
 
 // judge holds a History indexed for Judge.
 type judge struct {
-	lease, inFlight time.Duration
-	effects         map[string][]Effect
-	answers         map[string][]Answer
-	kills           map[string][]time.Time
-	pauses          map[string][]Pause
-	outages         []Outage
-	lost            map[[2]string][]*LostAnswer // by op and gateway; nil once used
-	forced          map[string][]*Release       // forced releases that deleted, by op; nil once used
-	releases        map[string][]Release        // every release, by op, for the examples
-	stalls          []Stall
-	unstored        map[[2]string]bool // by op and gateway
-	byBody          map[string]Effect  // every execution, by its answer's body
-	deploys         map[string][]Deploy
+	lease, inFlight, upstreamTimeout time.Duration
+	effects                          map[string][]Effect
+	answers                          map[string][]Answer
+	kills                            map[string][]time.Time
+	pauses                           map[string][]Pause
+	outages                          []Outage
+	lost                             map[[2]string][]*LostAnswer // by op and gateway; nil once used
+	forced                           map[string][]*Release       // forced releases that deleted, by op; nil once used
+	releases                         map[string][]Release        // every release, by op, for the examples
+	stalls                           []Stall
+	unstored                         map[[2]string]bool // by op and gateway
+	byBody                           map[string]Effect  // every execution, by its answer's body
+	deploys                          map[string][]Deploy
 }
 
 func newJudge(h History) *judge {
 	j := &judge{
 		lease: cmp.Or(h.Lease, 2*time.Second), inFlight: cmp.Or(h.InFlight, 2*time.Second),
-		effects: map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
+		upstreamTimeout: cmp.Or(h.UpstreamTimeout, 4*time.Second),
+		effects:         map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
 		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{}, releases: map[string][]Release{}, stalls: h.Stalls,
 		unstored: map[[2]string]bool{}, byBody: map[string]Effect{}, deploys: map[string][]Deploy{},
 	}
@@ -403,6 +415,9 @@ func (j *judge) explain(prev, next Effect) excuse {
 	}) {
 		return pause
 	}
+	if len(j.drained(prev, next)) > 0 && !next.At.Before(prev.At.Add(j.upstreamTimeout+j.lease)) {
+		return drainCut
+	}
 	if slices.ContainsFunc(j.outages, func(o Outage) bool {
 		return (o.Gateway == "" || o.Gateway == prev.Gateway) && o.To.Sub(o.From) >= j.lease/2 && !o.To.Before(prev.At.Add(-j.inFlight)) && !o.From.After(next.At.Add(-j.lease/2))
 	}) {
@@ -492,6 +507,8 @@ func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
 		case operator:
 			v.OperatorReexecutions++
 			forced = true
+		case drainCut:
+			v.DrainCutTakeovers++
 		default:
 			v.UnexplainedDoubles++
 			if len(j.drained(prev, next)) > 0 {
@@ -625,6 +642,9 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "  re-executions after a store outage            %d\n", v.OutageTakeovers)
 	fmt.Fprintf(w, "  re-executions after a lost upstream answer    %d\n", v.UncertainTakeovers)
 	fmt.Fprintf(w, "  re-executions after a forced release          %d\n", v.OperatorReexecutions)
+	if v.DrainCutTakeovers > 0 {
+		fmt.Fprintf(w, "  re-executions after a drain cut the call      %d (past its deadline and the lease)\n", v.DrainCutTakeovers)
+	}
 	fmt.Fprintf(w, "run:\n")
 	fmt.Fprintf(w, "  operations %d, executed %d, effects recorded %d\n", v.Ops, v.Executed, v.Effects)
 	fmt.Fprintf(w, "  deliveries %d: succeeded %d (replayed %d), gave up %d [%s]\n",

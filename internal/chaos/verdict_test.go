@@ -358,6 +358,10 @@ func TestJudgeDrainNotExcused(t *testing.T) {
 			twice(h, 2500)
 			h.Deploys = []chaos.Deploy{{Gateway: "g0i1", At: at(100), Exited: at(1100)}}
 		}, func(v chaos.Verdict) int { return v.DrainedDoubles }, false},
+		{"drained holder, taken over after the call's deadline and the lease", func(h *chaos.History) {
+			twice(h, 6100)
+			h.Deploys = []chaos.Deploy{{Gateway: "g0i1", At: at(100), Exited: at(1100)}}
+		}, func(v chaos.Verdict) int { return v.DrainCutTakeovers }, true},
 		{"drained holder, also killed", func(h *chaos.History) {
 			twice(h, 2500)
 			h.Deploys = []chaos.Deploy{{Gateway: "g0i1", At: at(100), Exited: at(1100)}}

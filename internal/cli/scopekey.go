@@ -2,8 +2,8 @@ package cli
 
 import (
 	"flag"
-	"strings"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemhttp"
 )
@@ -11,7 +11,7 @@ import (
 // scopeFlags turn what a client sent (the value of the gateway's scope header and its
 // Idempotency-Key) into the storage key the gateway keeps its record under, for inspect,
 // release and list. Without --scope-value or --scope none, a KEY argument is the storage key
-// itself (SCOPE|KEY, or a consumer's key).
+// itself (SCOPE|KEY: a gateway's scope hash, or a consumer's scope, then the key).
 type scopeFlags struct {
 	value      string // --scope-value: the raw scope header value, hashed as the gateway does
 	scope      string // --scope: "none" for a gateway run with --scope none
@@ -58,7 +58,7 @@ func (s *scopeFlags) scopePrefix() (string, error) {
 	case s.scope != "" && s.given():
 		return "", usageError("--scope none and --scope-value exclude each other")
 	case s.scope == gateway.ScopeNone:
-		return idemhttp.StorageKey("", ""), nil
+		return idem.ScopedKey("", ""), nil
 	case !s.given():
 		return "", nil
 	}
@@ -66,7 +66,7 @@ func (s *scopeFlags) scopePrefix() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return idemhttp.StorageKey(idemhttp.KeyedHashScope(secret, s.value), ""), nil
+	return idem.ScopedKey(idemhttp.KeyedHashScope(secret, s.value), ""), nil
 }
 
 // load returns the scope secret, as serve reads it.
@@ -95,15 +95,14 @@ func (s *scopeFlags) storageKey(arg string) (string, error) {
 	if !s.scoped() {
 		return arg, nil
 	}
-	prefix, err := s.scopePrefix()
-	if err != nil {
+	if _, err := s.scopePrefix(); err != nil { // the flags' own errors first
 		return "", err
 	}
 	if !idemhttp.ValidKey(arg) {
 		return "", usageError("client key %q is not 1 to 255 printable ASCII characters, so no gateway stored it (without --scope-value or --scope, KEY is the storage key)", arg)
 	}
 	if s.scope == gateway.ScopeNone {
-		return prefix + arg, nil
+		return idem.ScopedKey("", arg), nil
 	}
 	secret, err := s.load()
 	if err != nil {
@@ -112,8 +111,9 @@ func (s *scopeFlags) storageKey(arg string) (string, error) {
 	return idemhttp.KeyedStorageKey(secret, s.value, arg)
 }
 
-// splitKey splits a storage key into the gateway's scope and the client's key; ok is false
-// for a key that has no scope separator (a consumer's key).
+// splitKey splits a storage key into its scope (a gateway's scope hash, a consumer's scope) and
+// the client's key; ok is false for a key that idem.ScopedKey did not make (one passed to
+// Engine.Do as it is).
 func splitKey(key string) (scope, clientKey string, ok bool) {
-	return strings.Cut(key, string(idemhttp.ScopeSeparator))
+	return idem.SplitScopedKey(key)
 }

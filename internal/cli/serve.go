@@ -61,7 +61,11 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.Func("lease", "how long a claim holds before another gateway may take over (default 30s) (env IDEM_LEASE)", durationFlag(&c.Lease))
 	fs.Func("wait", "wait up to this long for an in-flight original instead of answering 409 (default 0) (env IDEM_WAIT)", durationFlag(&c.Wait))
 	fs.Func("upstream-timeout", "bound on one upstream call (default 60s) (env IDEM_UPSTREAM_TIMEOUT)", durationFlag(&c.UpstreamTimeout))
-	fs.Func("shutdown-timeout", "bound on draining in-flight requests at shutdown (default 30s) (env IDEM_SHUTDOWN_TIMEOUT)", durationFlag(&c.ShutdownTimeout))
+	fs.Func("shutdown-timeout", "bound on draining in-flight requests at shutdown; calls still out then get 503 and their keys follow --uncertain (default upstream-timeout + 5s) (env IDEM_SHUTDOWN_TIMEOUT)", durationFlag(&c.ShutdownTimeout))
+	fs.Func("shutdown-delay", "after the first SIGTERM/SIGINT, keep serving this long with /readyz at 503 before the drain, for load balancers to stop sending (default 5s in Kubernetes, else 0) (env IDEM_SHUTDOWN_DELAY)", func(s string) error {
+		f.set["shutdown-delay"] = true
+		return durationFlag(&c.ShutdownDelay)(s)
+	})
 	fs.Func("wait-for-store", "at startup, keep trying to reach a store that does not answer for this long, logging each attempt, before exiting (default 0: exit at once) (env IDEM_WAIT_FOR_STORE)", durationFlag(&c.WaitForStore))
 	fs.Func("read-timeout", "bound on reading a whole request, headers and body (default 60s) (env IDEM_READ_TIMEOUT)", durationFlag(&c.ReadTimeout))
 	fs.Func("write-timeout", "bound from a request's headers to the end of its answer; the upstream call is not cut and its result is still stored (default upstream-timeout + wait + 30s) (env IDEM_WRITE_TIMEOUT)", durationFlag(&c.WriteTimeout))
@@ -129,9 +133,10 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 		"upstream-timeout": durationFlag(&f.cfg.UpstreamTimeout), "shutdown-timeout": durationFlag(&f.cfg.ShutdownTimeout),
 		"read-timeout": durationFlag(&f.cfg.ReadTimeout), "write-timeout": durationFlag(&f.cfg.WriteTimeout),
 		"idle-timeout": durationFlag(&f.cfg.IdleTimeout), "wait-for-store": durationFlag(&f.cfg.WaitForStore),
-		"max-body": func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
-		"methods":  func(s string) error { return fs.Lookup("methods").Value.Set(s) },
-		"cache":    func(s string) error { return fs.Lookup("cache").Value.Set(s) },
+		"shutdown-delay": func(s string) error { return fs.Lookup("shutdown-delay").Value.Set(s) },
+		"max-body":       func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
+		"methods":        func(s string) error { return fs.Lookup("methods").Value.Set(s) },
+		"cache":          func(s string) error { return fs.Lookup("cache").Value.Set(s) },
 	} {
 		v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 		if v != "" && !given[name] {
@@ -148,14 +153,23 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 			*p, f.set[name] = v == "1" || strings.EqualFold(v, "true"), true
 		}
 	}
-	if f.config == "" {
-		return f.cfg, nil
+	cfg := f.cfg
+	if f.config != "" {
+		file, err := gateway.LoadFile(f.config)
+		if err != nil {
+			return gateway.Config{}, err
+		}
+		cfg = merge(f.cfg, file, f.set)
+		if file.ShutdownDelay != 0 {
+			f.set["shutdown-delay"] = true
+		}
 	}
-	file, err := gateway.LoadFile(f.config)
-	if err != nil {
-		return gateway.Config{}, err
+	// In Kubernetes, endpoints take a few seconds to drop a terminating pod: keep serving
+	// meanwhile, unless told otherwise.
+	if !f.set["shutdown-delay"] && e.getenv("KUBERNETES_SERVICE_HOST") != "" {
+		cfg.ShutdownDelay = gateway.Duration(5 * time.Second)
 	}
-	return merge(f.cfg, file, f.set), nil
+	return cfg, nil
 }
 
 // merge fills the fields of over that are unset from base.
@@ -182,6 +196,9 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
 	c.ReadTimeout, c.WriteTimeout = d(over.ReadTimeout, base.ReadTimeout), d(over.WriteTimeout, base.WriteTimeout)
 	c.IdleTimeout, c.WaitForStore = d(over.IdleTimeout, base.IdleTimeout), d(over.WaitForStore, base.WaitForStore)
+	if set["shutdown-delay"] {
+		c.ShutdownDelay = over.ShutdownDelay
+	}
 	if over.Cache != 0 {
 		c.Cache = over.Cache
 	}
@@ -379,6 +396,10 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		log.Warn("write-timeout is shorter than upstream-timeout + wait: a slow call's client is cut off before its answer (which is still stored, for its retry)",
 			"write_timeout", time.Duration(cfg.WriteTimeout), "upstream_timeout", time.Duration(cfg.UpstreamTimeout), "wait", time.Duration(cfg.Wait))
 	}
+	if cfg.ShutdownTimeout < cfg.UpstreamTimeout {
+		log.Warn("shutdown-timeout is shorter than upstream-timeout: at shutdown, an upstream call that outlives the drain is answered 503 and its key follows --uncertain (hold: held until `idem release`; expire: kept until the call's deadline + lease; release: kept until the call's deadline, then free)",
+			"shutdown_timeout", time.Duration(cfg.ShutdownTimeout), "upstream_timeout", time.Duration(cfg.UpstreamTimeout), "uncertain", cfg.Uncertain)
+	}
 	if ready != nil {
 		ready(serveAddrs{addr: ln.Addr().String(), metricsAddr: metricsAddr})
 	}
@@ -388,8 +409,34 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	case <-ctx.Done():
 	}
 	// /readyz answers 503 from now on (on the metrics listener, which stays open through the
-	// drain), so a load balancer stops sending new requests while these finish.
+	// drain), so a load balancer stops sending new requests while these finish. Every claim
+	// whose upstream call is out is kept from lapsing while the call may run (Gateway.Drain),
+	// so the process may end at any point from here without an effect running twice.
 	g.Drain()
+	// A second signal at any point from here ends the upstream calls still out (their requests
+	// get 503 and their claims follow --uncertain), waits a moment for those answers, and exits 1.
+	interrupted := func() error {
+		log.Warn("second signal: ending the upstream calls still out; their keys follow --uncertain", "uncertain", cfg.Uncertain)
+		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		g.Abort(actx)
+		_ = srv.Shutdown(actx) // the answers just written reach their clients
+		cancel()
+		srv.Close()
+		if admin != nil {
+			admin.Close()
+		}
+		return errors.New("interrupted by a second signal")
+	}
+	if delay := time.Duration(cfg.ShutdownDelay); delay > 0 {
+		log.Info("shutting down: /readyz answers 503; still serving during the shutdown delay", "delay", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-second:
+			t.Stop()
+			return interrupted()
+		}
+	}
 	log.Info("shutting down: draining in-flight requests; /readyz answers 503", "timeout", time.Duration(cfg.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
@@ -398,18 +445,27 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 	select {
 	case err = <-done:
 	case <-second:
-		log.Warn("second signal: exiting now")
-		srv.Close()
-		return errors.New("interrupted")
-	}
-	if admin != nil {
-		_ = admin.Shutdown(sctx)
+		return interrupted()
 	}
 	if err != nil {
-		log.Warn("drain did not finish in time; in-flight keys stay claimed until their lease runs out", "err", err)
-		return nil
+		// The upstream calls still out are ended: their requests get 503, their claims follow
+		// --uncertain from the floor the drain gave them.
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n := g.Abort(actx)
+		_ = srv.Shutdown(actx) // the answers just written reach their clients
+		cancel()
+		srv.Close()
+		log.Warn("drain did not finish in time: the requests still in flight were answered 503 and their keys follow --uncertain",
+			"requests", n, "uncertain", cfg.Uncertain, "err", err)
 	}
-	log.Info("stopped")
+	if admin != nil {
+		actx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = admin.Shutdown(actx)
+		cancel()
+	}
+	if err == nil {
+		log.Info("stopped")
+	}
 	return nil
 }
 

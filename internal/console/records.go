@@ -24,7 +24,7 @@ const (
 	maxRows     = 200      // records shown on one list page
 	maxTextBody = 64 << 10 // bytes of a text body shown
 	maxHexBody  = 4 << 10  // bytes of a binary body shown, as hex
-	separator   = idemhttp.ScopeSeparator
+	separator   = idem.ScopeSeparator
 	stuckState  = "stuck" // the list filter for claims that wait on their lease or an operator
 	anyState    = "any"   // the list filter for every record
 	timeLayout  = time.RFC3339
@@ -66,11 +66,11 @@ type listView struct {
 	HasSecret bool
 }
 
-// splitKey splits a storage key into its scope and client key; a key without the separator
-// (a consumer's, say) has no scope.
+// splitKey splits a storage key into its scope and client key; a key that idem.ScopedKey did
+// not make (one passed to Engine.Do as it is) has no scope.
 func splitKey(key string) (scope, client string, scoped bool) {
-	if i := strings.IndexByte(key, separator); i >= 0 {
-		return key[:i], key[i+1:], true
+	if scope, client, ok := idem.SplitScopedKey(key); ok {
+		return scope, client, true
 	}
 	return "", key, false
 }
@@ -161,8 +161,8 @@ func readFilter(r *http.Request) (filter, error) {
 		}
 		f.older = d
 	}
-	if strings.IndexByte(f.Tenant, separator) >= 0 {
-		return f, fmt.Errorf("a tenant has no %q in it", separator)
+	if err := idem.CheckScope(f.Tenant); err != nil {
+		return f, fmt.Errorf("tenant: not the start of a scope: %v", err)
 	}
 	return f, nil
 }
@@ -218,7 +218,7 @@ func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Ti
 	// start of a scope is a range too. A key's start alone is checked record by record.
 	switch {
 	case fullScope(f.Tenant):
-		q.Prefix = f.Tenant + string(separator) + f.Key
+		q.Prefix = idem.ScopedKey(f.Tenant, f.Key)
 	case f.Tenant != "":
 		q.Prefix = f.Tenant
 	}
@@ -399,7 +399,7 @@ func (c *Console) get(w http.ResponseWriter, r *http.Request, key string) (idem.
 func (c *Console) record(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" && r.URL.Query().Has("client") {
-		key = r.URL.Query().Get("tenant") + string(separator) + r.URL.Query().Get("client")
+		key = idem.ScopedKey(r.URL.Query().Get("tenant"), r.URL.Query().Get("client"))
 	}
 	rec, ok := c.get(w, r, key)
 	if !ok {

@@ -14,8 +14,9 @@
 //
 // Environment: IDEM_CCHAOS_FACTS (facts per broker and mode), IDEM_CCHAOS_BROKERS (a comma
 // list of nats, amqp, redis, sqs; default all), IDEM_CCHAOS_MODES (tx, engine; default
-// both), IDEM_CCHAOS_SELFTEST_FACTS (facts per planted bug, default 150), and the services'
-// usual IDEM_POSTGRES_URL, IDEM_NATS_URL, IDEM_AMQP_URL, IDEM_REDIS_ADDR, IDEM_SQS_ENDPOINT.
+// both), IDEM_CCHAOS_SELFTEST_FACTS (facts per planted bug, default 150),
+// IDEM_CCHAOS_HISTORY (a directory where each run's history is written as JSON), and the
+// services' usual IDEM_POSTGRES_URL, IDEM_NATS_URL, IDEM_AMQP_URL, IDEM_REDIS_ADDR, IDEM_SQS_ENDPOINT.
 //
 // # Faults
 //
@@ -50,6 +51,8 @@
 // lease, between that execution and half a lease before the next one (or before a store cut
 // in the half lease before the kill or stop, after which a renewal of its claim may have
 // failed), or logged that the completion could not be stored (consumer.Result.Err with
-// Processed); or when the re-execution was run by a worker just resumed from a stop past its
-// lease. Each excuse is counted separately.
+// Processed); or when the re-execution was run, and its completion refused, by a worker just
+// resumed from a stop past its lease or cut off from the store (a store cut in the two leases
+// before it): the documented window of a holder that was not dead after all. Each excuse is
+// counted separately.
 package consumerchaos

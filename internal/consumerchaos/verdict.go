@@ -114,7 +114,9 @@ type Verdict struct {
 	// past its lease, or by a worker just resumed from such a stop (its claim had lapsed).
 	PauseTakeovers int
 	// UnstoredTakeovers counts re-executions after the previous execution's worker logged
-	// that its effect ran but its completion could not be stored (the store was cut off).
+	// that its effect ran but its completion could not be stored (the store was cut off),
+	// and late effects of a worker cut off from the store past its lease, whose completion
+	// was then refused.
 	UnstoredTakeovers int
 
 	// Facts, Messages and Effects count what was published and executed.
@@ -150,34 +152,48 @@ type judge struct {
 	h               History
 	lease, inFlight time.Duration
 	deliveries      map[[2]string][]Delivery // by fact and worker
+	byFact          map[string][]Effect
 	kills           map[string][]time.Time
 	pauses          map[string][]Pause
 }
 
-func (j *judge) completed(e Effect) bool {
+// logged reports whether e's worker logged a Processed result, with or without an unstored
+// completion as unstored says, after e and before that worker's next execution of the fact
+// (whose result it would be).
+func (j *judge) logged(e Effect, unstored bool) bool {
+	var until time.Time
+	for _, o := range j.byFact[e.Fact] {
+		if o.Worker == e.Worker && o.At.After(e.At) && (until.IsZero() || o.At.Before(until)) {
+			until = o.At
+		}
+	}
 	return slices.ContainsFunc(j.deliveries[[2]string{e.Fact, e.Worker}], func(d Delivery) bool {
-		return d.Outcome == "processed" && !d.Unstored && !d.At.Before(e.At)
+		return d.Outcome == "processed" && d.Unstored == unstored && !d.At.Before(e.At) && (until.IsZero() || d.At.Before(until))
 	})
 }
 
-func (j *judge) unstored(e Effect) bool {
-	return slices.ContainsFunc(j.deliveries[[2]string{e.Fact, e.Worker}], func(d Delivery) bool {
-		return d.Outcome == "processed" && d.Unstored && !d.At.Before(e.At)
-	})
-}
+// completed reports whether e's completion was stored, as its worker logged.
+func (j *judge) completed(e Effect) bool { return j.logged(e, false) }
+
+// unstored reports whether e's worker logged that e's completion could not be stored.
+func (j *judge) unstored(e Effect) bool { return j.logged(e, true) }
 
 // lastRenewal is how early a holder stopped at t may have renewed its claim for the last
 // time: t itself, or the earliest store cut in the half lease before t (a renewal due after a
-// cut may have failed, and the next comes a third of a lease later). A takeover comes a lease
-// after the last renewal; the verdict allows from half a lease on.
+// cut may have failed, and the next comes a third of a lease later), or the earliest of a run
+// of such cuts. A takeover comes a lease after the last renewal; the verdict allows from half
+// a lease on.
 func (j *judge) lastRenewal(t time.Time) time.Time {
-	last := t
-	for _, c := range j.h.Cuts {
-		if c.What == "store" && c.At.Before(last) && !c.At.Before(t.Add(-j.lease/2)) {
-			last = c.At
+	// Cuts in a row, each within half a lease of the next, may have failed every renewal.
+	for moved := true; moved; {
+		moved = false
+		for _, c := range j.h.Cuts {
+			if c.What == "store" && c.At.Before(t) && !c.At.Before(t.Add(-j.lease/2)) {
+				t, moved = c.At, true
+			}
 		}
 	}
-	return last
+	return t
 }
 
 func (j *judge) explain(prev, next Effect) string {
@@ -191,6 +207,14 @@ func (j *judge) explain(prev, next Effect) string {
 		return p.To.Sub(p.From) >= j.lease && !p.To.After(next.At) && !p.To.Before(next.At.Add(-j.inFlight))
 	}) {
 		return "pause"
+	}
+	// Likewise a worker cut off from the store (its renewals failing) past its lease: its
+	// claim is taken over, its completion refused, and an effect it starts late is the
+	// documented window of a holder that was not dead after all (a partition).
+	if !j.completed(next) && j.unstored(next) && slices.ContainsFunc(j.h.Cuts, func(c Cut) bool {
+		return c.What == "store" && !c.At.After(next.At) && !c.At.Before(next.At.Add(-2*j.lease))
+	}) {
+		return "unstored"
 	}
 	if j.completed(prev) {
 		return ""
@@ -284,6 +308,7 @@ func Judge(h History) Verdict {
 		published[f] = true
 	}
 	byFact := map[string][]Effect{}
+	j.byFact = byFact
 	for _, e := range h.Effects {
 		if !published[e.Fact] {
 			v.Phantoms++
@@ -355,7 +380,7 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "documented windows (engine mode only; each for an execution never completed):\n")
 	fmt.Fprintf(w, "  re-executions after a worker kill -9          %d\n", v.CrashTakeovers)
 	fmt.Fprintf(w, "  re-executions after a pause past the lease    %d\n", v.PauseTakeovers)
-	fmt.Fprintf(w, "  re-executions after an unstored completion    %d\n", v.UnstoredTakeovers)
+	fmt.Fprintf(w, "  re-executions around an unstored completion   %d\n", v.UnstoredTakeovers)
 	fmt.Fprintf(w, "run:\n")
 	fmt.Fprintf(w, "  facts %d, messages published %d, effects recorded %d\n", v.Facts, v.Messages, v.Effects)
 	fmt.Fprintf(w, "  deliveries: %s; completions not stored %d\n", counts(v.Outcomes), v.UnstoredLogged)

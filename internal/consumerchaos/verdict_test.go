@@ -166,3 +166,64 @@ func TestJudgeKillAfterStoreCut(t *testing.T) {
 		t.Fatalf("with a store cut: %+v", v)
 	}
 }
+
+// A run of store cuts, each within half a lease of the next, may have failed every renewal
+// since the first.
+func TestJudgeKillAfterStoreCuts(t *testing.T) {
+	h := base()
+	h.Deliveries = h.Deliveries[1:]
+	h.Kills = append(h.Kills, consumerchaos.Kill{Worker: "w0", At: at(1660), Where: "random"})
+	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w1", At: at(1880)})
+	h.Cuts = append(h.Cuts, consumerchaos.Cut{At: at(950), What: "store"})
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("one cut: %+v", v)
+	}
+	// In the order the harness records them.
+	h.Cuts = []consumerchaos.Cut{{At: at(160), What: "store"}, {At: at(950), What: "store"}}
+	if v := consumerchaos.Judge(h); !v.OK() || v.CrashTakeovers != 1 {
+		t.Fatalf("a run of cuts: %+v", v)
+	}
+}
+
+// A worker that runs a fact twice (stopped past its lease, its completion refused, then handed
+// the fact again) is judged on what it logged for each execution: the second one's completion
+// does not make the first completed.
+func TestJudgeSameWorkerTwice(t *testing.T) {
+	h := base()
+	h.Deliveries = []consumerchaos.Delivery{
+		{Fact: "a", Worker: "w0", At: at(4650), Outcome: "processed", Unstored: true},
+		{Fact: "a", Worker: "w0", At: at(5090), Outcome: "processed", Takeover: true},
+		{Fact: "b", Worker: "w1", At: at(15), Outcome: "processed"},
+	}
+	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w0", At: at(5010)})
+	h.Pauses = append(h.Pauses, consumerchaos.Pause{Worker: "w0", From: at(170), To: at(3035)})
+	if v := consumerchaos.Judge(h); !v.OK() || v.PauseTakeovers != 1 {
+		t.Fatalf("%+v", v)
+	}
+	// Had the first completion been stored, the second execution has no excuse.
+	h.Deliveries[0].Unstored = false
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("first completed: %+v", v)
+	}
+}
+
+// A worker cut off from the store past its lease writes its effect after another worker took
+// the fact over and completed it; its own completion is refused. Excused only with a store cut
+// before it, and only when its completion was refused.
+func TestJudgeLateEffectOfAPartitionedHolder(t *testing.T) {
+	h := base()
+	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w2", At: at(130)})
+	h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w2", At: at(330), Outcome: "processed", Unstored: true})
+	h.Cuts = []consumerchaos.Cut{{At: at(-4500), What: "store"}, {At: at(-2000), What: "broker"}, {At: at(3000), What: "store"}}
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("no store cut in the two leases before: %+v", v)
+	}
+	h.Cuts = append(h.Cuts, consumerchaos.Cut{At: at(-2000), What: "store"})
+	if v := consumerchaos.Judge(h); !v.OK() || v.UnstoredTakeovers != 1 {
+		t.Fatalf("after a store cut: %+v", v)
+	}
+	h.Deliveries[len(h.Deliveries)-1].Unstored = false
+	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
+		t.Fatalf("completion stored: %+v", v)
+	}
+}

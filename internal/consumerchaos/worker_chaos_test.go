@@ -138,7 +138,16 @@ func workerMain() int {
 		if chance(slowRate) {
 			d = slowEffectFor
 		}
-		time.Sleep(d)
+		// As a user's handler does: once the claim is lost (ctx is cancelled with
+		// idem.ErrLeaseLost when the lease could not be renewed), the effect does not start.
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		if tx := pgstore.TxFromContext(ctx); tx != nil {
 			if _, err := tx.Exec(ctx, insert, f.Fact, name, time.Now()); err != nil {
 				return nil, err

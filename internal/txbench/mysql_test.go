@@ -58,7 +58,7 @@ func openMySQL(t *testing.T) *backend {
 	}
 	b := sqlBackend("MySQL/MariaDB (mysqlstore)", db, orders, trips.Load,
 		func(r *http.Request) *sql.Tx { return mysqlstore.TxFromContext(r.Context()) },
-		idemhttp.Options{Runner: mysqlstore.NewTxRunner(st, mysqlstore.TxOptions{}), RequireKey: true}, t)
+		idemhttp.Options{Runner: mysqlstore.NewTxRunner(st, mysqlstore.TxOptions{}), RequireKey: true, Scope: idemhttp.SingleCaller()}, t)
 	// START TRANSACTION and COMMIT are the driver's own round trips for a *sql.Tx, and the
 	// claim must precede the handler and the completion follow it: the claim (one INSERT) and
 	// the completion (one UPDATE) are two round trips more, and none can be fewer.

@@ -77,7 +77,7 @@ func openPostgres(t *testing.T) *backend {
 		}
 		created(w, id, in)
 	})
-	mw, err := idemhttp.New(idemhttp.Options{Runner: pgstore.NewTxRunner(st, pgstore.TxOptions{}), RequireKey: true})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: pgstore.NewTxRunner(st, pgstore.TxOptions{}), RequireKey: true, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

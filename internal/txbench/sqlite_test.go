@@ -36,5 +36,5 @@ func openSQLite(t *testing.T) *backend {
 	}
 	return sqlBackend("SQLite (sqlitestore)", db, orders, nil,
 		func(r *http.Request) *sql.Tx { return sqlitestore.TxFromContext(r.Context()) },
-		idemhttp.Options{Runner: sqlitestore.NewTxRunner(st, sqlitestore.TxOptions{}), RequireKey: true}, t)
+		idemhttp.Options{Runner: sqlitestore.NewTxRunner(st, sqlitestore.TxOptions{}), RequireKey: true, Scope: idemhttp.SingleCaller()}, t)
 }

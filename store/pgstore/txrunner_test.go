@@ -65,7 +65,7 @@ func (h *orderHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // txServer serves h behind idemhttp in transaction mode, on 127.0.0.1.
 func txServer(t *testing.T, st *pgstore.Store, opt pgstore.TxOptions, h http.Handler) *httptest.Server {
 	t.Helper()
-	mw, err := idemhttp.New(idemhttp.Options{Runner: pgstore.NewTxRunner(st, opt), Logger: slog.New(slog.DiscardHandler)})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: pgstore.NewTxRunner(st, opt), Logger: slog.New(slog.DiscardHandler), Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

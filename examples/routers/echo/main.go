@@ -30,8 +30,13 @@ type api struct {
 }
 
 // router returns the Echo instance of the API, with idemhttp on the /v1 group.
+// scopeSecret keys the HMAC that turns the caller's API key into its scope, so that stored
+// scopes cannot be tested against guesses of API keys. In a real service it comes from a secret
+// store, the same for every server that shares the idem store.
+var scopeSecret = []byte("example scope secret of 32 bytes")
+
 func (a *api) router(eng *idem.Engine) (*echo.Echo, error) {
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.HeaderScope("Authorization")})
+	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
 	if err != nil {
 		return nil, err
 	}

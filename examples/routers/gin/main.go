@@ -28,6 +28,11 @@ import (
 // writing through the middleware's ResponseWriter (which records the answer for replay) and
 // seeing its request. When the middleware answers by itself (a replay, 409, 422, 400, 503),
 // the chain does not run and is aborted.
+// scopeSecret keys the HMAC that turns the caller's API key into its scope, so that stored
+// scopes cannot be tested against guesses of API keys. In a real service it comes from a secret
+// store, the same for every server that shares the idem store.
+var scopeSecret = []byte("example scope secret of 32 bytes")
+
 func wrap(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ran := false
@@ -67,7 +72,7 @@ type api struct {
 
 // router returns the Gin engine of the API, with idemhttp on the /v1 group.
 func (a *api) router(eng *idem.Engine) (*gin.Engine, error) {
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.HeaderScope("Authorization")})
+	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
 	if err != nil {
 		return nil, err
 	}
