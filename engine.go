@@ -427,7 +427,7 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		if e.opt.CacheOnComplete && e.cache != nil {
 			stored := resp
 			e.cache.put(Record{Key: key, Fingerprint: res.Record.Fingerprint, State: StateCompleted, Token: token,
-				Attempts: res.Record.Attempts, Response: &stored, CreatedAt: res.Record.CreatedAt, CompletedAt: now,
+				Attempts: res.Record.Attempts, Starts: res.Record.Starts, Response: &stored, CreatedAt: res.Record.CreatedAt, CompletedAt: now,
 				ExpiresAt: expires, Route: res.Record.Route})
 		}
 		result.Kept, result.ExpiresAt = true, expires

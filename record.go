@@ -77,11 +77,19 @@ type Record struct {
 	Token int64
 	// LeaseUntil is when the holder's lease runs out; after it another may take over.
 	LeaseUntil time.Time
-	// Attempts counts the claims of this record: 1 for the first, +1 for each takeover.
+	// Attempts counts the claims of the current run of the effect: 1 for a claim, +1 for each
+	// takeover. A claim after a release starts again at 1 (see Starts for the whole count).
 	Attempts int
+	// Starts counts how many times the effect was started under this record: 1 for the first
+	// claim, +1 for each takeover and +1 for each claim with the same fingerprint after a
+	// release (an attempt that failed and gave the key up, then a retry). A claim of a key whose
+	// record expired, or of a released key with another fingerprint, starts again at 1. It is
+	// never below Attempts; stores report Attempts for records written before they kept it.
+	Starts int
 	// Response is the stored response; nil unless State is StateCompleted.
 	Response *Response
-	// CreatedAt is when the current claim was first made.
+	// CreatedAt is when the record was first claimed: kept by takeovers and by claims with the
+	// same fingerprint after a release, as long as Starts goes on counting.
 	CreatedAt time.Time
 	// CompletedAt is when the record completed; zero while in progress.
 	CompletedAt time.Time

@@ -20,8 +20,11 @@ type Store interface {
 	//   - in progress with LeaseUntil <= now and the same fingerprint → a takeover;
 	//   - anything else → the existing record, untouched (Claimed false).
 	// A claim is in progress with LeaseUntil = now+lease, ExpiresAt = now+window, and
-	// Token = NextToken(previous token or 0, now). A new claim has CreatedAt = now and
-	// Attempts 1; a takeover keeps the original CreatedAt and has Attempts previous+1.
+	// Token = NextToken(previous token or 0, now). A new claim has CreatedAt = now, Attempts 1
+	// and Starts 1; a takeover keeps the original CreatedAt and has Attempts previous+1 and
+	// Starts previous+1. A claim of a released record (see Release) with the same fingerprint
+	// is not a takeover (Attempts 1) but goes on counting: CreatedAt kept, Starts previous+1.
+	// A released record with another fingerprint, or an expired one, gives a new claim.
 	Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (Reservation, error)
 
 	// Complete stores resp and marks the record completed, with CompletedAt = now and the given

@@ -204,7 +204,8 @@ type inspection struct {
 	Expired      bool                `json:"expired"`
 	Fingerprint  string              `json:"fingerprint"`
 	Token        int64               `json:"token"`
-	Attempts     int                 `json:"attempts"`
+	Attempts     int                 `json:"attempts"`      // times the effect was started, across releases and takeovers
+	FirstClaimed string              `json:"first_claimed"` // when the key was first claimed (RFC 3339)
 	Age          string              `json:"age"`
 	LeaseLeft    string              `json:"lease_left,omitempty"`
 	ExpiresIn    string              `json:"expires_in,omitempty"`
@@ -235,7 +236,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	cond := console.ConditionOf(rec, now)
 	in := inspection{
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(), Expired: rec.Expired(now), Fingerprint: rec.Fingerprint,
-		Token: rec.Token, Attempts: rec.Attempts, Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(), Route: rec.Route,
+		Token: rec.Token, Attempts: console.Starts(rec), FirstClaimed: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(), Route: rec.Route,
 	}
 	if scope, client, ok := splitKey(rec.Key); ok {
 		in.Scope, in.ClientKey = &scope, client
@@ -271,7 +272,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "route        %s\n", printable(in.Route))
 	}
 	fmt.Fprintf(w, "fingerprint  %s\n", in.Fingerprint)
-	fmt.Fprintf(w, "token        %d\nattempts     %d\nage          %s\n", in.Token, in.Attempts, in.Age)
+	fmt.Fprintf(w, "token        %d\nattempts     %d\nfirst claim  %s\nage          %s\n", in.Token, in.Attempts, in.FirstClaimed, in.Age)
 	if in.LeaseLeft != "" {
 		fmt.Fprintf(w, "lease left   %s\n", in.LeaseLeft)
 	}

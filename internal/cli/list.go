@@ -157,7 +157,7 @@ func listing(rec idem.Record, now time.Time) listed {
 	r := listed{
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(),
 		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Second).String(),
-		Attempts: rec.Attempts, Token: rec.Token, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		Attempts: console.Starts(rec), Token: rec.Token, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		Route: rec.Route,
 	}
 	if scope, client, ok := splitKey(rec.Key); ok {

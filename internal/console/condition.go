@@ -61,3 +61,7 @@ func Explain(c Condition, rec idem.Record, now time.Time) string {
 	}
 	return "completed: retries get the stored response"
 }
+
+// Starts returns how many times rec's effect was started, across releases and takeovers
+// (Record.Starts, or Attempts for a record its store wrote before counting starts).
+func Starts(rec idem.Record) int { return max(rec.Starts, rec.Attempts) }

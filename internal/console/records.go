@@ -108,7 +108,7 @@ func (c *Console) row(rec idem.Record, now time.Time) row {
 	cond := ConditionOf(rec, now)
 	r := row{
 		Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope, Condition: cond,
-		Stuck: c.stuck(cond, rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: rec.Attempts, Status: "—", created: rec.CreatedAt,
+		Stuck: c.stuck(cond, rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: Starts(rec), Status: "—", created: rec.CreatedAt,
 		Route: routeText(rec.Route),
 	}
 	if cond.Live() {
@@ -322,7 +322,7 @@ func (c *Console) view(w http.ResponseWriter, r *http.Request, rec idem.Record, 
 	v := recordView{
 		page: c.page(w, r, "Record"), Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope,
 		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(cond, rec, now), Live: cond.Live(),
-		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: rec.Attempts, Route: routeText(rec.Route),
+		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: Starts(rec), Route: routeText(rec.Route),
 		Created: rec.CreatedAt.UTC().Format(timeLayout) + " (" + age(now.Sub(rec.CreatedAt)) + " ago)",
 	}
 	if cond != Released {

@@ -33,6 +33,9 @@ const (
 	// attrRoute, on records with a route (idem.Record.Route), is that route; a record
 	// without one has no such attribute.
 	attrRoute = "route"
+	// attrStarts is idem.Record.Starts: how many times the record's effect was started. A
+	// record written before starts were counted has none, and its start count is its attempts.
+	attrStarts = "starts"
 
 	stateInProgress = "in_progress"
 	stateCompleted  = "completed"
@@ -92,6 +95,8 @@ func (s *Store) attrName(placeholder string) string {
 		return attrLeaseUntil
 	case "#att":
 		return attrAttempts
+	case "#starts":
+		return attrStarts
 	case "#resp":
 		return attrResponse
 	case "#parts":
@@ -182,7 +187,14 @@ func decodeMeta(key string, it map[string]types.AttributeValue) (idem.Record, er
 	if err != nil {
 		return bad(err.Error())
 	}
-	rec.Attempts = int(n)
+	rec.Attempts, rec.Starts = int(n), int(n)
+	if _, present := it[attrStarts]; present {
+		s, err := getNum(it, attrStarts)
+		if err != nil {
+			return bad(err.Error())
+		}
+		rec.Starts = int(max(s, n))
+	}
 	for _, f := range []struct {
 		name     string
 		dst      *time.Time

@@ -314,16 +314,27 @@ func TestCallsPerOperation(t *testing.T) {
 		t.Fatal(err, again, to.Record.Token)
 	}
 	expect("reclaim in the same microsecond", "PutItem", "PutItem")
-	// Release and reclaim a microsecond later: one write.
+	// Release and retry a microsecond later with the same request: a second write, which goes
+	// on counting the record's starts; by another request: one write, a new record.
 	if err := st.Release(ctx, "t", again.Record.Token); err != nil {
 		t.Fatal(err)
 	}
 	b.calls.take()
 	later := now.Add(lease + time.Millisecond)
-	if res, err := st.Reserve(ctx, "t", fpA, later, lease, window); err != nil || !res.Claimed || res.Record.Token != later.UnixMicro() {
+	res, err = st.Reserve(ctx, "t", fpA, later, lease, window)
+	if err != nil || !res.Claimed || res.Record.Token != later.UnixMicro() || res.Record.Starts != 4 {
 		t.Fatal(err, res)
 	}
-	expect("reclaim of a released key", "PutItem")
+	expect("retry of a released key", "PutItem", "PutItem")
+	if err := st.Release(ctx, "t", res.Record.Token); err != nil {
+		t.Fatal(err)
+	}
+	b.calls.take()
+	later = later.Add(time.Millisecond)
+	if res, err := st.Reserve(ctx, "t", fpB, later, lease, window); err != nil || !res.Claimed || res.Record.Token != later.UnixMicro() || res.Record.Starts != 1 {
+		t.Fatal(err, res)
+	}
+	expect("reclaim of a released key by another request", "PutItem")
 	// Extend past the window: two updates.
 	cur, _ := st.Get(ctx, "t")
 	b.calls.take()

@@ -172,7 +172,7 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 }
 
 // listAttrs are the attributes List reads of a record: all but the response.
-var listAttrs = []string{"#pk", "#fp", "#st", "#tok", "#lease", "#att", "#created", "#completed", "#exp", "#rhead", "#route"}
+var listAttrs = []string{"#pk", "#fp", "#st", "#tok", "#lease", "#att", "#created", "#completed", "#exp", "#rhead", "#route", "#starts"}
 
 // check reads the records of keys (in key order) and keeps those that match.
 func (l *lister) check(ctx context.Context, keys []string) error {

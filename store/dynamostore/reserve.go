@@ -50,9 +50,9 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 	// First try: a fresh claim of an absent or expired key, token = now in microseconds.
 	route = idem.CleanRoute(route)
 	claim := idem.Record{Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Token: nowM, Attempts: 1,
-		CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires), Route: route}
+		Starts: 1, CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires), Route: route}
 	fresh := func() {
-		claim.Token, claim.Attempts, claim.CreatedAt, claim.Route = nowM, 1, now, route
+		claim.Token, claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route = nowM, 1, 1, now, route
 	}
 	cond := claimFresh
 	var prev int64
@@ -63,6 +63,7 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 		item[attrToken] = num(claim.Token)
 		item[attrLeaseUntil] = num(leaseUntil)
 		item[attrAttempts] = num(int64(claim.Attempts))
+		item[attrStarts] = num(int64(claim.Starts))
 		item[attrCreatedAt] = num(micros(claim.CreatedAt))
 		item[attrExpiresAt] = num(expires)
 		item[s.opt.TTLAttribute] = num(s.ttl(expires))
@@ -100,12 +101,16 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 		claim.Token = idem.NextToken(prev, now)
 		switch {
 		case old.Expired(now):
-			// Expired or released, but its token is not below now: claim with prev+1.
+			// Expired or released, but its token is not below now: claim with prev+1. A
+			// released record retried with the same fingerprint goes on counting starts.
 			cond = claimExpired
-			claim.Attempts, claim.CreatedAt, claim.Route = 1, now, route
+			claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route = 1, 1, now, route
+			if old.ExpiresAt.UnixMicro() == 0 && old.Fingerprint == fingerprint {
+				claim.Starts, claim.CreatedAt = old.Starts+1, old.CreatedAt
+			}
 		case old.LeaseExpired(now) && old.Fingerprint == fingerprint:
 			cond = claimTakeover
-			claim.Attempts, claim.CreatedAt, claim.Route = old.Attempts+1, old.CreatedAt, cmp.Or(old.Route, route)
+			claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route = old.Attempts+1, old.Starts+1, old.CreatedAt, cmp.Or(old.Route, route)
 		default:
 			if parts > 1 {
 				ok, err := s.loadParts(ctx, key, &old, parts)
@@ -136,11 +141,13 @@ type claimCond struct {
 
 var (
 	// claimFresh claims an absent key, or an expired or released record whose token is below
-	// the new one (the new token is now in Unix microseconds).
+	// the new one (the new token is now in Unix microseconds). A record released with the
+	// same fingerprint is left to claimExpired, which has read it and goes on counting its
+	// starts: a retry after a failed attempt costs a second write.
 	claimFresh = claimCond{
-		expr:  "attribute_not_exists(#pk) OR (#exp <= :now AND #tok < :tok)",
-		names: []string{"#pk", "#exp", "#tok"},
-		vals:  []string{":now", ":tok"},
+		expr:  "attribute_not_exists(#pk) OR (#exp <= :now AND #tok < :tok AND NOT (#exp = :zero AND #fp = :fp))",
+		names: []string{"#pk", "#exp", "#tok", "#fp"},
+		vals:  []string{":now", ":tok", ":zero", ":fp"},
 	}
 	// claimExpired claims an expired or released record whose token is not below now: it is
 	// conditioned on that very token (the new one is prev+1) and on the record still being
@@ -174,6 +181,8 @@ func (c claimCond) values(now, token, prev int64, fingerprint string) map[string
 			m[v] = num(prev)
 		case ":fp":
 			m[v] = str(fingerprint)
+		case ":zero":
+			m[v] = num(0)
 		case ":ip":
 			m[v] = str(stateInProgress)
 		}

@@ -58,6 +58,7 @@ func (s *Store) light(i int32) idem.Record {
 		Token:       h.token,
 		LeaseUntil:  time.UnixMicro(h.lease),
 		Attempts:    int(h.attempts),
+		Starts:      int(h.starts),
 		CreatedAt:   time.UnixMicro(h.created),
 		ExpiresAt:   time.UnixMicro(h.expires),
 		Route:       strings.Clone(s.route(i)),

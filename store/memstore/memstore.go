@@ -110,6 +110,7 @@ type head struct {
 	fpLen    int32
 	next     int32 // the next record whose key has the same hash, or -1
 	attempts int32
+	starts   int32 // Record.Starts
 	room     int32 // bytes allocated after the blob's end, that Complete may write once
 	routeLen uint16
 	state    idem.State
@@ -294,20 +295,24 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 		found, takeover bool
 		prev            int64
 		attempts        int32
+		starts          int32
 		created         int64
 		oldCost         int64
 	)
 	for reclaimed := false; ; reclaimed = true {
 		i, first, found = s.lookup(hash, key)
-		takeover, prev, attempts, created, oldCost = false, 0, 1, n, 0
+		takeover, prev, attempts, starts, created, oldCost = false, 0, 1, 1, n, 0
 		claimRoute := route
 		if found {
 			h := s.head(i)
 			switch {
+			case h.expires == 0 && s.fpIs(i, fingerprint):
+				// Released by a failed attempt and retried: the record goes on counting.
+				prev, starts, created = h.token, h.starts+1, h.created
 			case h.expired(n):
 				prev = h.token
 			case h.leaseExpired(n) && s.fpIs(i, fingerprint):
-				prev, takeover, attempts, created = h.token, true, h.attempts+1, h.created
+				prev, takeover, attempts, starts, created = h.token, true, h.attempts+1, h.starts+1, h.created
 				if h.routeLen != 0 {
 					claimRoute = s.route(i) // a takeover keeps the claim's route (newBlob copies it)
 				}
@@ -352,6 +357,7 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 		lease:    now.Add(lease).UnixMicro(),
 		expires:  now.Add(window).UnixMicro(),
 		attempts: attempts,
+		starts:   starts,
 		created:  created,
 	}
 	*s.blob(i) = blob
@@ -593,6 +599,7 @@ func (s *Store) recordAs(key, fp string, i int32) idem.Record {
 		Token:       h.token,
 		LeaseUntil:  time.UnixMicro(h.lease),
 		Attempts:    int(h.attempts),
+		Starts:      int(h.starts),
 		CreatedAt:   time.UnixMicro(h.created),
 		ExpiresAt:   time.UnixMicro(h.expires),
 	}

@@ -272,7 +272,7 @@ func checkClaim(key, fingerprint string) error {
 // transaction back) is returned, for the caller to retry the attempt.
 func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint, route string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
 	claim := idem.Record{
-		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1,
+		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1, Starts: 1,
 		LeaseUntil: now.Add(ttl).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(ttl).Truncate(time.Microsecond),
 		Token:     idem.NextToken(0, now),

@@ -27,4 +27,5 @@ var listDialect = sqllist.Dialect{
 	Head:   func(n int) string { return "SUBSTRING(response, 1, " + strconv.Itoa(n) + ")" },
 	Param:  sqllist.Question,
 	KeyArg: func(k string) any { return []byte(k) },
+	Starts: "starts",
 }

@@ -297,7 +297,7 @@ func (s *Store) reserve(ctx context.Context, key, fingerprint, route string, now
 	}
 	now = now.Truncate(time.Microsecond)
 	claim := idem.Record{
-		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1,
+		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1, Starts: 1,
 		LeaseUntil: now.Add(lease).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(window).Truncate(time.Microsecond), Route: route,
 	}
@@ -342,14 +342,18 @@ func (s *Store) swapClaim(ctx context.Context, e execer, claim, old idem.Record,
 	}
 	rec := claim
 	rec.Token = idem.NextToken(old.Token, now)
-	if !expired { // a takeover keeps the claim's history, and its route if it has one
-		rec.Attempts, rec.CreatedAt = old.Attempts+1, old.CreatedAt
+	switch {
+	case !expired: // a takeover keeps the claim's history, and its route if it has one
+		rec.Attempts, rec.Starts, rec.CreatedAt = old.Attempts+1, old.Starts+1, old.CreatedAt
 		if old.Route != "" {
 			rec.Route = old.Route
 		}
+	case old.ExpiresAt.UnixMicro() == 0 && old.Fingerprint == claim.Fingerprint:
+		// Released by a failed attempt and retried: the record goes on counting starts.
+		rec.Starts, rec.CreatedAt = old.Starts+1, old.CreatedAt
 	}
 	r, err := e.exec(ctx, s.q.swap,
-		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(), rec.Route,
+		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(), rec.Route, rec.Starts,
 		rec.Key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
 	if err != nil {
 		return idem.Reservation{}, false, err
@@ -434,7 +438,7 @@ func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, 
 		return idem.Record{}, err
 	}
 	err = row.Scan(&rec.Fingerprint, &state, &rec.Token, &leaseUntil,
-		&rec.Attempts, &response, &createdAt, &completedAt, &expires, &rec.Route)
+		&rec.Attempts, &response, &createdAt, &completedAt, &expires, &rec.Route, &rec.Starts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Record{}, idem.ErrNotFound
 	}
@@ -445,6 +449,7 @@ func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, 
 	if rec.State != idem.StateInProgress && rec.State != idem.StateCompleted {
 		return idem.Record{}, fmt.Errorf("%w: record %.80q has state %d", idem.ErrCorruptRecord, key, state)
 	}
+	rec.Starts = max(rec.Starts, rec.Attempts) // 0 in a row written before starts were counted
 	rec.LeaseUntil = time.UnixMicro(leaseUntil)
 	rec.CreatedAt = time.UnixMicro(createdAt)
 	if completedAt != 0 {

@@ -192,6 +192,7 @@ func newClaim(args []any) idem.Reservation {
 		Token:       args[5].(int64),
 		LeaseUntil:  time.UnixMicro(args[3].(int64)),
 		Attempts:    1,
+		Starts:      1,
 		CreatedAt:   time.UnixMicro(args[2].(int64)),
 		ExpiresAt:   time.UnixMicro(args[4].(int64)),
 		Route:       args[6].(string),

@@ -31,7 +31,8 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 
 // listDialect is PostgreSQL's: keys compare byte for byte (COLLATE "C" on the column).
 var listDialect = sqllist.Dialect{
-	Key:   "key",
-	Head:  func(n int) string { return "substring(response from 1 for " + strconv.Itoa(n) + ")" },
-	Param: sqllist.Dollar,
+	Key:    "key",
+	Head:   func(n int) string { return "substring(response from 1 for " + strconv.Itoa(n) + ")" },
+	Param:  sqllist.Dollar,
+	Starts: "starts",
 }

@@ -122,7 +122,7 @@ func (p *partitioning) claimSQL(b int64) string {
 ), old AS (
 	SELECT born, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM done) FOR UPDATE
 ), claim AS (
-	SELECT o.token, o.attempts, o.created_at, o.expires_at, o.route
+	SELECT o.token, o.attempts, o.created_at, o.expires_at, o.route, o.starts, o.fingerprint
 	FROM (VALUES (1)) AS one (x) LEFT JOIN old AS o ON true
 	WHERE NOT EXISTS (SELECT 1 FROM done) AND (o.token IS NULL OR o.expires_at <= $3
 	   OR (o.state = 1 AND o.lease_until <= $3 AND o.fingerprint = $2))
@@ -133,15 +133,16 @@ func (p *partitioning) claimSQL(b int64) string {
 		$4,
 		CASE WHEN c.token IS NULL OR c.expires_at <= $3 THEN 1 ELSE c.attempts + 1 END,
 		NULL,
-		CASE WHEN c.token IS NULL OR c.expires_at <= $3 THEN $3 ELSE c.created_at END,
+		CASE WHEN c.expires_at > $3 OR (c.expires_at = 0 AND c.fingerprint = $2) THEN c.created_at ELSE $3 END,
 		0, GREATEST($5, $4),
-		CASE WHEN c.token IS NULL OR c.expires_at <= $3 OR c.route = '' THEN $7 ELSE c.route END
+		CASE WHEN c.token IS NULL OR c.expires_at <= $3 OR c.route = '' THEN $7 ELSE c.route END,
+		CASE WHEN c.expires_at > $3 OR (c.expires_at = 0 AND c.fingerprint = $2) THEN GREATEST(c.starts, c.attempts) + 1 ELSE 1 END
 	FROM claim AS c
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint = excluded.fingerprint, state = 1, token = excluded.token,
 		lease_until = excluded.lease_until, attempts = excluded.attempts, response = NULL,
 		created_at = excluded.created_at, completed_at = 0, expires_at = excluded.expires_at,
-		route = excluded.route
+		route = excluded.route, starts = excluded.starts
 	WHERE r.expires_at <= $3
 	   OR (r.state = 1 AND r.lease_until <= $3 AND r.fingerprint = excluded.fingerprint)
 	RETURNING true, ` + cols + `

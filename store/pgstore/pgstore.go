@@ -410,7 +410,7 @@ type scan struct {
 // dest returns Scan destinations for the record columns, in queries' column order.
 func (sc *scan) dest(rec *idem.Record) []any {
 	return []any{&rec.Fingerprint, &sc.state, &rec.Token, &sc.leaseUntil, &rec.Attempts,
-		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires, &rec.Route}
+		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires, &rec.Route, &rec.Starts}
 }
 
 func (sc *scan) finish(rec *idem.Record) error {
@@ -418,6 +418,7 @@ func (sc *scan) finish(rec *idem.Record) error {
 	if rec.State != idem.StateInProgress && rec.State != idem.StateCompleted {
 		return fmt.Errorf("%w: record %.80q has state %d", idem.ErrCorruptRecord, rec.Key, sc.state)
 	}
+	rec.Starts = max(rec.Starts, rec.Attempts) // 0 in a row written before starts were counted
 	rec.LeaseUntil = time.UnixMicro(sc.leaseUntil)
 	rec.CreatedAt = time.UnixMicro(sc.createdAt)
 	if sc.completedAt != 0 {

@@ -1,12 +1,13 @@
 package pgstore
 
 // queries are the store's statements for one table. Column order everywhere: fingerprint,
-// state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route.
+// state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route,
+// starts.
 type queries struct {
 	reserve, claimNew, claimNewBounded, complete, release, extend, get, del, sweep, sweepByKey string
 }
 
-const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route`
+const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts`
 
 func newQueries(t string) queries {
 	return queries{
@@ -16,7 +17,9 @@ func newQueries(t string) queries {
 		// that is "".
 		//
 		// "up" inserts, or updates a conflicting row that is expired or whose lease ran out
-		// with the same fingerprint: a claim (attempts 1) or a takeover (attempts + 1). When
+		// with the same fingerprint: a claim (attempts 1) or a takeover (attempts + 1). A
+		// takeover, or a claim of a released row (expires_at 0) with the same fingerprint,
+		// goes on counting starts and keeps created_at. When
 		// the conflicting row is live, ON CONFLICT DO UPDATE leaves it as it is but LOCKS its
 		// latest version, so it cannot change until this statement ends.
 		//
@@ -36,7 +39,7 @@ func newQueries(t string) queries {
 	SELECT false, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND state = 2 AND expires_at > $3
 ), up AS (
 	INSERT INTO ` + t + ` AS r (key, ` + cols + `)
-	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text WHERE NOT EXISTS (SELECT 1 FROM done)
+	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text, 1 WHERE NOT EXISTS (SELECT 1 FROM done)
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint  = excluded.fingerprint,
 		state        = 1,
@@ -44,7 +47,10 @@ func newQueries(t string) queries {
 		lease_until  = excluded.lease_until,
 		attempts     = CASE WHEN r.expires_at <= $3 THEN 1 ELSE r.attempts + 1 END,
 		response     = NULL,
-		created_at   = CASE WHEN r.expires_at <= $3 THEN excluded.created_at ELSE r.created_at END,
+		created_at   = CASE WHEN r.expires_at > $3 OR (r.expires_at = 0 AND r.fingerprint = excluded.fingerprint)
+			THEN r.created_at ELSE excluded.created_at END,
+		starts       = CASE WHEN r.expires_at > $3 OR (r.expires_at = 0 AND r.fingerprint = excluded.fingerprint)
+			THEN GREATEST(r.starts, r.attempts) + 1 ELSE 1 END,
 		completed_at = 0,
 		expires_at   = excluded.expires_at,
 		route        = CASE WHEN r.expires_at <= $3 OR r.route = '' THEN excluded.route ELSE r.route END
@@ -65,7 +71,7 @@ SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 		// Planned once and simpler than reserve, it is most of a new key's claim; reserve, run
 		// next in the same transaction, answers for a key that has a row.
 		claimNew: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
-	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text)
+	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text, 1)
 	ON CONFLICT (key) DO NOTHING`,
 		// claimNewBounded is claimNew with its wait for a holder bounded by $8, a lock_timeout,
 		// without statements of its own around it: the row's values are computed before the
@@ -75,7 +81,7 @@ SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 		// lock_timeout stays $8, for the full claim that follows to give back.
 		claimNewBounded: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
 	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint,
-		$7::text || left(set_config('lock_timeout', $8::text || left(set_config('idem.lock_timeout', current_setting('lock_timeout'), true), 0), true), 0))
+		$7::text || left(set_config('lock_timeout', $8::text || left(set_config('idem.lock_timeout', current_setting('lock_timeout'), true), 0), true), 0), 1)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`,
 

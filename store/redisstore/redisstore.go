@@ -317,6 +317,7 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 			Token:       idem.NextToken(0, now),
 			LeaseUntil:  leaseUntil,
 			Attempts:    1,
+			Starts:      1,
 			CreatedAt:   now,
 			ExpiresAt:   expires,
 			Route:       route,
@@ -425,7 +426,7 @@ func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerpri
 	route, _ = v[4].(string)
 	kind, _ := v[0].(int64)
 	tok, err1 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-	att, err2 := strconv.Atoi(fmt.Sprint(v[2]))
+	att, sts, err2 := parseAttempts(fmt.Sprint(v[2]))
 	crt, err3 := strconv.ParseInt(fmt.Sprint(v[3]), 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil || (kind != 1 && kind != 2) {
 		return idem.Reservation{}, wrap("reserve", fmt.Errorf("unexpected claim reply %v: %v", v, err))
@@ -440,6 +441,7 @@ func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerpri
 			Token:       tok,
 			LeaseUntil:  leaseUntil,
 			Attempts:    att,
+			Starts:      sts,
 			CreatedAt:   time.UnixMicro(crt),
 			ExpiresAt:   expires,
 			Route:       route,
@@ -519,6 +521,22 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	_, err := s.eval(ctx, deleteScript, s.keys(key), s.base())
 	return wrap("delete", err)
+}
+
+// parseAttempts reads a stored attempts field: the attempts, then s and the start count when
+// it differs from them (see scripts.go). A record written before starts were counted has
+// only its attempts, and that is its start count.
+func parseAttempts(f string) (attempts, starts int, err error) {
+	a, s, found := strings.Cut(f, "s")
+	attempts, err = strconv.Atoi(a)
+	starts = attempts
+	if err == nil && found {
+		starts, err = strconv.Atoi(s)
+	}
+	if err == nil && (attempts < 0 || starts < 0) {
+		err = fmt.Errorf("negative count in %q", f)
+	}
+	return attempts, max(starts, attempts), err
 }
 
 // encodeClaim is the stored form of a new claim (see scripts.go for the layout).
@@ -601,9 +619,13 @@ func decodeFields(key, v string) (rec idem.Record, st idem.State, op, rest strin
 		Key:        key,
 		Token:      num(1, "token", false),
 		LeaseUntil: time.UnixMicro(num(2, "lease_until", false)),
-		Attempts:   int(num(3, "attempts", false)),
 		CreatedAt:  time.UnixMicro(num(4, "created_at", false)),
 		ExpiresAt:  time.UnixMicro(num(6, "expires_at", false)),
+	}
+	if a, s, e := parseAttempts(f[3]); e != nil {
+		err = cmp.Or(err, fmt.Errorf("%w: attempts = %.40q", idem.ErrCorruptRecord, f[3]))
+	} else {
+		rec.Attempts, rec.Starts = a, s
 	}
 	if c := num(5, "completed_at", true); f[5] != "" {
 		rec.CompletedAt = time.UnixMicro(c)

@@ -9,7 +9,9 @@ import "github.com/redis/go-redis/v9"
 //	st|tok|lease|att|crt|cmp|exp|op|fplen|<fingerprint>[r<routelen>|<route>]<response>
 //
 // st is the state (1 in progress, 2 completed) · tok the token · lease lease_until · att
-// attempts · crt created_at · cmp completed_at (empty until completed) · exp expires_at · op
+// attempts, followed, when the record's start count (idem.Record.Starts) differs from them, by
+// the letter s and that count (3s5; a record written before starts were counted has none, and
+// its start count is its attempts) · crt created_at · cmp completed_at (empty until completed) · exp expires_at · op
 // the id of the last call that wrote the record · fplen the length in bytes of the fingerprint
 // that follows · then the fingerprint · then, when the record has a route (idem.Record.Route),
 // the letter r, the route's length in bytes, | and the route (a record without one has
@@ -42,7 +44,7 @@ import "github.com/redis/go-redis/v9"
 const luaParse = `
 local function parse(v)
   local st, tok, lease, att, crt, cmp, exp, op, n, p = string.match(v,
-    '^([12])|(%d+)|(%d+)|(%d+)|(%d+)|(%d*)|(%d+)|([0-9a-z]*)|(%d+)|()')
+    '^([12])|(%d+)|(%d+)|(%d+s?%d*)|(%d+)|(%d*)|(%d+)|([0-9a-z]*)|(%d+)|()')
   if not st then return nil end
   local e = p + tonumber(n)
   if e > #v + 1 then return nil end
@@ -55,6 +57,15 @@ local function parse(v)
     route, e = string.sub(v, rp, re - 1), re
   end
   return st, tok, lease, att, crt, cmp, exp, op, fp, e, route
+end
+local function starts(att)
+  local a, s = string.match(att, '^(%d+)s?(%d*)$')
+  if s == '' then s = a end
+  return tonumber(a), tonumber(s)
+end
+local function attseg(a, s)
+  if a == s then return string.format('%d', a) end
+  return string.format('%ds%d', a, s)
 end
 local function rseg(r)
   if r == '' then return '' end
@@ -117,32 +128,36 @@ return false
 //	ARGV: 1 fingerprint, 2 now, 3 lease_until, 4 expires_at, 5 storage TTL in ms, 6 op id,
 //	      7 base (see luaIndex), 8 route ('' for none)
 //	→ {0, record}                                    not claimed: the existing record, untouched
-//	→ {1 or 2, token, attempts, created_at, route}   claimed (2: a takeover)
+//	→ {1 or 2, token, att, created_at, route}        claimed (2: a takeover; att as stored)
 var reserveScript = redis.NewScript(luaParse + luaIndex + `
 local now = tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
-local prev, att, crt, kind, route = 0, 1, ARGV[2], 1, ARGV[8]
+local prev, att, sts, crt, kind, route = 0, 1, 1, ARGV[2], 1, ARGV[8]
 if v then
   local st, tok, lease, a, c, cmp, exp, op, fp, _, r = parse(v)
   if not st then return ` + luaUnreadable + ` end
+  local na, ns = starts(a)
   if tonumber(exp) > now then
     if st == '1' and op == ARGV[6] then
       -- This very call already claimed it (a retry after a lost reply).
       local k = 1
-      if tonumber(a) > 1 then k = 2 end
+      if na > 1 then k = 2 end
       return {k, tok, a, c, r}
     end
     if st == '1' and tonumber(lease) <= now and fp == ARGV[1] then
-      kind, att, crt = 2, tonumber(a) + 1, c
+      kind, att, sts, crt = 2, na + 1, math.max(ns, na) + 1, c
       if r ~= '' then route = r end
     else
       return {0, v}
     end
+  elseif exp == '0' and fp == ARGV[1] then
+    -- Released by a failed attempt and retried: the record goes on counting starts.
+    sts, crt = math.max(ns, na) + 1, c
   end
   prev = tonumber(tok)
 end
 local tok = string.format('%d', math.max(prev + 1, now))
-att = string.format('%d', att)
+att = attseg(att, sts)
 redis.call('SET', KEYS[1], '1|' .. tok .. '|' .. ARGV[3] .. '|' .. att .. '|' .. crt .. '||' ..
   ARGV[4] .. '|' .. ARGV[6] .. '|' .. #ARGV[1] .. '|' .. ARGV[1] .. rseg(route), 'PX', ARGV[5])
 index(tonumber(ARGV[7]), tonumber(ARGV[5]))
@@ -229,7 +244,7 @@ return 1
 //	→ 1 deleted, 0 kept or already gone
 var sweepScript = redis.NewScript(`
 local v = redis.call('GETRANGE', KEYS[1], 0, 127)
-local exp = string.match(v, '^[12]|%d+|%d+|%d+|%d+|%d*|(%d+)|')
+local exp = string.match(v, '^[12]|%d+|%d+|%d+s?%d*|%d+|%d*|(%d+)|')
 if exp and tonumber(exp) <= tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[2], string.sub(KEYS[1], tonumber(ARGV[2]) + 1))

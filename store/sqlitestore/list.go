@@ -23,7 +23,8 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 
 // listDialect is SQLite's (keys are TEXT under the default BINARY collation).
 var listDialect = sqllist.Dialect{
-	Key:   "key",
-	Head:  func(n int) string { return "substr(response, 1, " + strconv.Itoa(n) + ")" },
-	Param: sqllist.Question,
+	Key:    "key",
+	Head:   func(n int) string { return "substr(response, 1, " + strconv.Itoa(n) + ")" },
+	Param:  sqllist.Question,
+	Starts: "starts",
 }

@@ -135,9 +135,9 @@ type claim struct {
 
 // try runs the upsert. It returns a Reservation with Claimed false when the upsert did not fire.
 func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, error) {
-	var token, attempts, created int64
+	var token, attempts, created, starts int64
 	route := c.route
-	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt, c.route).Scan(&token, &attempts, &created, &route)
+	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt, c.route).Scan(&token, &attempts, &created, &route, &starts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Reservation{}, nil
 	}
@@ -154,6 +154,7 @@ func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, er
 			Token:       token,
 			LeaseUntil:  time.UnixMicro(c.leaseUntil),
 			Attempts:    int(attempts),
+			Starts:      int(starts),
 			CreatedAt:   time.UnixMicro(created),
 			ExpiresAt:   time.UnixMicro(c.expiresAt),
 			Route:       route,
@@ -256,9 +257,9 @@ type row struct {
 	fp    string
 	route string
 	resp  sql.RawBytes // the driver's own copy of the blob
-	ints  [7]any       // the integer columns, as the driver returned them
-	n     [7]int64     // the same, checked
-	dest  [10]any
+	ints  [8]any       // the integer columns, as the driver returned them
+	n     [8]int64     // the same, checked
+	dest  [11]any
 }
 
 // Indexes in row.ints and row.n.
@@ -270,12 +271,13 @@ const (
 	colCreated
 	colCompleted // NULL (0) unless completed
 	colExpires
+	colStarts // 0 in a row written before starts were counted
 )
 
 var rowPool = sync.Pool{New: func() any {
 	r := new(row)
 	i := &r.ints
-	r.dest = [10]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires], &r.route}
+	r.dest = [11]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires], &r.route, &i[colStarts]}
 	return r
 }}
 
@@ -293,7 +295,7 @@ func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now in
 	}
 	r := rowPool.Get().(*row)
 	defer func() {
-		r.fp, r.route, r.resp, r.ints = "", "", nil, [7]any{}
+		r.fp, r.route, r.resp, r.ints = "", "", nil, [8]any{}
 		rowPool.Put(r)
 	}()
 	if err := rs.Scan(r.dest[:]...); err != nil {
@@ -343,6 +345,7 @@ func (r *row) record(key string) (idem.Record, error) {
 		Token:       n[colToken],
 		LeaseUntil:  time.UnixMicro(n[colLease]),
 		Attempts:    int(n[colAttempts]),
+		Starts:      int(max(n[colStarts], n[colAttempts])),
 		CreatedAt:   time.UnixMicro(n[colCreated]),
 		ExpiresAt:   time.UnixMicro(n[colExpires]),
 	}

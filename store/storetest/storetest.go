@@ -18,7 +18,8 @@
 // claim inside its window, whether its lease is held or ran out), exact round trips of empty,
 // binary and large bodies, long and unicode keys and multi-valued headers, the keys
 // idem.CheckKey refuses refused with idem.ErrInvalidInput, cancelled contexts, Complete racing a
-// takeover, every method of a closed store returning idem.ErrClosed, the route a claim stores
+// takeover, Attempts and CreatedAt carried across releases and takeovers (not replays), every
+// method of a closed store returning idem.ErrClosed, the route a claim stores
 // (idem.RouteReserver: kept by a takeover, replaced by a new claim, listed; skipped, visibly,
 // for a store without it), and a porcupine check that concurrent histories of all operations
 // are linearizable with respect to the contract (see CheckLinearizable).
@@ -72,6 +73,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"Fencing", s.fencing},
 		{"CompleteAndReplay", s.completeAndReplay},
 		{"ReleaseThenReclaim", s.releaseThenReclaim},
+		{"AttemptsAcrossReleases", s.attemptsAcrossReleases},
 		{"ExtendKeepsClaim", s.extend},
 		{"ExpiredIsAbsent", s.expiredIsAbsent},
 		{"ExpiredInProgressIsAbsent", s.expiredInProgressIsAbsent},
@@ -171,7 +173,7 @@ func checkTime(t *testing.T, what string, got, want time.Time) {
 func checkSame(t *testing.T, what string, got, want idem.Record) {
 	t.Helper()
 	if got.Key != want.Key || got.Fingerprint != want.Fingerprint || got.State != want.State ||
-		got.Token != want.Token || got.Attempts != want.Attempts ||
+		got.Token != want.Token || got.Attempts != want.Attempts || got.Starts != want.Starts ||
 		!sameTime(got.LeaseUntil, want.LeaseUntil) || !sameTime(got.ExpiresAt, want.ExpiresAt) ||
 		!sameTime(got.CreatedAt, want.CreatedAt) || !sameTime(got.CompletedAt, want.CompletedAt) ||
 		got.Route != want.Route ||

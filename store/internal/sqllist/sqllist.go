@@ -5,6 +5,7 @@
 package sqllist
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -26,6 +27,9 @@ type Dialect struct {
 	// KeyArg converts a key bound to the argument the driver compares byte for byte; nil
 	// passes the string.
 	KeyArg func(string) any
+	// Starts is the expression of the record's start count (Record.Starts); "" reads 0, for a
+	// table without the column, and the record then reports its attempts.
+	Starts string
 }
 
 // Dollar numbers placeholders as PostgreSQL does: $1, $2…
@@ -52,7 +56,7 @@ func Query(d Dialect, table string, b idem.ListBounds) (string, []any) {
 		sb.WriteString(cond + " " + d.Param(len(args)))
 	}
 	sb.WriteString("SELECT " + d.Key + ", fingerprint, state, token, lease_until, attempts, " +
-		d.Head(idem.ListResponseHeadLen) + ", created_at, completed_at, expires_at, route FROM " + table + " WHERE ")
+		d.Head(idem.ListResponseHeadLen) + ", created_at, completed_at, expires_at, route, " + cmp.Or(d.Starts, "0") + " FROM " + table + " WHERE ")
 	add(d.Key+" >=", key(b.From))
 	if b.To != "" {
 		add(d.Key+" <", key(b.To))
@@ -85,13 +89,13 @@ func Read(rows Rows, b idem.ListBounds, pkg string, storeErr func(error) error) 
 	recs := make([]idem.Record, 0, min(b.Limit+1, 64))
 	for rows.Next() {
 		var r idem.Record
-		var state, attempts, lease, created, expires int64
+		var state, attempts, lease, created, expires, starts int64
 		var completed sql.NullInt64
 		var head []byte
-		if err := rows.Scan(&r.Key, &r.Fingerprint, &state, &r.Token, &lease, &attempts, &head, &created, &completed, &expires, &r.Route); err != nil {
+		if err := rows.Scan(&r.Key, &r.Fingerprint, &state, &r.Token, &lease, &attempts, &head, &created, &completed, &expires, &r.Route, &starts); err != nil {
 			return idem.ListPage{}, storeErr(err)
 		}
-		r.State, r.Attempts = idem.State(state), int(attempts)
+		r.State, r.Attempts, r.Starts = idem.State(state), int(attempts), int(max(starts, attempts))
 		r.LeaseUntil, r.CreatedAt, r.ExpiresAt = time.UnixMicro(lease), time.UnixMicro(created), time.UnixMicro(expires)
 		if err := idem.ListedRecord(&r, head, completed.Int64); err != nil {
 			return idem.ListPage{}, fmt.Errorf("%s: list: %w", pkg, err)
