@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem"
 	"io"
 	"log/slog"
 	"sync"
@@ -267,7 +268,7 @@ func CommitFails(t *testing.T, broker consumertest.Broker) {
 		defer mu.Unlock()
 		twice := 0
 		for _, id := range doomed {
-			if failed["committest/event/"+id] >= 2 {
+			if failed[idem.ScopedKey("committest", "event/"+id)] >= 2 {
 				twice++
 			}
 		}
