@@ -151,16 +151,17 @@ func Handler(h http.Handler, opt Options) http.Handler {
 			}
 		}
 		rec := &statusWriter{ResponseWriter: w}
+		returned := false
 		defer func() {
 			status := rec.status
-			if status == 0 {
+			switch {
+			case !returned:
+				// The handler panicked (the panic goes on, untouched, to http.Server).
+				status = http.StatusInternalServerError
+			case status == 0:
 				status = http.StatusOK // a handler that wrote nothing answered 200
 			}
 			route := slot.get()
-			p := recover()
-			if p != nil {
-				status = http.StatusInternalServerError
-			}
 			if span != nil {
 				if route != "" {
 					span.SetName(spanMethod(r.Method) + " " + route)
@@ -183,11 +184,9 @@ func Handler(h http.Handler, opt Options) http.Handler {
 				}
 				duration.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(attrs...))
 			}
-			if p != nil {
-				panic(p)
-			}
 		}()
 		h.ServeHTTP(rec, r.WithContext(ctx))
+		returned = true
 	})
 }
 

@@ -260,3 +260,22 @@ func histogram(t *testing.T, b *bundle, name string) histo {
 func attrStr(s sdktrace.ReadOnlySpan, k string) string { return attr(s, attribute.Key(k)) }
 
 func mapsEqual(a, b map[string]uint64) bool { return maps.Equal(a, b) }
+
+// TestHandlerPanic: a handler that panics ends its server span as a 500 error, and the panic
+// goes on to the server untouched.
+func TestHandlerPanic(t *testing.T) {
+	b := setup(t)
+	h := idemotel.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }), b.opt)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the handler's panic", p)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/x", nil))
+	}()
+	s := one(t, b.ended(t), "POST")
+	if s.Status().Code != codes.Error || attrStr(s, "http.response.status_code") != "500" {
+		t.Errorf("status %v, attributes %v", s.Status(), s.Attributes())
+	}
+}
