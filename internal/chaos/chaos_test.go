@@ -163,7 +163,7 @@ func TestChaosPlantedBugsFail(t *testing.T) {
 					for _, f := range bug.faults {
 						cfg.faults[f] = true
 					}
-					cfg.fenceMin = envInt("IDEM_CHAOS_PLANTED_FENCES", 3)
+					cfg.fenceMin = envInt("IDEM_CHAOS_PLANTED_FENCES", 6)
 					cfg.fenceGap = [2]time.Duration{}
 					v := runChaos(t, cfg, bin, bug.prefix+"+")
 					if v.OK() || !bug.caught(v) {

@@ -20,7 +20,7 @@
 // (callers, each with its own scope header value, all sending the same keys and bodies; default
 // 3), IDEM_CHAOS_GATEWAYS (default 3), IDEM_CHAOS_CONCURRENCY (operations in flight, default
 // 48), IDEM_CHAOS_SEED, IDEM_CHAOS_PLANTED_OPS and IDEM_CHAOS_PLANTED_FENCES (a planted run's
-// operations, default 60, and aims per fence leg, default 3), IDEM_CHAOS_KEEP=1 (keep the
+// operations, default 60, and aims per fence leg, default 6), IDEM_CHAOS_KEEP=1 (keep the
 // effect table and the gateways' logs, whose paths the run prints), and
 // IDEM_POSTGRES_URL for the effect table (default the local server, database test).
 //
