@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -198,6 +199,12 @@ type Verdict struct {
 	// StuckKeys counts operations whose probe, sent after every lease had expired, was not
 	// answered with success.
 	StuckKeys int
+	// MismatchTakeovers counts deliveries with another payload that executed where a
+	// re-execution of the operation is excused (its earlier execution was never completed:
+	// its holder was killed or paused, its answer lost or not stored; or an operator forced a
+	// release): the key was free, so the other payload rightly ran, and the probe after it
+	// rightly gets 422. Its execution is judged with the operation's others.
+	MismatchTakeovers int
 	// CrossTenant counts successful answers whose body is an execution made for another
 	// tenant: one caller got another's record.
 	CrossTenant int
@@ -531,18 +538,31 @@ func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
 
 // answersOf judges the answers the clients got for op, whose executions are es.
 func (j *judge) answersOf(v *Verdict, op string, es []Effect, forced bool) {
+	// A mismatched delivery that executed as a re-execution the judgement excused (it is one
+	// of es after the first, and op has no unexplained double) found its key free.
+	freed := false
+	for _, a := range j.answers[op] {
+		if a.Mismatch && success(a.Status) && !slices.Contains(v.DoubledOps, op) &&
+			slices.IndexFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) }) > 0 {
+			freed = true
+		}
+	}
 	var bodies [][]byte
 	for _, a := range j.answers[op] {
 		switch {
 		case a.Probe:
 			v.Probes++
-			if !success(a.Status) {
+			if !success(a.Status) && !(freed && a.Status == http.StatusUnprocessableEntity) {
 				v.StuckKeys++
 				v.example("%s stuck: the probe got %d %s %s", op, a.Status, a.Err, clip(a.Body))
 			}
 		case a.Mismatch:
 			v.Mismatches++
-			if success(a.Status) {
+			switch {
+			case !success(a.Status):
+			case freed && slices.IndexFunc(es, func(e Effect) bool { return bytes.Equal(e.Body, a.Body) }) > 0:
+				v.MismatchTakeovers++
+			default:
 				v.MismatchAccepted++
 				v.example("%s: another payload was answered %d %s", op, a.Status, clip(a.Body))
 			}
@@ -644,6 +664,9 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "  re-executions after a forced release          %d\n", v.OperatorReexecutions)
 	if v.DrainCutTakeovers > 0 {
 		fmt.Fprintf(w, "  re-executions after a drain cut the call      %d (past its deadline and the lease)\n", v.DrainCutTakeovers)
+	}
+	if v.MismatchTakeovers > 0 {
+		fmt.Fprintf(w, "  other payloads run on a key freed as above    %d (their probe answered 422)\n", v.MismatchTakeovers)
 	}
 	fmt.Fprintf(w, "run:\n")
 	fmt.Fprintf(w, "  operations %d, executed %d, effects recorded %d\n", v.Ops, v.Executed, v.Effects)

@@ -391,3 +391,24 @@ func TestJudgeCrossTenant(t *testing.T) {
 		}, func(v chaos.Verdict) int { return v.CrossTenant }, false},
 	})
 }
+
+// A delivery with another payload may run only on a key the judgement found free: executed as
+// a re-execution that a fault of the earlier holder excuses, it is a documented window (and the
+// probe's 422 after it is right); executed otherwise, it is accepted wrongly, and a double.
+func TestJudgeMismatchOnFreedKey(t *testing.T) {
+	t.Parallel()
+	mismatchRun := func(h *chaos.History) {
+		// c/1 by g0i1 (never answered), then the other payload's execution c/2 by g2i1.
+		h.Effects = append(h.Effects, eff("c", "1", "g0i1", 0), eff("c", "2", "g2i1", 2500))
+		h.Answers = append(h.Answers, chaos.Answer{Op: "c", Status: 201, Body: []byte("c/2"), Mismatch: true},
+			chaos.Answer{Op: "c", Status: 422, Probe: true})
+	}
+	runJudgeCases(t, []judgeCase{
+		{"on a key freed by the holder's kill", func(h *chaos.History) {
+			mismatchRun(h)
+			h.Kills = []chaos.Kill{{Gateway: "g0i1", At: at(3)}}
+		}, func(v chaos.Verdict) int { return v.MismatchTakeovers }, true},
+		{"with no fault to free the key", mismatchRun, func(v chaos.Verdict) int { return v.MismatchAccepted }, false},
+		{"its probe is not stuck only when the key was freed", mismatchRun, func(v chaos.Verdict) int { return v.StuckKeys }, false},
+	})
+}
