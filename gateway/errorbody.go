@@ -10,7 +10,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// ErrorBody writes the gateway's refusals (400, 409, 413, 422, 502, 503, 504) in the API's
+// ErrorBody writes the gateway's refusals (400, 409, 413, 422, 500, 502, 503, 504) in the API's
 // own error shape instead of application/problem+json, for clients that only understand
 // that shape (stripe-go, for one, retries a 422 it cannot read as an error):
 //
@@ -21,7 +21,8 @@ import (
 // The template is a Go text/template over an idemhttp.Problem: .Status (the HTTP status),
 // .Type (the problem's type URI), .Title (its English summary) and .Code (the type URI's last
 // segment: in-flight, mismatch, store-unavailable, …). {{json .Title}} writes a value as JSON.
-// The status and Retry-After are the gateway's whatever the body says.
+// The status and Retry-After are the gateway's whatever the body says. As everywhere in the
+// config file, environment variables are expanded first: a "$" in the template is read as one.
 type ErrorBody struct {
 	// ContentType is the body's media type. Default application/json.
 	ContentType string `yaml:"content_type"`

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -75,10 +75,7 @@ func spanMethod(method string) string {
 // routeKey is the context key of the *routeSlot a Handler puts in each request's context.
 type routeKey struct{}
 
-type routeSlot struct {
-	mu    sync.Mutex
-	route string
-}
+type routeSlot struct{ route atomic.Pointer[string] }
 
 // Route records the route that matched the request whose context is ctx, as a template
 // ("/v1/orders/{id}", never the path with its identifiers), for the server span and the
@@ -87,16 +84,15 @@ type routeSlot struct {
 // it does nothing.
 func Route(ctx context.Context, route string) {
 	if s, ok := ctx.Value(routeKey{}).(*routeSlot); ok {
-		s.mu.Lock()
-		s.route = route
-		s.mu.Unlock()
+		s.route.Store(&route)
 	}
 }
 
 func (s *routeSlot) get() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.route
+	if r := s.route.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 // Handler continues, in h, the trace of the caller: it extracts the trace context from the
