@@ -3,13 +3,9 @@ package kinesis
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -18,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/internal/shards"
 )
 
 // Options configure a Worker. Client and Stream are required.
@@ -55,21 +52,45 @@ type Options struct {
 	beforeAck func() bool // tests: true makes the worker behave as if killed before a checkpoint
 }
 
+// Checkpoints keep, per shard, how far a consumer application has read (the sequence number of
+// the last record done with, or ShardEnd) and which worker reads it now (a lease), so that the
+// workers of one application share the shards and a worker that stops or dies leaves its shards
+// to the others once its lease runs out.
+//
+// A checkpoint only saves work. The effect of each record happens once because the consumer's
+// idem store keeps its key; a checkpoint that is lost or behind makes a worker read records
+// again, and each of them is then a duplicate (one store round trip), never a second effect.
+// So an implementation may keep checkpoints anywhere: NewMemoryCheckpoints keeps them in the
+// process (workers of one process share them; a restarted process reads each shard from its
+// start, or from Options.Start); for workers in several processes, implement Checkpoints on
+// a table they share (a DynamoDB item per shard with a conditional write on the lease, a
+// PostgreSQL row per shard).
+//
+// Claim takes the lease of a shard for an owner until a time, or renews it, unless another
+// owner holds it and its lease has not run out; it returns the shard's checkpoint ("" for
+// none) and whether the owner holds the lease. Save sets the checkpoint if the owner holds the
+// lease, never moving it back (see Later), and reports whether it held it. Checkpoint returns
+// a shard's checkpoint, whoever holds it.
+type Checkpoints = shards.Checkpoints
+
+// MemoryCheckpoints keep checkpoints and leases in the process's memory. Create them with
+// NewMemoryCheckpoints; they are safe for concurrent use.
+type MemoryCheckpoints = shards.MemoryCheckpoints
+
+// NewMemoryCheckpoints returns empty checkpoints kept in memory.
+func NewMemoryCheckpoints() *MemoryCheckpoints { return shards.NewMemoryCheckpoints() }
+
+// ShardEnd is the checkpoint of a shard read to its end (a parent shard after a reshard): its
+// children may be read.
+const ShardEnd = shards.ShardEnd
+
+// Later reports whether checkpoint a is past checkpoint b: ShardEnd is past every sequence
+// number, every sequence number is past "" (none), and sequence numbers compare as numbers.
+func Later(a, b string) bool { return shards.Later(a, b) }
+
 // Worker reads every shard of a stream it holds the lease of, in order, and hands each record
-// to a consumer. Create it with Start.
-type Worker struct {
-	c      *consumer.Consumer
-	opt    Options
-	owner  string
-	log    *slog.Logger
-	stop   chan struct{} // closed by Stop or Kill: take nothing new
-	done   chan struct{} // closed when every reader has returned
-	killed atomic.Bool
-	once   sync.Once
-	hctx   context.Context // the handlers' context: cancelled only by Kill
-	kill   context.CancelFunc
-	wg     sync.WaitGroup
-}
+// to a consumer. Create it with Start; it is safe for concurrent use.
+type Worker struct{ w *shards.Worker }
 
 // Start starts a worker that reads the stream and hands each record to c, until Stop (or
 // ctx's end). It fails with an error matching idem.ErrInvalidInput, naming the field, if an
@@ -95,164 +116,51 @@ func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, err
 	case opt.Start != "" && opt.Start != types.ShardIteratorTypeTrimHorizon && opt.Start != types.ShardIteratorTypeLatest:
 		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Start %q is neither TRIM_HORIZON nor LATEST", idem.ErrInvalidInput, opt.Start)
 	}
-	if opt.Checkpoints == nil {
-		opt.Checkpoints = NewMemoryCheckpoints()
-	}
-	opt.Start = cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon)
-	opt.Limit = cmp.Or(opt.Limit, 100)
-	opt.PollInterval = cmp.Or(opt.PollInterval, time.Second)
-	opt.LeaseDuration = cmp.Or(opt.LeaseDuration, 30*time.Second)
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	w := &Worker{c: c, opt: opt, owner: hex.EncodeToString(id[:]), log: cmp.Or(opt.Logger, slog.Default()),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	w.hctx, w.kill = context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		select {
-		case <-ctx.Done():
-			w.Stop()
-		case <-w.done:
-		}
-	}()
-	go w.run()
-	return w, nil
+	src := &source{client: opt.Client, stream: opt.Stream, start: cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon), limit: cmp.Or(opt.Limit, 100)}
+	w := shards.Start(ctx, c, src, shards.Options{
+		Name:          opt.Stream,
+		Checkpoints:   cmp.Or[Checkpoints](opt.Checkpoints, NewMemoryCheckpoints()),
+		PollInterval:  cmp.Or(opt.PollInterval, time.Second),
+		LeaseDuration: cmp.Or(opt.LeaseDuration, 30*time.Second),
+		OnRejected:    opt.OnRejected,
+		Logger:        cmp.Or(opt.Logger, slog.Default()),
+		BeforeAck:     opt.beforeAck,
+	})
+	return &Worker{w: w}, nil
 }
 
 // Stop stops the worker: it takes no new record, finishes the ones under way (and saves their
-// checkpoints), gives up its leases as they run out, and returns when it has stopped.
-func (w *Worker) Stop() {
-	w.once.Do(func() { close(w.stop) })
-	<-w.done
-}
+// checkpoints), and returns when it has stopped. Its leases run out after LeaseDuration.
+func (w *Worker) Stop() { w.w.Stop() }
 
 // Kill stops the worker as a process killed at that instant: no checkpoint is saved from now
 // on, and it returns without waiting for the record under way. Its leases run out after
 // LeaseDuration, and another worker reads on from the last checkpoint saved.
-func (w *Worker) Kill() {
-	w.killed.Store(true)
-	w.once.Do(func() { close(w.stop) })
-	w.kill()
-}
+func (w *Worker) Kill() { w.w.Kill() }
 
 // Done is closed when the worker has stopped.
-func (w *Worker) Done() <-chan struct{} { return w.done }
+func (w *Worker) Done() <-chan struct{} { return w.w.Done() }
 
-func (w *Worker) stopped() bool {
-	select {
-	case <-w.stop:
-		return true
-	default:
-		return false
-	}
+// source is the Kinesis API as a shards.Source.
+type source struct {
+	client *kinesis.Client
+	stream string
+	start  types.ShardIteratorType
+	limit  int32
 }
 
-// sleep waits d or until the worker stops; it reports whether the worker goes on.
-func (w *Worker) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-		return false
-	}
-}
-
-// reader is one shard's reader, running while the worker holds the shard's lease.
-type reader struct {
-	lost atomic.Bool // the lease was lost: stop
-	done chan struct{}
-}
-
-// run lists the shards, claims the ones whose parents are read to their end, and starts a
-// reader on each one claimed; every third of the lease it renews the claims and looks again.
-func (w *Worker) run() {
-	defer close(w.done)
-	defer w.wg.Wait()
-	readers := map[string]*reader{}
-	every := w.opt.LeaseDuration / 3
+func (s *source) Shards(ctx context.Context) ([]shards.Shard, error) {
+	var out []shards.Shard
+	in := &kinesis.ListShardsInput{StreamName: aws.String(s.stream)}
 	for {
-		if err := w.sync(readers); err != nil && !w.stopped() {
-			w.log.Warn("kinesis: listing or claiming shards failed", "stream", w.opt.Stream, "err", err)
-		}
-		if !w.sleep(every) {
-			return
-		}
-	}
-}
-
-func (w *Worker) sync(readers map[string]*reader) error {
-	ctx, cancel := context.WithTimeout(w.hctx, w.opt.LeaseDuration/3)
-	defer cancel()
-	shards, err := w.listShards(ctx)
-	if err != nil {
-		return err
-	}
-	known := map[string]bool{}
-	for _, s := range shards {
-		known[aws.ToString(s.ShardId)] = true
-	}
-	until := time.Now().Add(w.opt.LeaseDuration)
-	for _, s := range shards {
-		id := aws.ToString(s.ShardId)
-		if r := readers[id]; r != nil {
-			select {
-			case <-r.done:
-				delete(readers, id)
-			default:
-				if _, held, err := w.opt.Checkpoints.Claim(ctx, id, w.owner, until); err != nil || !held {
-					r.lost.Store(true)
-				}
-				continue
-			}
-		}
-		ready, err := w.parentsRead(ctx, s, known)
-		if err != nil || !ready {
-			continue
-		}
-		cp, held, err := w.opt.Checkpoints.Claim(ctx, id, w.owner, until)
-		if err != nil {
-			return err
-		}
-		if !held || cp == ShardEnd || w.stopped() {
-			continue
-		}
-		r := &reader{done: make(chan struct{})}
-		readers[id] = r
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			defer close(r.done)
-			w.read(id, cp, r)
-		}()
-	}
-	return nil
-}
-
-// parentsRead reports whether every parent of s that the stream still lists is read to its
-// end (a parent past the stream's retention is gone, and so are its records).
-func (w *Worker) parentsRead(ctx context.Context, s types.Shard, known map[string]bool) (bool, error) {
-	for _, p := range []*string{s.ParentShardId, s.AdjacentParentShardId} {
-		if p == nil || !known[*p] {
-			continue
-		}
-		cp, err := w.opt.Checkpoints.Checkpoint(ctx, *p)
-		if err != nil || cp != ShardEnd {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func (w *Worker) listShards(ctx context.Context) ([]types.Shard, error) {
-	var out []types.Shard
-	in := &kinesis.ListShardsInput{StreamName: aws.String(w.opt.Stream)}
-	for {
-		resp, err := w.opt.Client.ListShards(ctx, in)
+		resp, err := s.client.ListShards(ctx, in)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, resp.Shards...)
+		for _, sh := range resp.Shards {
+			out = append(out, shards.Shard{ID: aws.ToString(sh.ShardId),
+				Parents: []string{aws.ToString(sh.ParentShardId), aws.ToString(sh.AdjacentParentShardId)}})
+		}
 		if resp.NextToken == nil {
 			return out, nil
 		}
@@ -260,118 +168,36 @@ func (w *Worker) listShards(ctx context.Context) ([]types.Shard, error) {
 	}
 }
 
-// read reads shard id from checkpoint cp on, until the worker stops, the lease is lost or the
-// shard ends.
-func (w *Worker) read(id, cp string, r *reader) {
-	at := "" // a record to read again from (after a failure)
-	var iter *string
-	for !w.stopped() && !r.lost.Load() {
-		if iter == nil {
-			var err error
-			if iter, err = w.iterator(id, cp, at); err != nil {
-				w.log.Warn("kinesis: GetShardIterator failed", "stream", w.opt.Stream, "shard", id, "err", err)
-				if !w.sleep(w.opt.PollInterval) {
-					return
-				}
-				continue
-			}
-		}
-		resp, err := w.opt.Client.GetRecords(w.hctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(w.opt.Limit)})
-		if err != nil {
-			w.log.Warn("kinesis: GetRecords failed", "stream", w.opt.Stream, "shard", id, "err", err)
-			iter = nil
-			if !w.sleep(w.opt.PollInterval) {
-				return
-			}
-			continue
-		}
-		retry := time.Duration(-1)
-		for _, rec := range resp.Records {
-			if w.killed.Load() || r.lost.Load() {
-				return
-			}
-			seq := aws.ToString(rec.SequenceNumber)
-			m := Message(rec, w.opt.Stream, id)
-			res := w.c.Handle(w.hctx, m)
-			switch {
-			case res.Outcome.Ack():
-			case res.Outcome == consumer.Rejected:
-				w.log.Warn("kinesis: record rejected; the checkpoint moves past it", "stream", w.opt.Stream, "shard", id, "sequence_number", seq, "err", res.Err)
-				if w.opt.OnRejected != nil {
-					w.opt.OnRejected(w.hctx, m, res)
-				}
-			default:
-				retry, at = max(res.RetryAfter, w.opt.PollInterval), seq
-			}
-			if retry >= 0 {
-				break
-			}
-			if w.opt.beforeAck != nil && w.opt.beforeAck() {
-				w.Kill()
-				return
-			}
-			if !w.save(id, seq, r) {
-				return
-			}
-			cp = seq
-		}
-		if retry >= 0 {
-			iter = nil
-			if !w.sleep(retry) {
-				return
-			}
-			continue
-		}
-		at = ""
-		if resp.NextShardIterator == nil { // the shard is closed and read to its end
-			w.save(id, ShardEnd, r)
-			return
-		}
-		iter = resp.NextShardIterator
-		if len(resp.Records) == 0 && aws.ToInt64(resp.MillisBehindLatest) == 0 && !w.sleep(w.opt.PollInterval) {
-			return
-		}
-	}
-}
-
-// save saves the shard's checkpoint, unless the worker was killed; it reports whether the
-// reader goes on (false: killed, or the lease is lost).
-func (w *Worker) save(id, cp string, r *reader) bool {
-	if w.killed.Load() {
-		return false
-	}
-	held, err := w.opt.Checkpoints.Save(w.hctx, id, w.owner, cp)
-	if err != nil {
-		// The record is done with; a checkpoint not saved only makes a later reader read it
-		// again, as a duplicate.
-		w.log.Warn("kinesis: saving a checkpoint failed", "stream", w.opt.Stream, "shard", id, "err", err)
-		return true
-	}
-	if !held {
-		r.lost.Store(true)
-	}
-	return held
-}
-
-// iterator returns an iterator at record at, or after checkpoint cp, or at Options.Start.
-func (w *Worker) iterator(id, cp, at string) (*string, error) {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(w.opt.Stream), ShardId: aws.String(id)}
+func (s *source) Iterator(ctx context.Context, shard string, pos shards.Position) (string, error) {
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(s.stream), ShardId: aws.String(shard)}
 	switch {
-	case at != "":
-		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAtSequenceNumber, aws.String(at)
-	case cp != "":
-		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAfterSequenceNumber, aws.String(cp)
+	case pos.At != "":
+		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAtSequenceNumber, aws.String(pos.At)
+	case pos.After != "":
+		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAfterSequenceNumber, aws.String(pos.After)
 	default:
-		in.ShardIteratorType = w.opt.Start
+		in.ShardIteratorType = s.start
 	}
-	resp, err := w.opt.Client.GetShardIterator(w.hctx, in)
+	resp, err := s.client.GetShardIterator(ctx, in)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if resp.ShardIterator == nil {
-		return nil, errors.New("kinesis: no shard iterator")
+		return "", errors.New("kinesis: no shard iterator")
 	}
-	return resp.ShardIterator, nil
+	return *resp.ShardIterator, nil
+}
+
+func (s *source) Read(ctx context.Context, shard, iter string) (shards.Batch, error) {
+	resp, err := s.client.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: aws.String(iter), Limit: aws.Int32(s.limit)})
+	if err != nil {
+		return shards.Batch{}, err
+	}
+	b := shards.Batch{Next: aws.ToString(resp.NextShardIterator), Behind: aws.ToInt64(resp.MillisBehindLatest) > 0}
+	for _, r := range resp.Records {
+		b.Records = append(b.Records, shards.Record{Seq: aws.ToString(r.SequenceNumber), Msg: Message(r, s.stream, shard)})
+	}
+	return b, nil
 }
 
 // Message converts a Kinesis record into the message a consumer handles: its Body is the

@@ -1,4 +1,4 @@
-package kinesis
+package shards
 
 import (
 	"context"
