@@ -55,7 +55,7 @@ func TestOutboxEndToEnd(t *testing.T) {
 	}
 	// A writer that rewrites p-2's event item: a MODIFY of the same fact.
 	if _, err := b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(b.table),
-		Key: map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "payment#p-2"}, "sk": &ddbtypes.AttributeValueMemberS{Value: "event#payment.created"}},
+		Key:              map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "payment#p-2"}, "sk": &ddbtypes.AttributeValueMemberS{Value: "event#payment.created"}},
 		UpdateExpression: aws.String("SET attempt = :a"), ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":a": &ddbtypes.AttributeValueMemberN{Value: "2"}}}); err != nil {
 		t.Fatal(err)
 	}
