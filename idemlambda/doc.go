@@ -193,4 +193,9 @@
 // one not done with, reporting it and every later record by sequence number in the batch item
 // failures: Lambda retries from that checkpoint, and a record sent again after it was done
 // (a whole batch again, a bisected half) is a duplicate, its effect not run again.
+//
+// These handlers claim keys through the consumer's runner, whose lease is the engine's
+// Options.Lease, not bounded by the invocation's deadline as Wrap's is: set it a little above
+// the function's timeout, so that the record of an invocation stopped at its timeout is free for
+// the platform's retry soon after (until then the retry finds it in flight and reports it).
 package idemlambda
