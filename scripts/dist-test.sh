@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks `make dist`: two builds of the commit at HEAD, each from its own clean clone at its
 # own path, give byte-identical archives, SBOMs and SHA256SUMS; the checksums verify; every
-# platform has its archive and SBOM; and the linux binary names its version and commit.
+# platform has its archive and SBOM; and the binary for this machine names its commit.
+# PLATFORMS (as for scripts/dist.sh) narrows both builds and the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 commit=$(git rev-parse HEAD)
@@ -23,7 +24,8 @@ if ! diff -r "$work/dist-a" "$work/dist-b" >/dev/null; then
 fi
 cd "$work/dist-a"
 sha256sum --quiet -c SHA256SUMS
-for p in linux_amd64 linux_arm64 darwin_amd64 darwin_arm64 windows_amd64 windows_arm64; do
+platforms=${PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64}
+for p in ${platforms//\//_}; do
 	ext=tar.gz
 	if [[ $p == windows_* ]]; then
 		ext=zip

@@ -7,6 +7,8 @@
 #
 #   IMAGE  image name (default localhost/idem); tagged :latest and :<version>
 #   GOARCH architecture of the binary and image (default: the host's)
+#   BINARY a static linux idem built elsewhere to package instead (the one from a release
+#          archive, say); its version labels come from this checkout
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/podman.sh
@@ -22,8 +24,13 @@ trap 'rm -rf "$ctx"' EXIT
 root=$ctx/rootfs
 mkdir -p "$root/usr/local/bin" "$root/etc/ssl/certs" "$root/usr/share" "$root/tmp" "$ctx/data"
 chmod 1777 "$root/tmp"
-CGO_ENABLED=0 GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "$ldflags" \
-	-o "$root/usr/local/bin/idem" ./cmd/idem
+if [ -n "${BINARY:-}" ]; then
+	cp "$BINARY" "$root/usr/local/bin/idem"
+	chmod 0755 "$root/usr/local/bin/idem"
+else
+	CGO_ENABLED=0 GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "$ldflags" \
+		-o "$root/usr/local/bin/idem" ./cmd/idem
+fi
 certs=${IDEM_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 if [ ! -s "$certs" ]; then
 	echo "image: no CA bundle at $certs (install ca-certificates or set IDEM_CA_BUNDLE)" >&2
