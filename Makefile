@@ -87,3 +87,17 @@ demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
 .PHONY: help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short mutation fuzz demo
+
+image: ## Container image localhost/idem:latest from Containerfile with podman (installs Debian's podman and runc if missing; nothing pulled).
+	bash scripts/image.sh
+
+image-test: ## Build the image and run it as an operator would: PostgreSQL, an upstream, the curl pair, /readyz, SIGTERM drain, non-root user.
+	bash scripts/image-test.sh
+
+dist: ## Release archives in dist/: linux, darwin, windows × amd64, arm64, version and commit stamped, SHA256SUMS, a CycloneDX SBOM per archive.
+	bash scripts/dist.sh
+
+dist-test: ## Build the release archives twice from clean clones of HEAD and check they are identical, complete and stamped.
+	bash scripts/dist-test.sh
+
+.PHONY: image image-test dist dist-test

@@ -8,9 +8,20 @@ import (
 	"strings"
 )
 
-// Version is the idem version, set at build time with -ldflags "-X ...cli.Version=v1.2.3";
-// otherwise taken from the module's build information.
+// Version is the idem version, set at build time with
+// -ldflags "-X github.com/idemkit/idem/internal/cli.Version=v1.2.3"; otherwise taken from the
+// module's build information.
 var Version = ""
+
+// Commit and CommitTime are the commit the binary was built from ("+dirty" appended for a tree
+// with uncommitted changes) and that commit's time (RFC 3339, UTC), set at build time with
+// -ldflags "-X github.com/idemkit/idem/internal/cli.Commit=..." (and CommitTime); the release
+// builds set them from git. When empty, the build information's vcs.* settings are used, which
+// go build records only with -buildvcs (many CI images turn it off).
+var (
+	Commit     = ""
+	CommitTime = ""
+)
 
 func init() {
 	register("version", "print the version and the commit it was built from (also idem --version)", func(ctx context.Context, e *env, args []string) error {
@@ -41,33 +52,41 @@ func moduleVersion(bi *debug.BuildInfo) string {
 
 // versionLine is what `idem version` prints, from the binary's build information (nil when
 // it has none): the module version, then the commit the binary was built from, "+dirty" if
-// the tree had uncommitted changes, and the commit's time, as `go build` records them from
-// version control (vcs.revision, vcs.modified, vcs.time); then the Go version and platform.
+// the tree had uncommitted changes, and the commit's time — Commit and CommitTime when the
+// build set them, else as `go build` records them from version control (vcs.revision,
+// vcs.modified, vcs.time); then the Go version and platform.
 //
 //	idem v1.4.0 (commit 1cee407e2d6a9c0b4b1f3c5e8d7a6b5c4d3e2f10, 2026-12-01T21:58:03Z, go1.26.0 linux/amd64)
 func versionLine(bi *debug.BuildInfo) string {
 	var details []string
 	goVersion := runtime.Version()
+	vcs := map[string]string{}
 	if bi != nil {
-		vcs := map[string]string{}
 		for _, s := range bi.Settings {
 			vcs[s.Key] = s.Value
-		}
-		if rev := vcs["vcs.revision"]; rev != "" {
-			if vcs["vcs.modified"] == "true" {
-				rev += "+dirty"
-			}
-			details = append(details, "commit "+rev)
-			if t := vcs["vcs.time"]; t != "" {
-				details = append(details, t)
-			}
-		} else {
-			details = append(details, "no commit recorded")
 		}
 		if bi.GoVersion != "" {
 			goVersion = bi.GoVersion
 		}
-	} else {
+	}
+	switch {
+	case Commit != "": // stamped at build time: takes precedence over what go build recorded
+		details = append(details, "commit "+Commit)
+		if CommitTime != "" {
+			details = append(details, CommitTime)
+		}
+	case vcs["vcs.revision"] != "":
+		rev := vcs["vcs.revision"]
+		if vcs["vcs.modified"] == "true" {
+			rev += "+dirty"
+		}
+		details = append(details, "commit "+rev)
+		if t := vcs["vcs.time"]; t != "" {
+			details = append(details, t)
+		}
+	case bi != nil:
+		details = append(details, "no commit recorded")
+	default:
 		details = append(details, "no build information")
 	}
 	details = append(details, goVersion+" "+runtime.GOOS+"/"+runtime.GOARCH)

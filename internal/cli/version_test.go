@@ -88,3 +88,76 @@ func TestVersionBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionStamped builds idem as the release builds do (scripts/dist-ldflags.sh, with
+// GOFLAGS=-buildvcs=false so go build records nothing from git itself) and checks that
+// `idem version` prints the version, the commit the tree is at (+dirty when it has changes)
+// and the commit's time, stamped by the linker. It works from a linked worktree too.
+func TestVersionStamped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	t.Parallel()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", root}, args...)...)
+		cmd.Env = append(os.Environ(), "TZ=UTC")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Skipf("git %v: %v: not a git checkout, so no commit to stamp", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	head := git("rev-parse", "HEAD")
+	if git("status", "--porcelain", "--untracked-files=no") != "" {
+		head += "+dirty"
+	}
+	commitTime := git("log", "-1", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", "--format=%cd")
+	flags := exec.Command("bash", "scripts/dist-ldflags.sh")
+	flags.Dir = root
+	flags.Env = append(os.Environ(), "VERSION=v9.8.7-test")
+	ldflags, err := flags.Output()
+	if err != nil {
+		t.Fatalf("scripts/dist-ldflags.sh: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "idem")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", bin, "./cmd/idem")
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatalf("idem version: %v", err)
+	}
+	line := strings.TrimSpace(string(out))
+	want := "idem v9.8.7-test (commit " + head + ", " + commitTime + ", "
+	if !strings.HasPrefix(line, want) || !strings.HasSuffix(line, runtime.GOOS+"/"+runtime.GOARCH+")") {
+		t.Errorf("idem version = %q, want it to start with %q", line, want)
+	}
+}
+
+// TestVersionLineStamped: a commit stamped at build time (Commit, CommitTime) is what the line
+// names, before whatever go build recorded from version control, and also without build
+// information. Not parallel: it sets the package's stamped variables.
+func TestVersionLineStamped(t *testing.T) {
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	Version, Commit, CommitTime = "v1.5.0", "2f10aa+dirty", "2026-12-02T10:00:00Z"
+	t.Cleanup(func() { Version, Commit, CommitTime = "", "", "" })
+	vcs := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0000ff"}, {Key: "vcs.time", Value: "2020-01-01T00:00:00Z"}}}
+	if got, want := versionLine(vcs), "idem v1.5.0 (commit 2f10aa+dirty, 2026-12-02T10:00:00Z, go1.26.0 "+platform+")"; got != want {
+		t.Errorf("with vcs settings:\n got %s\nwant %s", got, want)
+	}
+	noVCS := &debug.BuildInfo{GoVersion: "go1.26.0"}
+	if got, want := versionLine(noVCS), "idem v1.5.0 (commit 2f10aa+dirty, 2026-12-02T10:00:00Z, go1.26.0 "+platform+")"; got != want {
+		t.Errorf("without vcs settings:\n got %s\nwant %s", got, want)
+	}
+	if got, want := versionLine(nil), "idem v1.5.0 (commit 2f10aa+dirty, 2026-12-02T10:00:00Z, "+runtime.Version()+" "+platform+")"; got != want {
+		t.Errorf("without build information:\n got %s\nwant %s", got, want)
+	}
+}
