@@ -69,3 +69,23 @@ func TestReplyOfExactlyMaxReplyBytesKept(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayKeepsTrailerWithoutHeader: trailer metadata a handler set, without any header,
+// is stored and sent again with the replay.
+func TestReplayKeepsTrailerWithoutHeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, config{})
+	b.svc.set(func(ctx context.Context, _ *structpb.Struct) (*wrapperspb.StringValue, error) {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-ledger", "entry-3"))
+		return wrapperspb.String("ok"), nil
+	})
+	ctx := ctxT(t)
+	first := b.call(ctx, "k-trailer", map[string]any{"amount": 3})
+	second := b.call(ctx, "k-trailer", map[string]any{"amount": 3})
+	if first.err != nil || second.err != nil || !second.replayed() {
+		t.Fatalf("first %s, second %s; want the second replayed", describe(first), describe(second))
+	}
+	if got := second.trailer.Get("x-ledger"); len(got) != 1 || got[0] != "entry-3" {
+		t.Fatalf("replayed trailer x-ledger %q, want [entry-3]", got)
+	}
+}
