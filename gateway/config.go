@@ -73,6 +73,12 @@ type Config struct {
 	Wait Duration `yaml:"wait"`
 	// MetricsListen serves /metrics (Prometheus) on its own address. Default: no metrics.
 	MetricsListen string `yaml:"metrics_listen"`
+	// ConsoleListen serves the operator's web console on its own address, such as
+	// 127.0.0.1:8081 (`idem serve`; it needs a credential). Default: no console.
+	ConsoleListen string `yaml:"console_listen"`
+	// ConsoleTokenFile is the file holding the console's token, at least 16 bytes (`idem
+	// serve`). Default: the token from IDEM_CONSOLE_TOKEN.
+	ConsoleTokenFile string `yaml:"console_token_file"`
 	// OTLPEndpoint sends OpenTelemetry traces and metrics over OTLP/HTTP to this collector
 	// URL, such as http://collector:4318 (/v1/traces and /v1/metrics are added; a URL ending in
 	// one of them names that signal's URL, the other's beside it). Traces: a span per request

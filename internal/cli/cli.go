@@ -58,6 +58,10 @@ func mainEnv(ctx context.Context, args []string, e *env) int {
 		args = append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := commands[args[0]]
+	if to := renamed[args[0]]; !ok && to != "" {
+		fmt.Fprintf(stderr, "idem: %q is now %q: idem %s\n", args[0], to, to)
+		return 2
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "idem: unknown command %q\n\n", args[0])
 		usage(stderr)
@@ -103,8 +107,12 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, turning flag errors into usage errors.
+// parse parses args, turning flag errors into usage errors. A flag's former name is refused
+// with its new name.
 func parse(fs *flag.FlagSet, args []string) error {
+	if err := renamedFlag(args); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

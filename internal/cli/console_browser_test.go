@@ -49,7 +49,7 @@ func screenshotDir(t *testing.T) string {
 	return t.TempDir()
 }
 
-// TestConsoleBrowser drives the console of `idem serve --admin-listen` with a real headless
+// TestConsoleBrowser drives the console of `idem serve --console-listen` with a real headless
 // chromium: requests sent through the running gateway are listed; a search by client key and
 // by tenant (found from its identity) finds the one record; a key whose upstream call ended
 // without an answer is shown as stuck (held), its release is refused without force and done
@@ -82,12 +82,12 @@ func TestConsoleBrowser(t *testing.T) {
 	}))
 	defer up.Close()
 
-	vars := map[string]string{"IDEM_ADMIN_TOKEN": token, "IDEM_SCOPE_SECRET": secret}
+	vars := map[string]string{"IDEM_CONSOLE_TOKEN": token, "IDEM_SCOPE_SECRET": secret}
 	e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return vars[k] }}
 	fs := newFlags(e, "serve", "")
 	f := bindServe(e, fs)
 	if err := parse(fs, []string{"--listen", "127.0.0.1:0", "--upstream", up.URL, "--store", "memory://",
-		"--scope-header", "X-Api-Key", "--uncertain", "hold", "--admin-listen", "127.0.0.1:0"}); err != nil {
+		"--scope-header", "X-Api-Key", "--uncertain", "hold", "--console-listen", "127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := f.resolve(e, fs)

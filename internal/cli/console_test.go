@@ -47,22 +47,22 @@ func TestConditions(t *testing.T) {
 	}
 }
 
-// TestConsoleNeedsACredential: serve --admin-listen and admin refuse to start without a
-// credential, or with a short one; the console is off without --admin-listen.
+// TestConsoleNeedsACredential: serve --console-listen and admin refuse to start without a
+// credential, or with a short one; the console is off without --console-listen.
 func TestConsoleNeedsACredential(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		vars map[string]string
 		args []string
 	}{
-		{nil, []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--admin-listen", "127.0.0.1:0"}},
-		{map[string]string{"IDEM_ADMIN_TOKEN": "short"}, []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--admin-listen", "127.0.0.1:0"}},
-		{map[string]string{"IDEM_ADMIN_USER": "ops"}, []string{"admin", "--store", "memory://", "--listen", "127.0.0.1:0"}},
-		{nil, []string{"admin", "--store", "memory://", "--listen", "127.0.0.1:0"}},
+		{nil, []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--console-listen", "127.0.0.1:0"}},
+		{map[string]string{"IDEM_CONSOLE_TOKEN": "short"}, []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--console-listen", "127.0.0.1:0"}},
+		{map[string]string{"IDEM_CONSOLE_USER": "ops"}, []string{"console", "--store", "memory://", "--listen", "127.0.0.1:0"}},
+		{nil, []string{"console", "--store", "memory://", "--listen", "127.0.0.1:0"}},
 	} {
 		e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return tc.vars[k] }}
 		err := commands[tc.args[0]].run(context.Background(), e, tc.args[1:])
-		if err == nil || !strings.Contains(err.Error(), "credential") && !strings.Contains(err.Error(), "fewer than") && !strings.Contains(err.Error(), "IDEM_ADMIN_PASSWORD is empty") {
+		if err == nil || !strings.Contains(err.Error(), "credential") && !strings.Contains(err.Error(), "fewer than") && !strings.Contains(err.Error(), "IDEM_CONSOLE_PASSWORD is empty") {
 			t.Errorf("%v with %v: %v, want a refusal", tc.args, tc.vars, err)
 		}
 	}
@@ -73,21 +73,21 @@ func TestConsoleNeedsACredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s, err := f.console.sidecar(e); s != nil || err != nil {
-		t.Fatalf("without --admin-listen: a console (%v)", err)
+		t.Fatalf("without --console-listen: a console (%v)", err)
 	}
 }
 
-// TestAdminCommand: `idem admin` serves a store's records to a holder of the token only, and
+// TestConsoleCommand: `idem console` serves a store's records to a holder of the token only, and
 // says rates need a gateway.
-func TestAdminCommand(t *testing.T) {
+func TestConsoleCommand(t *testing.T) {
 	t.Parallel()
 	store := seed(t)
 	logs := &syncbuf.Buffer{}
-	vars := map[string]string{"IDEM_ADMIN_TOKEN": "admin-command-token-0123"}
+	vars := map[string]string{"IDEM_CONSOLE_TOKEN": "admin-command-token-0123"}
 	e := &env{stdout: io.Discard, stderr: logs, getenv: func(k string) string { return vars[k] }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runAdmin(ctx, e, []string{"--store", store, "--listen", "127.0.0.1:0"}) }()
+	go func() { done <- runConsole(ctx, e, []string{"--store", store, "--listen", "127.0.0.1:0"}) }()
 	addr := regexp.MustCompile(`console listening" addr=(http://[0-9.:]+)`)
 	var base string
 	for deadline := time.Now().Add(60 * time.Second); base == ""; {
@@ -120,7 +120,7 @@ func TestAdminCommand(t *testing.T) {
 		t.Errorf("without the token: %d", code)
 	}
 	code, page := get("Bearer admin-command-token-0123")
-	if code != 200 || !strings.Contains(page, ">stale<") || !strings.Contains(page, ">held<") || strings.Contains(page, ">done<") || !strings.Contains(page, "--admin-listen") {
+	if code != 200 || !strings.Contains(page, ">stale<") || !strings.Contains(page, ">held<") || strings.Contains(page, ">done<") || !strings.Contains(page, "--console-listen") {
 		t.Errorf("stuck records: %d\n%s", code, page)
 	}
 	cancel()
@@ -129,26 +129,26 @@ func TestAdminCommand(t *testing.T) {
 	}
 }
 
-// TestConsoleRefusesWeakCredentials: serve --admin-listen and admin refuse to start with a user
+// TestConsoleRefusesWeakCredentials: serve --console-listen and admin refuse to start with a user
 // and no password, or a password of one byte (basic `admin:` would otherwise get in beside a
 // token), with a password but no user, and with a short or repetitive token or password; each
 // error names the variable to fix.
 func TestConsoleRefusesWeakCredentials(t *testing.T) {
 	t.Parallel()
 	const strong = "console-token-0123456789"
-	serve := []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--admin-listen", "127.0.0.1:0"}
-	admin := []string{"admin", "--store", "memory://", "--listen", "127.0.0.1:0"}
+	serve := []string{"serve", "--upstream", "http://127.0.0.1:1", "--scope", "none", "--store", "memory://", "--console-listen", "127.0.0.1:0"}
+	admin := []string{"console", "--store", "memory://", "--listen", "127.0.0.1:0"}
 	for _, tc := range []struct {
 		vars map[string]string
 		want string
 	}{
-		{map[string]string{"IDEM_ADMIN_TOKEN": strong, "IDEM_ADMIN_USER": "admin"}, "IDEM_ADMIN_PASSWORD is empty"},
-		{map[string]string{"IDEM_ADMIN_TOKEN": strong, "IDEM_ADMIN_USER": "admin", "IDEM_ADMIN_PASSWORD": "x"}, "IDEM_ADMIN_PASSWORD has 1 bytes"},
-		{map[string]string{"IDEM_ADMIN_USER": "admin", "IDEM_ADMIN_PASSWORD": "password"}, "IDEM_ADMIN_PASSWORD has 8 bytes"},
-		{map[string]string{"IDEM_ADMIN_USER": "admin", "IDEM_ADMIN_PASSWORD": "passwordpassword"}, "IDEM_ADMIN_PASSWORD has 7 distinct"},
-		{map[string]string{"IDEM_ADMIN_PASSWORD": strong}, "IDEM_ADMIN_USER is empty"},
-		{map[string]string{"IDEM_ADMIN_TOKEN": strings.Repeat("0", 32)}, "IDEM_ADMIN_TOKEN) has 1 distinct"},
-		{map[string]string{"IDEM_ADMIN_TOKEN": "0123456789"}, "IDEM_ADMIN_TOKEN) has 10 bytes"},
+		{map[string]string{"IDEM_CONSOLE_TOKEN": strong, "IDEM_CONSOLE_USER": "admin"}, "IDEM_CONSOLE_PASSWORD is empty"},
+		{map[string]string{"IDEM_CONSOLE_TOKEN": strong, "IDEM_CONSOLE_USER": "admin", "IDEM_CONSOLE_PASSWORD": "x"}, "IDEM_CONSOLE_PASSWORD has 1 bytes"},
+		{map[string]string{"IDEM_CONSOLE_USER": "admin", "IDEM_CONSOLE_PASSWORD": "password"}, "IDEM_CONSOLE_PASSWORD has 8 bytes"},
+		{map[string]string{"IDEM_CONSOLE_USER": "admin", "IDEM_CONSOLE_PASSWORD": "passwordpassword"}, "IDEM_CONSOLE_PASSWORD has 7 distinct"},
+		{map[string]string{"IDEM_CONSOLE_PASSWORD": strong}, "IDEM_CONSOLE_USER is empty"},
+		{map[string]string{"IDEM_CONSOLE_TOKEN": strings.Repeat("0", 32)}, "IDEM_CONSOLE_TOKEN) has 1 distinct"},
+		{map[string]string{"IDEM_CONSOLE_TOKEN": "0123456789"}, "IDEM_CONSOLE_TOKEN) has 10 bytes"},
 	} {
 		for _, args := range [][]string{serve, admin} {
 			e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return tc.vars[k] }}
@@ -160,15 +160,15 @@ func TestConsoleRefusesWeakCredentials(t *testing.T) {
 	}
 }
 
-// startAdmin runs `idem admin` on store with vars as its environment, and returns the
+// startConsoleCommand runs `idem console` on store with vars as its environment, and returns the
 // console's base URL; the console stops when the test ends.
-func startAdmin(t *testing.T, store string, vars map[string]string) string {
+func startConsoleCommand(t *testing.T, store string, vars map[string]string) string {
 	t.Helper()
 	logs := &syncbuf.Buffer{}
 	e := &env{stdout: io.Discard, stderr: logs, getenv: func(k string) string { return vars[k] }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runAdmin(ctx, e, []string{"--store", store, "--listen", "127.0.0.1:0"}) }()
+	go func() { done <- runConsole(ctx, e, []string{"--store", store, "--listen", "127.0.0.1:0"}) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -192,13 +192,13 @@ func startAdmin(t *testing.T, store string, vars map[string]string) string {
 	}
 }
 
-// TestAdminUserPasswordOnly: `idem admin` with a user and password and no token lets that user
+// TestConsoleUserPasswordOnly: `idem console` with a user and password and no token lets that user
 // in, and nobody with an empty secret: an empty bearer token, or basic credentials with an
 // empty password and any user name, get 401.
-func TestAdminUserPasswordOnly(t *testing.T) {
+func TestConsoleUserPasswordOnly(t *testing.T) {
 	t.Parallel()
 	const pass = "ops-console-password-42"
-	base := startAdmin(t, seed(t), map[string]string{"IDEM_ADMIN_USER": "ops", "IDEM_ADMIN_PASSWORD": pass})
+	base := startConsoleCommand(t, seed(t), map[string]string{"IDEM_CONSOLE_USER": "ops", "IDEM_CONSOLE_PASSWORD": pass})
 	get := func(set func(*http.Request)) int {
 		req, _ := http.NewRequest("GET", base+"/", nil)
 		set(req)

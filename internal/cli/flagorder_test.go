@@ -38,10 +38,10 @@ func TestFlagsBeforeOrAfterArguments(t *testing.T) {
 		t.Errorf("inspect --json: %v %s", err, out)
 	}
 	out = same("list",
-		[]string{"list", "--json", "--state", "in_progress", "--store", store},
-		[]string{"list", "--store", store, "--state", "in_progress", "--json"})
-	if n := strings.Count(strings.TrimSpace(out), "\n") + 1; n != 3 {
-		t.Errorf("list --state in_progress --json: %d lines\n%s", n, out)
+		[]string{"list", "--json", "--state", "stuck", "--store", store},
+		[]string{"list", "--store", store, "--state", "stuck", "--json"})
+	if n := strings.Count(strings.TrimSpace(out), "\n") + 1; n != 2 {
+		t.Errorf("list --state stuck --json: %d lines\n%s", n, out)
 	}
 	same("migrate", []string{"migrate", "--store", store})
 	if out := same("sweep", []string{"sweep", "--batch", "10", "--store", store}); out != "deleted 1 expired records\n" {

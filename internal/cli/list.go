@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -38,7 +40,7 @@ type listed struct {
 }
 
 func runList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "list", "[--store URL] [--scope-value VALUE | --scope none] [--key PREFIX] [--state in_progress|completed] [--older-than DUR] [--limit N] [--cursor C] [--json]")
+	fs := newFlags(e, "list", "[--store URL] [--scope-value VALUE | --scope none] [--key PREFIX] [--state STATE] [--older-than DUR] [--limit N] [--cursor C] [--json]")
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
@@ -50,7 +52,8 @@ func runList(ctx context.Context, e *env, args []string) error {
 	}
 	store := storeFlag(e, fs)
 	sc := bindScope(e, fs)
-	state := fs.String("state", "any", "keep only records in this state: in_progress, completed or any")
+	state := fs.String("state", "any", "keep only records in this condition: "+strings.Join(listStates, ", ")+" (held, stale, or running for longer than --stuck-after)")
+	stuckAfter := fs.Duration("stuck-after", defaultStuckAfter, "the age from which a running claim counts as stuck, for --state stuck (the console's default)")
 	olderThan := fs.Duration("older-than", 0, "keep only records created longer ago than this (e.g. 10m)")
 	prefix := fs.String("key", "", "keep only keys that start with PREFIX: the client's key with --scope-value or --scope none, else the storage key (SCOPE|KEY)")
 	limit := fs.Int("limit", 100, "print at most N records")
@@ -69,14 +72,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 	}
 	now := time.Now()
 	q := idem.ListQuery{Prefix: scope + *prefix, Cursor: *cursor}
-	switch *state {
-	case "any", "":
-	case "in_progress":
-		q.State = idem.StateInProgress
-	case "completed":
-		q.State = idem.StateCompleted
-	default:
-		return usageError("--state %q: want in_progress, completed or any", *state)
+	keep, err := stateFilter(*state, *stuckAfter, &q)
+	if err != nil {
+		return err
 	}
 	if *olderThan < 0 {
 		return usageError("--older-than %v is negative", *olderThan)
@@ -105,6 +103,8 @@ func runList(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(tw, "KEY\tSTATE\tAGE\tATTEMPTS\tLEASE LEFT\tSTATUS\tROUTE")
 	}
 	enc := json.NewEncoder(e.stdout)
+	// Each page asks for no more records than remain to print, so the listing never reads past
+	// the last record it prints and the cursor resumes right after it.
 	printed, next := 0, ""
 	for printed < *limit {
 		q.Limit = min(*limit-printed, idem.MaxListLimit)
@@ -113,6 +113,10 @@ func runList(ctx context.Context, e *env, args []string) error {
 			return redactError(err, *store)
 		}
 		for _, rec := range page.Records {
+			if !keep(rec, now) {
+				continue
+			}
+			printed++
 			r := listing(rec, now)
 			if *asJSON {
 				if err := enc.Encode(r); err != nil {
@@ -133,7 +137,6 @@ func runList(ctx context.Context, e *env, args []string) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(r.Key), r.Condition, r.Age, r.Attempts, cmp.Or(r.LeaseLeft, "-"), status, route)
 		}
-		printed += len(page.Records)
 		next = page.Next
 		if next == "" {
 			break
@@ -149,6 +152,52 @@ func runList(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "more records: resume with --cursor %s\n", next)
 	}
 	return nil
+}
+
+// defaultStuckAfter is the console's StuckAfter default: the age from which a running claim
+// counts as stuck.
+const defaultStuckAfter = 5 * time.Minute
+
+// listStates are --state's values: the conditions inspect, list and the console show, stuck,
+// and any.
+var listStates = []string{"any", "stuck", string(console.Running), string(console.Held), string(console.Stale),
+	string(console.Released), string(console.Completed), string(console.Expired)}
+
+// stateFilter returns the filter of --state name, narrowing q to the stored state where the
+// condition implies one. A state word the tools do not show is refused, naming the ones
+// they do.
+func stateFilter(name string, stuckAfter time.Duration, q *idem.ListQuery) (func(idem.Record, time.Time) bool, error) {
+	switch name {
+	case "any", "":
+		return func(idem.Record, time.Time) bool { return true }, nil
+	case "in_progress", "in-progress", "inprogress":
+		return nil, usageError("--state %s: a claim in progress is running, held, stale or released (stuck: held, stale or running for longer than --stuck-after); want one of %s", name, strings.Join(listStates, ", "))
+	case "stuck":
+		if stuckAfter < 0 {
+			return nil, usageError("--stuck-after %v is negative", stuckAfter)
+		}
+		q.State = idem.StateInProgress
+		return func(rec idem.Record, now time.Time) bool {
+			switch console.ConditionOf(rec, now) {
+			case console.Held, console.Stale:
+				return true
+			case console.Running:
+				return now.Sub(rec.CreatedAt) >= stuckAfter
+			}
+			return false
+		}, nil
+	}
+	if !slices.Contains(listStates, name) {
+		return nil, usageError("--state %q: want one of %s", name, strings.Join(listStates, ", "))
+	}
+	want := console.Condition(name)
+	switch want {
+	case console.Running, console.Held, console.Stale, console.Released:
+		q.State = idem.StateInProgress
+	case console.Completed:
+		q.State = idem.StateCompleted
+	}
+	return func(rec idem.Record, now time.Time) bool { return console.ConditionOf(rec, now) == want }, nil
 }
 
 // listing describes rec at now.

@@ -78,8 +78,10 @@ func checkListing(t *testing.T, store string) {
 		args []string
 		want string
 	}{
-		{[]string{"--state", "in_progress"}, "held stale stuck"},
-		{[]string{"--state", "completed"}, "done old"},
+		{[]string{"--state", "stuck"}, "held stale"},
+		{[]string{"--state", "running"}, "stuck"},
+		{[]string{"--state", "completed"}, "done"},
+		{[]string{"--state", "expired"}, "old"},
 		{[]string{"--older-than", "90m"}, "old"},
 		{[]string{"--key", "st"}, "stale stuck"},
 	} {

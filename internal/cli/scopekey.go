@@ -1,7 +1,12 @@
 package cli
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"flag"
+	"io"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/gateway"
@@ -19,13 +24,34 @@ type scopeFlags struct {
 	secretFile string // --scope-secret-file (env IDEM_SCOPE_SECRET_FILE)
 	// secretFromEnv: secret is IDEM_SCOPE_SECRET's, which a --scope-secret-file flag overrides.
 	secretFromEnv bool
+	face          string // --scope-face: http (the gateway, idemhttp) or grpc (idemgrpc)
 	fs            *flag.FlagSet
+}
+
+// Faces whose keyed scopes --scope-face knows.
+const (
+	faceHTTP = "http" // the gateway, idemhttp.KeyedHeaderScope: HMAC-SHA256 of the value
+	faceGRPC = "grpc" // idemgrpc.KeyedMetadataScope: HMAC-SHA256 of the value's length (8 bytes) and the value
+)
+
+// keyedScope returns the scope face stores a caller's value under, with secret.
+func keyedScope(face string, secret []byte, value string) string {
+	if face == faceGRPC {
+		m := hmac.New(sha256.New, secret)
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(value)))
+		m.Write(n[:])
+		_, _ = io.WriteString(m, value)
+		return hex.EncodeToString(m.Sum(nil))
+	}
+	return idemhttp.KeyedHashScope(secret, value)
 }
 
 // bindScope adds the scope flags to fs. The secret's flags and variables are serve's.
 func bindScope(e *env, fs *flag.FlagSet) *scopeFlags {
 	s := &scopeFlags{fs: fs}
 	fs.StringVar(&s.value, "scope-value", "", "the caller's value of the gateway's scope header (its API key, say): KEY is then the client's key, and the storage key is computed as the gateway does, with the HMAC under the scope secret")
+	fs.StringVar(&s.face, "scope-face", faceHTTP, "what hashed --scope-value into the scope: http (idem serve, idemhttp's KeyedHeaderScope) or grpc (idemgrpc's KeyedMetadataScope, with the value of its metadata key)")
 	fs.StringVar(&s.scope, "scope", "", "none: KEY is the client's key of a gateway run with --scope none (or of a request sent without the scope header)")
 	// Not a default: -h must not print the secret from the environment.
 	fs.StringVar(&s.secret, "scope-secret", "", "the gateways' scope secret, for --scope-value (env IDEM_SCOPE_SECRET; prefer it or the file: a command line is visible to other users)")
@@ -53,6 +79,8 @@ func (s *scopeFlags) scoped() bool { return s.given() || s.scope != "" }
 // storage key in that scope ("" without scope flags).
 func (s *scopeFlags) scopePrefix() (string, error) {
 	switch {
+	case s.face != faceHTTP && s.face != faceGRPC:
+		return "", usageError("--scope-face %q: want http or grpc", s.face)
 	case s.scope != "" && s.scope != gateway.ScopeNone:
 		return "", usageError("--scope %q: the only value is none", s.scope)
 	case s.scope != "" && s.given():
@@ -66,7 +94,7 @@ func (s *scopeFlags) scopePrefix() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return idem.ScopedKey(idemhttp.KeyedHashScope(secret, s.value), ""), nil
+	return idem.ScopedKey(keyedScope(s.face, secret, s.value), ""), nil
 }
 
 // load returns the scope secret, as serve reads it.
@@ -108,7 +136,7 @@ func (s *scopeFlags) storageKey(arg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return idemhttp.KeyedStorageKey(secret, s.value, arg)
+	return idem.ScopedKey(keyedScope(s.face, secret, s.value), arg), nil
 }
 
 // splitKey splits a storage key into its scope (a gateway's scope hash, a consumer's scope) and

@@ -181,8 +181,8 @@ func TestScopeValueFindsGatewayRecords(t *testing.T) {
 	if got := strings.Join(listKeys("--scope-value", "tenant-a", "--key", "slow"), " "); got != "slow-1=running" {
 		t.Errorf("list --scope-value tenant-a --key slow: %s", got)
 	}
-	if got := strings.Join(listKeys("--state", "in_progress", "--scope-value", "tenant-b"), " "); got != "" {
-		t.Errorf("list --scope-value tenant-b --state in_progress: %s", got)
+	if got := strings.Join(listKeys("--state", "running", "--scope-value", "tenant-b"), " "); got != "" {
+		t.Errorf("list --scope-value tenant-b --state running: %s", got)
 	}
 	if got := strings.Join(listKeys("--scope", "none"), " "); got != "anon-1=completed" {
 		t.Errorf("list --scope none: %s", got)

@@ -108,7 +108,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 		f.set["h2c"] = true
 		return nil
 	})
-	f.console.bind(e, fs)
+	f.console.bind(e, fs, c)
 	return f
 }
 
@@ -192,6 +192,7 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	c.Scope, c.ScopeSecret, c.ScopeSecretFile = s(over.Scope, base.Scope), s(over.ScopeSecret, base.ScopeSecret), s(over.ScopeSecretFile, base.ScopeSecretFile)
 	c.LogFormat, c.Uncertain = s(over.LogFormat, base.LogFormat), s(over.Uncertain, base.Uncertain)
 	c.LogLevel, c.OTLPEndpoint = s(over.LogLevel, base.LogLevel), s(over.OTLPEndpoint, base.OTLPEndpoint)
+	c.ConsoleListen, c.ConsoleTokenFile = s(over.ConsoleListen, base.ConsoleListen), s(over.ConsoleTokenFile, base.ConsoleTokenFile)
 	c.TTL, c.Lease, c.Wait = d(over.TTL, base.TTL), d(over.Lease, base.Lease), d(over.Wait, base.Wait)
 	c.UpstreamTimeout, c.ShutdownTimeout = d(over.UpstreamTimeout, base.UpstreamTimeout), d(over.ShutdownTimeout, base.ShutdownTimeout)
 	c.ReadTimeout, c.WriteTimeout = d(over.ReadTimeout, base.ReadTimeout), d(over.WriteTimeout, base.WriteTimeout)
@@ -291,6 +292,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		defer stop()
 		log.Info("writing a CPU profile until exit", "file", path)
 	}
+	f.console.listen, f.console.tokenFile = cfg.ConsoleListen, cfg.ConsoleTokenFile
 	con, err := f.console.sidecar(e)
 	if err != nil {
 		return err

@@ -529,7 +529,7 @@ func TestRates(t *testing.T) {
 	if !strings.Contains(body, `"enabled":false`) {
 		t.Fatalf("rates without a source: %s", body)
 	}
-	if _, page := off.client(t).get("/"); !strings.Contains(page, "--admin-listen") {
+	if _, page := off.client(t).get("/"); !strings.Contains(page, "--console-listen") {
 		t.Fatalf("a console without rates does not say where they are")
 	}
 }

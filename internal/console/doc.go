@@ -4,8 +4,8 @@
 //
 // # Serving
 //
-// A Console is an http.Handler, served on a listener of its own (`idem serve --admin-listen`,
-// or `idem admin` against a store). Its pages are server-rendered HTML with a little
+// A Console is an http.Handler, served on a listener of its own (`idem serve --console-listen`,
+// or `idem console` against a store). Its pages are server-rendered HTML with a little
 // JavaScript for the rates chart; every asset is embedded, so it works offline.
 //
 // # Security

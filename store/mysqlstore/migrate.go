@@ -37,18 +37,27 @@ const migrateLockTimeout = 60 // seconds
 // written to be repeatable). It fails with an error wrapping sqlmigrate.ErrNewerSchema if the
 // table is newer than this release.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateVersions(ctx)
+	return err
+}
+
+// MigrateVersions is Migrate, returning the table's schema version before and after (From 0:
+// the table was created; From equal to To: it was up to date). It is what `idem migrate`
+// reports.
+func (s *Store) MigrateVersions(ctx context.Context) (sqlmigrate.Result, error) {
 	if s.closed.Load() {
-		return idem.ErrClosed
+		return sqlmigrate.Result{}, idem.ErrClosed
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("mysqlstore: migrate: %w", err)
+		return sqlmigrate.Result{}, fmt.Errorf("mysqlstore: migrate: %w", err)
 	}
 	defer conn.Close()
-	if _, err := sqlmigrate.Run(ctx, &myTarget{s: s, conn: conn}, migrations); err != nil {
-		return fmt.Errorf("mysqlstore: migrate %s: %w", s.name, err)
+	res, err := sqlmigrate.Run(ctx, &myTarget{s: s, conn: conn}, migrations)
+	if err != nil {
+		return res, fmt.Errorf("mysqlstore: migrate %s: %w", s.name, err)
 	}
-	return nil
+	return res, nil
 }
 
 // Version returns the schema version applied to the records table, 0 if none.

@@ -37,23 +37,32 @@ const migrateLockKey int64 = 0x1de3_0001
 // fails with an error wrapping sqlmigrate.ErrNewerSchema if the table is newer than this
 // release.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateVersions(ctx)
+	return err
+}
+
+// MigrateVersions is Migrate, returning the table's schema version before and after (From 0:
+// the table was created; From equal to To: it was up to date). It is what `idem migrate`
+// reports.
+func (s *Store) MigrateVersions(ctx context.Context) (sqlmigrate.Result, error) {
 	if s.closed.Load() {
-		return idem.ErrClosed
+		return sqlmigrate.Result{}, idem.ErrClosed
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
+		return sqlmigrate.Result{}, fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	defer conn.Release()
+	var res sqlmigrate.Result
 	if s.part != nil {
-		err = s.part.migrate(ctx, conn)
+		res, err = s.part.migrate(ctx, conn)
 	} else {
-		_, err = sqlmigrate.Run(ctx, &pgTarget{s: s, conn: conn}, migrations)
+		res, err = sqlmigrate.Run(ctx, &pgTarget{s: s, conn: conn}, migrations)
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: migrate %s: %w", s.name, err)
+		return res, fmt.Errorf("pgstore: migrate %s: %w", s.name, err)
 	}
-	return nil
+	return res, nil
 }
 
 // Version returns the schema version applied to the records table, 0 if none.

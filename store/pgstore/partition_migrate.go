@@ -38,11 +38,11 @@ func widthComment(width int64) string {
 // migrate brings the partitioned layout up to date, on conn, under the migrators' lock: it
 // creates the parent table, or converts a table of the plain layout (see convert), then
 // checks the recorded width and creates the current and the next period's partitions.
-func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) error {
+func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) (res sqlmigrate.Result, err error) {
 	t := &pgTarget{s: p.s, conn: conn}
 	unlock, err := t.Lock(ctx)
 	if err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return res, fmt.Errorf("lock: %w", err)
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
@@ -51,32 +51,34 @@ func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) error {
 	}()
 	v, err := t.Version(ctx)
 	if err != nil {
-		return err
+		return res, err
 	}
+	res = sqlmigrate.Result{From: v, To: v}
 	switch {
 	case v > PartitionedSchemaVersion:
-		return fmt.Errorf("%w: version %d, this release knows up to %d", sqlmigrate.ErrNewerSchema, v, PartitionedSchemaVersion)
+		return res, fmt.Errorf("%w: version %d, this release knows up to %d", sqlmigrate.ErrNewerSchema, v, PartitionedSchemaVersion)
 	case v > PartitionedVersionBase:
 	case v > SchemaVersion:
-		return fmt.Errorf("%w: version %d, this release knows up to %d", sqlmigrate.ErrNewerSchema, v, SchemaVersion)
+		return res, fmt.Errorf("%w: version %d, this release knows up to %d", sqlmigrate.ErrNewerSchema, v, SchemaVersion)
 	case v > 0:
 		// The plain layout: bring it up to date, then convert it.
 		for _, m := range migrations[v:] {
 			if err := t.Apply(ctx, m); err != nil {
-				return fmt.Errorf("migration %s: %w", m.Name, err)
+				return res, fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 		}
 		if err := p.convert(ctx, conn); err != nil {
-			return fmt.Errorf("convert to the partitioned layout: %w", err)
+			return res, fmt.Errorf("convert to the partitioned layout: %w", err)
 		}
 		v = PartitionedSchemaVersion
+		res.To = v
 	default:
 		var exists bool
 		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.s.name).Scan(&exists); err != nil {
-			return err
+			return res, err
 		}
 		if exists {
-			return fmt.Errorf("table %s exists but %s records no version of it", p.s.name, p.s.migrations)
+			return res, fmt.Errorf("table %s exists but %s records no version of it", p.s.name, p.s.migrations)
 		}
 	}
 	for _, m := range partitionedMigrations[max(v-PartitionedVersionBase, 0):] {
@@ -87,27 +89,28 @@ func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) error {
 			return p.record(ctx, tx, m)
 		})
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
+			return res, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
+		res.To = PartitionedVersionBase + m.Version
 	}
 	var comment *string
 	if err := conn.QueryRow(ctx, `SELECT obj_description($1::regclass, 'pg_class')`, p.s.name).Scan(&comment); err != nil {
-		return err
+		return res, err
 	}
 	if comment == nil || *comment != widthComment(p.width) {
 		got := "none"
 		if comment != nil {
 			got = strings.TrimPrefix(*comment, "idem partitioned records; partition width µs ") + "µs"
 		}
-		return invalid("Options.PartitionWidth %s differs from the width the table %s was made with (%s)", time.Duration(p.width)*time.Microsecond, p.s.name, got)
+		return res, invalid("Options.PartitionWidth %s differs from the width the table %s was made with (%s)", time.Duration(p.width)*time.Microsecond, p.s.name, got)
 	}
 	b := p.bucket(time.Now().UnixMicro())
 	for _, bb := range []int64{b, b + 1} {
 		if err := p.ensure(ctx, bb); err != nil {
-			return err
+			return res, err
 		}
 	}
-	return nil
+	return res, nil
 }
 
 func (p *partitioning) applyPartitioned(ctx context.Context, tx pgx.Tx, m sqlmigrate.Migration) error {

@@ -34,10 +34,39 @@ var SchemaVersion = migrations[len(migrations)-1].Version
 // (BEGIN IMMEDIATE on the writer), so two processes opening the same file at once apply each
 // step exactly once: the second waits for the first's lock, then finds the work done. Each
 // step is a savepoint in it: applied whole, with its record, or not at all.
-func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) error {
+func migrate(ctx context.Context, db *sql.DB, table string, now time.Time) (sqlmigrate.Result, error) {
 	t := &sqliteTarget{db: db, table: table, id: strings.ToLower(table), now: now}
-	if _, err := sqlmigrate.Run(ctx, t, migrations); err != nil {
-		return fmt.Errorf("migrate %s: %w", table, err)
+	res, err := sqlmigrate.Run(ctx, t, migrations)
+	if err != nil {
+		return res, fmt.Errorf("migrate %s: %w", table, err)
+	}
+	return res, nil
+}
+
+// version returns the schema version applied to table, 0 if none, without creating anything.
+func version(ctx context.Context, db *sql.DB, table string) (int, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, migrationsTable).Scan(&n); err != nil || n == 0 {
+		return 0, err
+	}
+	var v int
+	err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+migrationsTable+` WHERE tbl = ?`, strings.ToLower(table)).Scan(&v)
+	return v, err
+}
+
+// checkVersion fails unless table is at SchemaVersion: with an error wrapping
+// sqlmigrate.ErrNoTable when it was never migrated, sqlmigrate.ErrNewerSchema when it is newer.
+func checkVersion(ctx context.Context, db *sql.DB, table string) error {
+	v, err := version(ctx, db, table)
+	switch {
+	case err != nil:
+		return err
+	case v == 0:
+		return fmt.Errorf("%w %q", sqlmigrate.ErrNoTable, table)
+	case v > SchemaVersion:
+		return fmt.Errorf("%w: table %s is at version %d, this release knows up to %d", sqlmigrate.ErrNewerSchema, table, v, SchemaVersion)
+	case v < SchemaVersion:
+		return fmt.Errorf("table %s is at schema version %d, this release needs %d: migrate it first (idem migrate)", table, v, SchemaVersion)
 	}
 	return nil
 }

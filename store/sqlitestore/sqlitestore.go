@@ -60,6 +60,11 @@ type Options struct {
 	// Now is the clock of DoTx and TxRunner (the engine passes its own times to the other
 	// methods). Default time.Now.
 	Now func() time.Time
+	// NoMigrate opens an existing store only, for tools that must not create one: the file
+	// is not created and its schema not migrated. Open then fails with an error wrapping
+	// sqlmigrate.ErrNoTable when the file or the table does not exist, and with an error
+	// naming the versions when the table's schema is older than SchemaVersion.
+	NoMigrate bool
 }
 
 // withDefaults returns o with defaults filled in, or an error naming the bad field.
@@ -116,6 +121,8 @@ type Store struct {
 	closed atomic.Bool
 	known  *hint // nil when Options.KnownKeys is negative
 
+	migrated sqlmigrate.Result // what Open's migration did
+
 	get      *sql.Stmt // on r: the record of a key
 	wget     *sql.Stmt // on w: the same, inside the writer's transaction
 	upsert   *sql.Stmt // on w: the claim
@@ -156,6 +163,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("sqlitestore: open %s: is a directory", path)
+	} else if errors.Is(err, os.ErrNotExist) && o.NoMigrate {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w %q: the file does not exist", path, sqlmigrate.ErrNoTable, o.Table)
 	}
 	// SQLite answers some lock conflicts at once with SQLITE_BUSY instead of waiting out the
 	// busy timeout (switching a fresh file to WAL while another opener holds it, say), so an
@@ -185,13 +194,22 @@ func isBusy(err error) bool {
 }
 
 // Migrate brings the schema of the file at path up to SchemaVersion, as Open does, and closes
-// it again. It is what `idem migrate` runs; calling it is optional, since Open migrates too.
+// it again. Calling it is optional, since Open migrates too.
 func Migrate(ctx context.Context, path string, opts Options) error {
+	_, err := MigrateVersions(ctx, path, opts)
+	return err
+}
+
+// MigrateVersions is Migrate, returning the table's schema version before and after (From 0:
+// the table was created; From equal to To: it was up to date). It is what `idem migrate`
+// runs and reports. opts.NoMigrate is ignored.
+func MigrateVersions(ctx context.Context, path string, opts Options) (sqlmigrate.Result, error) {
+	opts.NoMigrate = false
 	s, err := Open(ctx, path, opts)
 	if err != nil {
-		return err
+		return sqlmigrate.Result{}, err
 	}
-	return s.Close()
+	return s.migrated, s.Close()
 }
 
 func (s *Store) open(ctx context.Context, o Options) error {
@@ -203,7 +221,11 @@ func (s *Store) open(ctx context.Context, o Options) error {
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, s.w, s.table, time.Now()); err != nil {
+	if o.NoMigrate {
+		if err := checkVersion(ctx, s.w, s.table); err != nil {
+			return err
+		}
+	} else if s.migrated, err = migrate(ctx, s.w, s.table, time.Now()); err != nil {
 		return err
 	}
 	if s.r, err = sql.Open("sqlite", dsn(s.path, o, true)); err != nil {

@@ -113,13 +113,40 @@ type Target interface {
 // lockReleaseTimeout bounds the release of the migration lock after Run.
 const lockReleaseTimeout = 10 * time.Second
 
-// Run brings t up to the last of ms and returns how many steps it applied. It holds t's lock
-// throughout, so two processes migrating at once apply each step once: the second finds the
-// work done. A database already at the last version is left untouched.
-func Run(ctx context.Context, t Target, ms []Migration) (applied int, err error) {
+// ErrNoTable is wrapped by the errors of stores opened without migrating (the migrate=false
+// of a store URL) when their records table does not exist: it was never created, or the
+// table, schema or file named is not the one meant.
+var ErrNoTable = errors.New("no idem table")
+
+// Result is what Run did to a table's schema: its version before and after. From is 0 when
+// the table did not exist.
+type Result struct {
+	From, To int
+}
+
+// Applied returns how many steps were applied.
+func (r Result) Applied() int { return r.To - r.From }
+
+// String says what was done: "created (version M)", "migrated from N to M" or
+// "up to date (version M)".
+func (r Result) String() string {
+	switch {
+	case r.From == r.To:
+		return fmt.Sprintf("up to date (version %d)", r.To)
+	case r.From == 0:
+		return fmt.Sprintf("created (version %d)", r.To)
+	}
+	return fmt.Sprintf("migrated from %d to %d", r.From, r.To)
+}
+
+// Run brings t up to the last of ms and returns the version it found and the one it left. It
+// holds t's lock throughout, so two processes migrating at once apply each step once: the
+// second finds the work done (From equals To). A database already at the last version is left
+// untouched. On error the Result says how far it got.
+func Run(ctx context.Context, t Target, ms []Migration) (res Result, err error) {
 	unlock, err := t.Lock(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("sqlmigrate: lock: %w", err)
+		return res, fmt.Errorf("sqlmigrate: lock: %w", err)
 	}
 	defer func() {
 		// Unlock even when ctx has ended, so the lock does not outlive a cancelled run.
@@ -131,17 +158,18 @@ func Run(ctx context.Context, t Target, ms []Migration) (applied int, err error)
 	}()
 	v, err := t.Version(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("sqlmigrate: read version: %w", err)
+		return res, fmt.Errorf("sqlmigrate: read version: %w", err)
 	}
+	res = Result{From: v, To: v}
 	last := ms[len(ms)-1].Version
 	if v > last {
-		return 0, fmt.Errorf("%w: version %d, this release knows up to %d", ErrNewerSchema, v, last)
+		return res, fmt.Errorf("%w: version %d, this release knows up to %d", ErrNewerSchema, v, last)
 	}
 	for _, m := range ms[v:] {
 		if err := t.Apply(ctx, m); err != nil {
-			return applied, fmt.Errorf("sqlmigrate: migration %s: %w", m.Name, err)
+			return res, fmt.Errorf("sqlmigrate: migration %s: %w", m.Name, err)
 		}
-		applied++
+		res.To = m.Version
 	}
-	return applied, nil
+	return res, nil
 }

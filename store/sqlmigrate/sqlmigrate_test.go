@@ -85,27 +85,40 @@ func TestRun(t *testing.T) {
 	var applied []int
 	target := memTarget{lock: &lock, version: &version, applied: &applied}
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	said := map[string]int{}
 	for range 8 {
 		wg.Go(func() {
-			if _, err := sqlmigrate.Run(context.Background(), target, ms); err != nil {
+			r, err := sqlmigrate.Run(context.Background(), target, ms)
+			if err != nil {
 				t.Error(err)
 			}
+			mu.Lock()
+			said[r.String()]++
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	if said["created (version 3)"] != 1 || said["up to date (version 3)"] != 7 {
+		t.Fatalf("8 concurrent runs said %v; want one created (version 3) and 7 up to date", said)
+	}
 	if len(applied) != 3 || applied[0] != 1 || applied[2] != 3 {
 		t.Fatalf("applied %v, want each step once, in order", applied)
 	}
-	if n, err := sqlmigrate.Run(context.Background(), target, ms); n != 0 || err != nil {
-		t.Fatalf("second Run = %d, %v; want a no-op", n, err)
+	if r, err := sqlmigrate.Run(context.Background(), target, ms); r != (sqlmigrate.Result{From: 3, To: 3}) || err != nil {
+		t.Fatalf("second Run = %+v, %v; want a no-op at version 3", r, err)
 	}
 	if _, err := sqlmigrate.Run(context.Background(), target, ms[:2]); !errors.Is(err, sqlmigrate.ErrNewerSchema) {
 		t.Fatalf("Run with fewer migrations than applied = %v, want ErrNewerSchema", err)
 	}
+	version, applied = 1, nil
+	if r, err := sqlmigrate.Run(context.Background(), target, ms); r != (sqlmigrate.Result{From: 1, To: 3}) || err != nil || r.String() != "migrated from 1 to 3" {
+		t.Fatalf("Run from version 1 = %+v (%s), %v; want from 1 to 3", r, r, err)
+	}
 	version, applied = 0, nil
 	failing := memTarget{lock: &lock, version: &version, applied: &applied, failAt: 2}
-	n, err := sqlmigrate.Run(context.Background(), failing, ms)
-	if n != 1 || err == nil || !strings.Contains(err.Error(), "0002_b") {
+	r, err := sqlmigrate.Run(context.Background(), failing, ms)
+	if n := r.Applied(); n != 1 || err == nil || !strings.Contains(err.Error(), "0002_b") {
 		t.Fatalf("Run with a failing step = %d, %v; want 1 applied and an error naming the step", n, err)
 	}
 	if !lock.TryLock() {

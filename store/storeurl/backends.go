@@ -75,27 +75,54 @@ func parseBytes(s string) (int64, error) {
 
 // openSQLite opens sqlite://PATH. sqlite://./idem.db and sqlite://idem.db are relative to the
 // working directory, sqlite:///var/lib/idem.db is absolute. Parameters: table, busy_timeout
-// (a Go duration), synchronous (NORMAL or FULL).
+// (a Go duration), synchronous (NORMAL or FULL), migrate (default true; false opens an
+// existing file and table only, creating nothing).
 func openSQLite(ctx context.Context, u *url.URL) (Store, error) {
+	return nilStore(openSQLiteMode(ctx, u, modeParam))
+}
+
+func openSQLiteMode(ctx context.Context, u *url.URL, mode openMode) (*sqlitestore.Store, error) {
+	path, opt, err := sqliteOptions(u)
+	if err != nil {
+		return nil, err
+	}
+	if mode == modeExisting {
+		opt.NoMigrate = true
+	}
+	st, err := sqlitestore.Open(ctx, path, opt)
+	if errors.Is(err, ErrNoTable) {
+		return nil, fmt.Errorf("%w at %s (%v)", ErrNoTable, u.Redacted(), err)
+	}
+	return st, err
+}
+
+// sqliteOptions reads the path and the options of a sqlite:// URL.
+func sqliteOptions(u *url.URL) (string, sqlitestore.Options, error) {
 	path := u.Host + u.Path
 	if u.Opaque != "" {
 		path = u.Opaque
 	}
 	path = strings.TrimPrefix(path, "//")
+	var opt sqlitestore.Options
 	if path == "" {
-		return nil, fmt.Errorf("%w: sqlite URL has no path (try sqlite://./idem.db)", idem.ErrInvalidInput)
+		return "", opt, fmt.Errorf("%w: sqlite URL has no path (try sqlite://./idem.db)", idem.ErrInvalidInput)
 	}
 	p := newParams(u)
-	opt := sqlitestore.Options{Table: p.get("table"), Synchronous: p.get("synchronous")}
+	opt = sqlitestore.Options{Table: p.get("table"), Synchronous: p.get("synchronous")}
 	if v := p.get("busy_timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return nil, fmt.Errorf("%w: busy_timeout %q: %v", idem.ErrInvalidInput, v, err)
+			return "", opt, fmt.Errorf("%w: busy_timeout %q: %v", idem.ErrInvalidInput, v, err)
 		}
 		opt.BusyTimeout = d
 	}
-	if err := p.done(); err != nil {
-		return nil, err
+	mig, err := migrateFlag(map[string]string{"migrate": p.get("migrate")})
+	if err != nil {
+		return "", opt, err
 	}
-	return sqlitestore.Open(ctx, path, opt)
+	opt.NoMigrate = !mig
+	if err := p.done(); err != nil {
+		return "", opt, err
+	}
+	return path, opt, nil
 }

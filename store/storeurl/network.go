@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/mysqlstore"
@@ -71,6 +72,50 @@ const PostgresGroupCommit = 2
 // duration such as 6h) selects pgstore's partitioned layout, whose Sweep drops whole
 // partitions, with group commit as in the plain layout.
 func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
+	return openPostgresMode(ctx, u, modeParam)
+}
+
+// openMode says whether an opener migrates the schema.
+type openMode int
+
+const (
+	modeParam    openMode = iota // as the URL's migrate parameter says (default: migrate)
+	modeDefer                    // neither migrate nor check: the caller migrates (Migrate)
+	modeExisting                 // never create or migrate: the table must exist (OpenExisting)
+)
+
+// versioner is a SQL store that reports its table's schema version.
+type versioner interface {
+	Store
+	Version(ctx context.Context) (int, error)
+	Table() string
+}
+
+// migrateOrCheck migrates st, or with mig false checks that its table exists, closing st on
+// failure. u names the store in the error.
+func migrateOrCheck(ctx context.Context, u *url.URL, st versioner, mode openMode, mig bool) (Store, error) {
+	switch {
+	case mode == modeDefer:
+		return st, nil
+	case mode == modeParam && mig:
+		if err := st.(interface{ Migrate(context.Context) error }).Migrate(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+		return st, nil
+	}
+	v, err := st.Version(ctx)
+	if err == nil && v == 0 {
+		err = fmt.Errorf("%w at %s (table %s)", ErrNoTable, u.Redacted(), st.Table())
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func openPostgresMode(ctx context.Context, u *url.URL, mode openMode) (*pgstore.Store, error) {
 	c := *u
 	p := take(&c, "table", "schema", "migrate", "group_commit", "partition_width", "partition_margin")
 	mig, err := migrateFlag(p)
@@ -96,11 +141,8 @@ func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mig {
-		if err := st.Migrate(ctx); err != nil {
-			st.Close()
-			return nil, err
-		}
+	if _, err := migrateOrCheck(ctx, u, st, mode, mig); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
@@ -108,6 +150,10 @@ func openPostgres(ctx context.Context, u *url.URL) (Store, error) {
 // openMySQL opens mysql://user:pass@host:port/db?table=…&migrate=… (go-sql-driver parameters
 // pass through).
 func openMySQL(ctx context.Context, u *url.URL) (Store, error) {
+	return openMySQLMode(ctx, u, modeParam)
+}
+
+func openMySQLMode(ctx context.Context, u *url.URL, mode openMode) (*mysqlstore.Store, error) {
 	c := *u
 	p := take(&c, "table", "migrate")
 	mig, err := migrateFlag(p)
@@ -132,11 +178,8 @@ func openMySQL(ctx context.Context, u *url.URL) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mig {
-		if err := st.Migrate(ctx); err != nil {
-			st.Close()
-			return nil, err
-		}
+	if _, err := migrateOrCheck(ctx, u, st, mode, mig); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
@@ -204,6 +247,12 @@ func newRedis(ctx context.Context, client redis.UniversalClient, p map[string]st
 // configuration (environment, shared config, instance role). create=true creates the table and
 // enables TTL if it does not exist.
 func openDynamoDB(ctx context.Context, u *url.URL) (Store, error) {
+	return openDynamoDBMode(ctx, u, modeParam)
+}
+
+// openDynamoDBMode opens dynamodb://; with modeExisting it fails with an error wrapping
+// ErrNoTable if the table does not exist, and with modeDefer it ignores create.
+func openDynamoDBMode(ctx context.Context, u *url.URL, mode openMode) (*dynamostore.Store, error) {
 	table := u.Host
 	if table == "" {
 		return nil, fmt.Errorf("%w: dynamodb URL has no table (dynamodb://TABLE)", idem.ErrInvalidInput)
@@ -236,10 +285,34 @@ func openDynamoDB(ctx context.Context, u *url.URL) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if create == "true" || create == "1" {
+	switch {
+	case mode == modeExisting:
+		ok, err := dynamoTableExists(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w at %s (table %s)", ErrNoTable, u.Redacted(), table)
+		}
+	case mode == modeParam && (create == "true" || create == "1"):
 		if err := st.CreateTable(ctx, dynamostore.TableOptions{}); err != nil {
 			return nil, err
 		}
 	}
 	return st, nil
+}
+
+// dynamoTableExists reports whether st's table exists.
+func dynamoTableExists(ctx context.Context, st *dynamostore.Store) (bool, error) {
+	api, ok := st.Options().Client.(dynamostore.TableAPI)
+	if !ok {
+		return false, fmt.Errorf("%w: the DynamoDB client cannot describe tables", idem.ErrInvalidInput)
+	}
+	table := st.Options().Table
+	_, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
+	var nf *types.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -6,6 +6,7 @@
 //	memory://                                     memstore (one process, nothing persisted;
 //	                                              params: max_records, max_bytes)
 //	sqlite://./idem.db   sqlite:///var/idem.db    sqlitestore: a file, the embedded default
+//	                                              (params: table, migrate, busy_timeout, synchronous)
 //	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate, group_commit,
 //	                                              partition_width, partition_margin)
 //	mysql://user:pass@host:3306/db                mysqlstore (params: table, migrate)
@@ -18,7 +19,10 @@
 // max_records or max_bytes say otherwise (0: no bound); past either, a new key is refused with
 // an error matching idem.ErrStoreUnavailable until records expire (memstore.NewBounded).
 //
-// SQL schemas are migrated on open unless migrate=false. PostgreSQL stores group concurrent
+// SQL schemas are migrated on open unless migrate=false, which opens an existing table only
+// (for sqlite://, an existing file): when it is missing, Open fails with an error wrapping
+// ErrNoTable. OpenExisting opens that way whatever the URL says, and Migrate migrates and
+// reports what it did. PostgreSQL stores group concurrent
 // claims and completions into shared transactions (pgstore.Options.GroupCommit, here
 // PostgresGroupCommit of them at once) unless group_commit=0; group_commit=N sets how many.
 // partition_width=6h selects pgstore's partitioned layout (pgstore.Options.PartitionWidth),
@@ -41,6 +45,9 @@ import (
 	"sync"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/dynamostore"
+	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
 // Store is an idem.Store that must be closed after use.
@@ -53,6 +60,14 @@ type Store interface {
 type Migrator interface {
 	Migrate(ctx context.Context) error
 }
+
+// ErrNoTable is returned (wrapped) by OpenExisting, and by Open with migrate=false, when the
+// store's table does not exist: it names where it looked. It is sqlmigrate.ErrNoTable.
+var ErrNoTable = sqlmigrate.ErrNoTable
+
+// ErrNoSchema is returned by Migrate for a store without a schema to migrate (memory://,
+// redis://): its keys need nothing created before use.
+var ErrNoSchema = errors.New("storeurl: this store has no schema to migrate")
 
 // ErrUnknownScheme: no backend is registered for the URL's scheme.
 var ErrUnknownScheme = errors.New("storeurl: unknown scheme")
@@ -87,21 +102,141 @@ func Schemes() []string {
 
 // Open parses raw and opens the store it names. Credentials in raw never appear in errors.
 func Open(ctx context.Context, raw string) (Store, error) {
-	u, err := url.Parse(raw)
+	u, scheme, err := parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("storeurl: %w: cannot parse the store URL", idem.ErrInvalidInput)
+		return nil, err
 	}
 	mu.RLock()
-	fn, ok := openers[strings.ToLower(u.Scheme)]
+	fn, ok := openers[scheme]
 	mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q in %s (known: %s)", ErrUnknownScheme, u.Scheme, u.Redacted(), strings.Join(Schemes(), ", "))
 	}
 	st, err := fn(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("storeurl: open %s: %w", u.Redacted(), err)
+		return nil, openError(u, err)
 	}
 	return st, nil
+}
+
+// openError wraps err, an opener's error for u, naming u unless err already does.
+func openError(u *url.URL, err error) error {
+	if errors.Is(err, ErrNoTable) {
+		return fmt.Errorf("storeurl: %w", err)
+	}
+	return fmt.Errorf("storeurl: open %s: %w", u.Redacted(), err)
+}
+
+// parse parses raw and returns its lower-case scheme.
+func parse(raw string) (*url.URL, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("storeurl: %w: cannot parse the store URL", idem.ErrInvalidInput)
+	}
+	return u, strings.ToLower(u.Scheme), nil
+}
+
+// OpenExisting opens the store raw names, as Open does, for tools that read or repair records
+// and must create nothing: SQL schemas are neither created nor migrated (whatever the URL's
+// migrate says) and a DynamoDB table is not created (whatever its create says). When the
+// table (or SQLite file) does not exist it fails with an error wrapping ErrNoTable that names
+// where it looked, so a mistyped table, schema or path is reported as such instead of
+// reading as an empty store. memory:// and redis:// have no table: they open as with Open.
+func OpenExisting(ctx context.Context, raw string) (Store, error) {
+	u, scheme, err := parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	var st Store
+	switch scheme {
+	case "sqlite":
+		st, err = nilStore(openSQLiteMode(ctx, u, modeExisting))
+	case "postgres", "postgresql":
+		st, err = nilStore(openPostgresMode(ctx, u, modeExisting))
+	case "mysql":
+		st, err = nilStore(openMySQLMode(ctx, u, modeExisting))
+	case "dynamodb":
+		st, err = nilStore(openDynamoDBMode(ctx, u, modeExisting))
+	default:
+		return Open(ctx, raw)
+	}
+	if err != nil {
+		return nil, openError(u, err)
+	}
+	return st, nil
+}
+
+// nilStore returns st as a Store, nil (not a typed nil) on error.
+func nilStore[S Store](st S, err error) (Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Migrate creates or upgrades the schema of the store raw names and says what it did: the
+// table's schema version before (0: it was created) and after. A DynamoDB table is created if
+// it does not exist (as create=true does), and counts as version 1. memory:// and redis:// have
+// no schema: Migrate fails with ErrNoSchema, having changed nothing.
+func Migrate(ctx context.Context, raw string) (sqlmigrate.Result, error) {
+	u, scheme, err := parse(raw)
+	if err != nil {
+		return sqlmigrate.Result{}, err
+	}
+	res, err := migrate(ctx, u, scheme)
+	if err != nil {
+		return res, openError(u, err)
+	}
+	return res, nil
+}
+
+func migrate(ctx context.Context, u *url.URL, scheme string) (sqlmigrate.Result, error) {
+	switch scheme {
+	case "sqlite":
+		path, opt, err := sqliteOptions(u)
+		if err != nil {
+			return sqlmigrate.Result{}, err
+		}
+		return sqlitestore.MigrateVersions(ctx, path, opt)
+	case "postgres", "postgresql":
+		st, err := openPostgresMode(ctx, u, modeDefer)
+		if err != nil {
+			return sqlmigrate.Result{}, err
+		}
+		defer st.Close()
+		return st.MigrateVersions(ctx)
+	case "mysql":
+		st, err := openMySQLMode(ctx, u, modeDefer)
+		if err != nil {
+			return sqlmigrate.Result{}, err
+		}
+		defer st.Close()
+		return st.MigrateVersions(ctx)
+	case "dynamodb":
+		st, err := openDynamoDBMode(ctx, u, modeDefer)
+		if err != nil {
+			return sqlmigrate.Result{}, err
+		}
+		defer st.Close()
+		existed, err := dynamoTableExists(ctx, st)
+		if err != nil {
+			return sqlmigrate.Result{}, err
+		}
+		if err := st.CreateTable(ctx, dynamostore.TableOptions{}); err != nil {
+			return sqlmigrate.Result{}, err
+		}
+		if existed {
+			return sqlmigrate.Result{From: 1, To: 1}, nil
+		}
+		return sqlmigrate.Result{From: 0, To: 1}, nil
+	}
+	mu.RLock()
+	_, known := openers[scheme]
+	mu.RUnlock()
+	if !known {
+		return sqlmigrate.Result{}, fmt.Errorf("%w %q in %s (known: %s)", ErrUnknownScheme, u.Scheme, u.Redacted(), strings.Join(Schemes(), ", "))
+	}
+	return sqlmigrate.Result{}, ErrNoSchema
 }
 
 // params reads query parameters, refusing any that are not known.
