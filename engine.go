@@ -253,15 +253,10 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	}
 }
 
-// reserve claims key through the store's RouteReserver when ctx names a route (WithRoute),
-// and through Reserve otherwise.
+// reserve claims key with the route ctx names (WithRoute), if any.
 func (e *Engine) reserve(ctx context.Context, key, fingerprint string, now time.Time) (Reservation, error) {
-	if route := routeFrom(ctx); route != "" {
-		if rr, ok := e.store.(RouteReserver); ok {
-			return rr.ReserveRoute(ctx, key, fingerprint, route, now, e.opt.Lease, e.opt.TTL)
-		}
-	}
-	return e.store.Reserve(ctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
+	return e.store.Reserve(ctx, ReserveRequest{Key: key, Fingerprint: fingerprint, Route: routeFrom(ctx),
+		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL})
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under

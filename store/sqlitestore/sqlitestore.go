@@ -23,9 +23,8 @@ import (
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
 )
 
 // DefaultTable is the records table used when Options.Table is empty.
