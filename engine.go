@@ -19,11 +19,6 @@ const MaxStorageKeyLen = 512
 // gRPC metadata). It leaves room for a scope prefix within MaxStorageKeyLen.
 const MaxClientKeyLen = 255
 
-// MaxKeyLen is the former name of MaxStorageKeyLen.
-//
-// Deprecated: use MaxStorageKeyLen (or MaxClientKeyLen for the key a client sends).
-const MaxKeyLen = MaxStorageKeyLen
-
 // Options configure an Engine. The zero value is a safe default for every field.
 type Options struct {
 	// Lease is how long a claim is held before another holder may take it over if this one

@@ -161,13 +161,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Error is the type of every failure of a DynamoDB call (network, throttling past the
-// retryer, service error): an *idem.StoreError, which matches idem.ErrStoreUnavailable with
-// errors.Is and unwraps to the SDK's error.
-//
-// Deprecated: use idem.StoreError.
-type Error = idem.StoreError
-
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("dynamostore", format, args...)
 }

@@ -99,11 +99,6 @@ func invalid(format string, args ...any) error {
 	return storeerr.Invalid("pgstore", format, args...)
 }
 
-// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
-//
-// Deprecated: use idem.ErrClosed.
-var ErrClosed = idem.ErrClosed
-
 // Store is an idem.Store in a PostgreSQL table. It is safe for concurrent use by many
 // goroutines and many processes sharing the database. Create it with New or Open; run Migrate
 // once (at every start is fine) before use.

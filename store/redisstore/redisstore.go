@@ -32,12 +32,6 @@ var (
 // constant.
 const Shards = 1024
 
-// MaxKeyBytes is the longest key the store accepts: idem.MaxStorageKeyLen, the one rule of
-// idem.CheckKey that every store applies.
-//
-// Deprecated: use idem.MaxStorageKeyLen.
-const MaxKeyBytes = idem.MaxStorageKeyLen
-
 // Options configure a Store. Only Client is required.
 type Options struct {
 	// Client is the Redis client: a *redis.Client (standalone, or through Sentinel with
@@ -173,13 +167,6 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
 }
-
-// Error is the type of every failure of a Redis call (network, server error, an unreadable
-// record): an *idem.StoreError, which matches idem.ErrStoreUnavailable with errors.Is and
-// unwraps to go-redis's error.
-//
-// Deprecated: use idem.StoreError.
-type Error = idem.StoreError
 
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("redisstore", format, args...)

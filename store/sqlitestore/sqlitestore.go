@@ -96,11 +96,6 @@ func invalid(format string, args ...any) error {
 	return storeerr.Invalid("sqlitestore", format, args...)
 }
 
-// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
-//
-// Deprecated: use idem.ErrClosed.
-var ErrClosed = idem.ErrClosed
-
 // Store is an idem.Store in one SQLite file. It is safe for concurrent use by many goroutines
 // and by several processes sharing the file. Create it with Open; release it with Close.
 //
