@@ -1,7 +1,11 @@
 // Package consumer makes the effect of a message happen once, although brokers deliver every
 // message at least once. It is broker-neutral: consumer/natsjs (NATS JetStream), consumer/amqp
 // (RabbitMQ), consumer/sqs (SQS, SNS fan-out, Lambda), consumer/kafka (Kafka consumer
-// groups) and consumer/redisstream (Redis Streams consumer groups) adapt it to their brokers.
+// groups), consumer/redisstream (Redis Streams consumer groups) and consumer/kinesis (Kinesis
+// data streams: shard leases, checkpoints, parents read before children) and
+// consumer/dynamostream (DynamoDB Streams, read the same way) adapt it to their
+// brokers; idemlambda's EventBridgeHandler, KinesisHandler, DynamoDBHandler and S3Handler
+// adapt it to those Lambda event sources.
 //
 // # Why duplicates come
 //

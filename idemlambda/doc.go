@@ -164,6 +164,38 @@
 //	                                 the function's name; proxy keys are per caller instead, as in idemhttp.
 //
 // For SQS event source mappings with partial batch responses, the consumer/sqs package's
-// LambdaHandler handles each record on its own; idemlambda is for handlers that take one event
-// as a whole.
+// LambdaHandler handles each record on its own; Wrap is for handlers that take one event as a
+// whole.
+//
+// # Event sources: EventBridge, Kinesis, DynamoDB Streams, S3
+//
+// EventBridgeHandler, KinesisHandler, DynamoDBHandler and S3Handler turn a consumer.Consumer
+// into a handler of the source's event type (github.com/aws/aws-lambda-go/events), as
+// consumer/sqs's LambdaHandler does for SQS: each record becomes a consumer.Message
+// (EventBridgeMessage, KinesisMessage, DynamoDBMessage, S3Message say what goes where), and the
+// consumer runs its effect once per key.
+//
+//	key, _ := idemlambda.BodyKey("order_id") // in the EventBridge detail, the Kinesis data
+//	c, _ := consumer.New(eng, ship, consumer.Options{Key: key, Scope: "shipping"})
+//	h, _ := idemlambda.EventBridgeHandler(c)
+//	lambda.Start(h)
+//
+// The key is the business fact, never the transport's id: an EventBridge envelope's id and time
+// belong to one put of the event (a producer's retried PutEvents, an archive replay carry the
+// fact under a new id), so the key comes from detail; a Kinesis sequence number is a place in
+// the stream (a retried PutRecord writes the fact twice), so it comes from the data; a DynamoDB
+// Streams change is keyed on the event id the writer put in the item, or the item's key and
+// version; an S3 notification on the object's bucket, key, version id and sequencer (S3Key).
+//
+// Asynchronous sources (EventBridge, S3) return an error matching ErrNotDone unless every
+// record is done with, so Lambda retries the event, and the records done before replay. Stream
+// sources (Kinesis, DynamoDB Streams) handle a shard's records in order and stop at the first
+// one not done with, reporting it and every later record by sequence number in the batch item
+// failures: Lambda retries from that checkpoint, and a record sent again after it was done
+// (a whole batch again, a bisected half) is a duplicate, its effect not run again.
+//
+// These handlers claim keys through the consumer's runner, whose lease is the engine's
+// Options.Lease, not bounded by the invocation's deadline as Wrap's is: set it a little above
+// the function's timeout, so that the record of an invocation stopped at its timeout is free for
+// the platform's retry soon after (until then the retry finds it in flight and reports it).
 package idemlambda

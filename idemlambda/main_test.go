@@ -19,6 +19,9 @@ var sharedTransport = func() *http.Transport {
 }()
 
 func TestMain(m *testing.M) {
+	if os.Getenv(sourceChildEnv) != "" {
+		sourceChildMain() // a runtime process of source_runtime_test.go; never returns
+	}
 	if os.Getenv(childEnv) != "" {
 		childMain() // a runtime process of runtime_test.go; never returns
 	}

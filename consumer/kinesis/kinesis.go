@@ -1,0 +1,219 @@
+package kinesis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/internal/shards"
+)
+
+// Options configure a Worker. Client and Stream are required.
+type Options struct {
+	// Client is the Kinesis client. Required.
+	Client *kinesis.Client
+	// Stream is the stream's name. Required.
+	Stream string
+	// Checkpoints keep how far each shard is read, and which worker reads it. Workers of one
+	// consumer application share one Checkpoints; two applications that each handle every
+	// record (billing and shipping) each have their own. Default: NewMemoryCheckpoints(), this
+	// worker's alone.
+	Checkpoints Checkpoints
+	// Start is where a shard without a checkpoint is read from: types.ShardIteratorTypeTrimHorizon
+	// (the oldest record kept) or types.ShardIteratorTypeLatest (records put from now on).
+	// Default TRIM_HORIZON.
+	Start types.ShardIteratorType
+	// Limit is the most records one GetRecords call returns. Default 100.
+	Limit int32
+	// PollInterval is how long a shard's reader waits after a GetRecords call that returned
+	// nothing new (Kinesis allows five calls per second per shard). Default 1s.
+	PollInterval time.Duration
+	// LeaseDuration is how long a worker's claim on a shard lasts without renewal: a worker
+	// that died leaves its shards to the others after it. Renewed every third of it. Default
+	// 30s.
+	LeaseDuration time.Duration
+	// OnRejected, when set, is called with each record the consumer rejected (consumer.Rejected:
+	// no key, a key reused for another fact, the handler's consumer.Reject), before the
+	// checkpoint moves past it: a stream has no dead-letter queue, so this is where to keep it.
+	// Default nil: the record is logged and passed.
+	OnRejected func(ctx context.Context, m *consumer.Message, r consumer.Result)
+	// Logger receives warnings. Default slog.Default().
+	Logger *slog.Logger
+
+	beforeAck func() bool // tests: true makes the worker behave as if killed before a checkpoint
+}
+
+// Checkpoints keep, per shard, how far a consumer application has read (the sequence number of
+// the last record done with, or ShardEnd) and which worker reads it now (a lease), so that the
+// workers of one application share the shards and a worker that stops or dies leaves its shards
+// to the others once its lease runs out.
+//
+// A checkpoint only saves work. The effect of each record happens once because the consumer's
+// idem store keeps its key; a checkpoint that is lost or behind makes a worker read records
+// again, and each of them is then a duplicate (one store round trip), never a second effect.
+// So an implementation may keep checkpoints anywhere: NewMemoryCheckpoints keeps them in the
+// process (workers of one process share them; a restarted process reads each shard from its
+// start, or from Options.Start); for workers in several processes, implement Checkpoints on
+// a table they share (a DynamoDB item per shard with a conditional write on the lease, a
+// PostgreSQL row per shard).
+//
+// Claim takes the lease of a shard for an owner until a time, or renews it, unless another
+// owner holds it and its lease has not run out; it returns the shard's checkpoint ("" for
+// none) and whether the owner holds the lease. Save sets the checkpoint if the owner holds the
+// lease, never moving it back (see Later), and reports whether it held it. Checkpoint returns
+// a shard's checkpoint, whoever holds it.
+type Checkpoints = shards.Checkpoints
+
+// MemoryCheckpoints keep checkpoints and leases in the process's memory. Create them with
+// NewMemoryCheckpoints; they are safe for concurrent use.
+type MemoryCheckpoints = shards.MemoryCheckpoints
+
+// NewMemoryCheckpoints returns empty checkpoints kept in memory.
+func NewMemoryCheckpoints() *MemoryCheckpoints { return shards.NewMemoryCheckpoints() }
+
+// ShardEnd is the checkpoint of a shard read to its end (a parent shard after a reshard): its
+// children may be read.
+const ShardEnd = shards.ShardEnd
+
+// Later reports whether checkpoint a is past checkpoint b: ShardEnd is past every sequence
+// number, every sequence number is past "" (none), and sequence numbers compare as numbers.
+func Later(a, b string) bool { return shards.Later(a, b) }
+
+// Worker reads every shard of a stream it holds the lease of, in order, and hands each record
+// to a consumer. Create it with Start; it is safe for concurrent use.
+type Worker struct{ w *shards.Worker }
+
+// Start starts a worker that reads the stream and hands each record to c, until Stop (or
+// ctx's end). It fails with an error matching idem.ErrInvalidInput, naming the field, if an
+// option is invalid.
+//
+// Each shard is read in order, from its checkpoint on. A record done with (consumer.Processed
+// or consumer.Duplicate) moves the checkpoint past it; a rejected one too, after OnRejected. A
+// record not done with (consumer.InFlight, consumer.Failed) stops its shard: after the
+// Result's RetryAfter (at least PollInterval) the shard is read again from that record, so no
+// record of a shard is handled before the ones before it are done with. A shard that was split
+// or merged (resharding) is read to its end before its children are read, so a partition key's
+// records are handled in the order they were put, across the reshard.
+func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, error) {
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w: kinesis: invalid options: the consumer is nil", idem.ErrInvalidInput)
+	case opt.Client == nil:
+		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Client is required", idem.ErrInvalidInput)
+	case opt.Stream == "":
+		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Stream is required", idem.ErrInvalidInput)
+	case opt.Limit < 0 || opt.PollInterval < 0 || opt.LeaseDuration < 0:
+		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Limit, PollInterval and LeaseDuration must not be negative", idem.ErrInvalidInput)
+	case opt.Start != "" && opt.Start != types.ShardIteratorTypeTrimHorizon && opt.Start != types.ShardIteratorTypeLatest:
+		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Start %q is neither TRIM_HORIZON nor LATEST", idem.ErrInvalidInput, opt.Start)
+	}
+	src := &source{client: opt.Client, stream: opt.Stream, start: cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon), limit: cmp.Or(opt.Limit, 100)}
+	w := shards.Start(ctx, c, src, shards.Options{
+		Name:          opt.Stream,
+		Checkpoints:   cmp.Or[Checkpoints](opt.Checkpoints, NewMemoryCheckpoints()),
+		PollInterval:  cmp.Or(opt.PollInterval, time.Second),
+		LeaseDuration: cmp.Or(opt.LeaseDuration, 30*time.Second),
+		OnRejected:    opt.OnRejected,
+		Logger:        cmp.Or(opt.Logger, slog.Default()),
+		BeforeAck:     opt.beforeAck,
+	})
+	return &Worker{w: w}, nil
+}
+
+// Stop stops the worker: it takes no new record, finishes the ones under way (and saves their
+// checkpoints), and returns when it has stopped. Its leases run out after LeaseDuration.
+func (w *Worker) Stop() { w.w.Stop() }
+
+// Kill stops the worker as a process killed at that instant: no checkpoint is saved from now
+// on, and it returns without waiting for the record under way. Its leases run out after
+// LeaseDuration, and another worker reads on from the last checkpoint saved.
+func (w *Worker) Kill() { w.w.Kill() }
+
+// Done is closed when the worker has stopped.
+func (w *Worker) Done() <-chan struct{} { return w.w.Done() }
+
+// source is the Kinesis API as a shards.Source.
+type source struct {
+	client *kinesis.Client
+	stream string
+	start  types.ShardIteratorType
+	limit  int32
+}
+
+func (s *source) Shards(ctx context.Context) ([]shards.Shard, error) {
+	var out []shards.Shard
+	in := &kinesis.ListShardsInput{StreamName: aws.String(s.stream)}
+	for {
+		resp, err := s.client.ListShards(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, sh := range resp.Shards {
+			out = append(out, shards.Shard{ID: aws.ToString(sh.ShardId),
+				Parents: []string{aws.ToString(sh.ParentShardId), aws.ToString(sh.AdjacentParentShardId)}})
+		}
+		if resp.NextToken == nil {
+			return out, nil
+		}
+		in = &kinesis.ListShardsInput{NextToken: resp.NextToken}
+	}
+}
+
+func (s *source) Iterator(ctx context.Context, shard string, pos shards.Position) (string, error) {
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(s.stream), ShardId: aws.String(shard)}
+	switch {
+	case pos.At != "":
+		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAtSequenceNumber, aws.String(pos.At)
+	case pos.After != "":
+		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAfterSequenceNumber, aws.String(pos.After)
+	default:
+		in.ShardIteratorType = s.start
+	}
+	resp, err := s.client.GetShardIterator(ctx, in)
+	if err != nil {
+		return "", err
+	}
+	if resp.ShardIterator == nil {
+		return "", errors.New("kinesis: no shard iterator")
+	}
+	return *resp.ShardIterator, nil
+}
+
+func (s *source) Read(ctx context.Context, shard, iter string) (shards.Batch, error) {
+	resp, err := s.client.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: aws.String(iter), Limit: aws.Int32(s.limit)})
+	if err != nil {
+		return shards.Batch{}, err
+	}
+	b := shards.Batch{Next: aws.ToString(resp.NextShardIterator), Behind: aws.ToInt64(resp.MillisBehindLatest) > 0}
+	for _, r := range resp.Records {
+		b.Records = append(b.Records, shards.Record{Seq: aws.ToString(r.SequenceNumber), Msg: Message(r, s.stream, shard)})
+	}
+	return b, nil
+}
+
+// Message converts a Kinesis record into the message a consumer handles: its Body is the
+// record's data, its ID the sequence number (for logs only), its Subject the stream's name, and
+// its Header "partition-key", "sequence-number" and "shard-id". A sequence number is a place in
+// the stream, not a fact: a producer that retries a PutRecord whose answer it lost writes the
+// fact twice. Key the fact from the data.
+func Message(r types.Record, stream, shard string) *consumer.Message {
+	return &consumer.Message{
+		Body:    r.Data,
+		ID:      aws.ToString(r.SequenceNumber),
+		Subject: stream,
+		Header: map[string][]string{
+			"partition-key":   {aws.ToString(r.PartitionKey)},
+			"sequence-number": {aws.ToString(r.SequenceNumber)},
+			"shard-id":        {shard},
+		},
+	}
+}
