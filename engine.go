@@ -75,7 +75,7 @@ type Options struct {
 }
 
 // Engine runs effects at most once per key. It is safe for concurrent use; create one per
-// store and share it.
+// store with New and share it. The zero Engine is not usable: create it with New.
 type Engine struct {
 	store Store
 	opt   Options
