@@ -19,11 +19,6 @@ const MaxStorageKeyLen = 512
 // gRPC metadata). It leaves room for a scope prefix within MaxStorageKeyLen.
 const MaxClientKeyLen = 255
 
-// MaxKeyLen is the former name of MaxStorageKeyLen.
-//
-// Deprecated: use MaxStorageKeyLen (or MaxClientKeyLen for the key a client sends).
-const MaxKeyLen = MaxStorageKeyLen
-
 // Options configure an Engine. The zero value is a safe default for every field.
 type Options struct {
 	// Lease is how long a claim is held before another holder may take it over if this one
@@ -80,7 +75,7 @@ type Options struct {
 }
 
 // Engine runs effects at most once per key. It is safe for concurrent use; create one per
-// store and share it.
+// store with New and share it. The zero Engine is not usable: create it with New.
 type Engine struct {
 	store Store
 	opt   Options
@@ -254,15 +249,10 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	}
 }
 
-// reserve claims key through the store's RouteReserver when ctx names a route (WithRoute),
-// and through Reserve otherwise.
+// reserve claims key with the route ctx names (WithRoute), if any.
 func (e *Engine) reserve(ctx context.Context, key, fingerprint string, now time.Time) (Reservation, error) {
-	if route := routeFrom(ctx); route != "" {
-		if rr, ok := e.store.(RouteReserver); ok {
-			return rr.ReserveRoute(ctx, key, fingerprint, route, now, e.opt.Lease, e.opt.TTL)
-		}
-	}
-	return e.store.Reserve(ctx, key, fingerprint, now, e.opt.Lease, e.opt.TTL)
+	return e.store.Reserve(ctx, ReserveRequest{Key: key, Fingerprint: fingerprint, Route: routeFrom(ctx),
+		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL})
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under

@@ -393,7 +393,7 @@ func TestLeaseLostCancelsEffect(t *testing.T) {
 	}()
 	<-started
 	// Another holder takes over after the lease (on the fake clock).
-	res, err := b.mem.Reserve(context.Background(), "k", fp1, b.clock.Now().Add(2*time.Second), time.Minute, time.Hour)
+	res, err := b.mem.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp1, Now: b.clock.Now().Add(2 * time.Second), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("takeover: %+v %v", res, err)
 	}
@@ -709,11 +709,11 @@ type extendSpy struct {
 
 // Reserve marks a claim active from the moment it is made: the heartbeat may fire before the
 // effect does anything.
-func (s *extendSpy) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	res, err := s.Store.Reserve(ctx, key, fp, now, lease, window)
+func (s *extendSpy) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	res, err := s.Store.Reserve(ctx, req)
 	if err == nil && res.Claimed {
 		s.mu.Lock()
-		s.active[key] = res.Record.Token
+		s.active[req.Key] = res.Record.Token
 		s.mu.Unlock()
 	}
 	return res, err

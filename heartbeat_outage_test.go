@@ -120,7 +120,7 @@ func TestHeartbeatRidesOutShortOutage(t *testing.T) {
 			return
 		case <-time.After(5 * time.Millisecond):
 		}
-		res, err := st.Reserve(context.Background(), "k", fp, time.Now(), lease, time.Hour)
+		res, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: lease, TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

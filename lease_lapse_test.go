@@ -93,7 +93,7 @@ func leaseLapseOnce(t *testing.T, hang bool) {
 	<-started
 	for takenAt.Load() == 0 {
 		time.Sleep(2 * time.Millisecond)
-		res, err := st.Reserve(context.Background(), "k", fp, time.Now().Add(ahead), lease, time.Hour)
+		res, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now().Add(ahead), Lease: lease, TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

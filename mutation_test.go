@@ -1,15 +1,13 @@
 package idem
 
 import (
-	"encoding/binary"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 )
 
 // These tests pin down properties that mutation testing showed no other test held: the
-// memory the response cache accounts for, and the single exact allocation of EncodeResponse.
+// memory the response cache accounts for.
 
 // A cached record's accounted size grows with each part of it that takes memory: the key, the
 // fingerprint, the body, header names and header values.
@@ -81,61 +79,6 @@ func TestCacheReplaceAccountsTheNewSize(t *testing.T) {
 	}
 }
 
-// EncodeResponse makes one allocation, of exactly the size it needs.
-func TestEncodeResponseOneExactAllocation(t *testing.T) {
-	r := Response{Status: 201, Body: []byte(strings.Repeat("x", 300)), Header: map[string][]string{
-		"Content-Type": {"application/json"}, "Location": {"/a/" + strings.Repeat("1", 200)}, "Set-Cookie": {"a=1", "b=2"},
-	}}
-	b := EncodeResponse(r)
-	if cap(b) != len(b) {
-		t.Fatalf("EncodeResponse: len %d, cap %d: the size was not computed exactly", len(b), cap(b))
-	}
-	if n := testing.AllocsPerRun(20, func() { _ = EncodeResponse(r) }); n != 1 {
-		t.Fatalf("EncodeResponse allocates %v times, want 1", n)
-	}
-}
-
-// A response without headers, as a consumer's or any other non-HTTP effect stores, decodes
-// with a nil Header and allocates nothing but its body: replays of such records cost no map.
-func TestDecodeResponseWithoutHeaders(t *testing.T) {
-	for _, r := range []Response{{}, {Status: 204}, {Body: []byte(`{"ok":true}`)}} {
-		b := EncodeResponse(r)
-		got, err := DecodeResponse(b)
-		if err != nil || got.Header != nil || !got.Equal(r) {
-			t.Fatalf("DecodeResponse(%+v) = %+v (Header nil: %t), %v", r, got, got.Header == nil, err)
-		}
-		want := 0.0
-		if len(r.Body) > 0 {
-			want = 1
-		}
-		if n := testing.AllocsPerRun(20, func() { _, _ = DecodeResponse(b) }); n != want {
-			t.Fatalf("DecodeResponse(%+v) allocates %v times, want %v", r, n, want)
-		}
-	}
-}
-
-// Every three-digit status round-trips, and nothing above: a stored status is an HTTP status.
-func TestCodecStatusRange(t *testing.T) {
-	for _, s := range []int{100, 999} {
-		got, err := DecodeResponse(EncodeResponse(Response{Status: s}))
-		if err != nil || got.Status != s {
-			t.Fatalf("status %d: decoded %+v, %v", s, got, err)
-		}
-	}
-	if _, err := DecodeResponse(EncodeResponse(Response{Status: 1000})); !errors.Is(err, ErrCorruptRecord) {
-		t.Fatalf("status 1000: %v, want ErrCorruptRecord", err)
-	}
-}
-
-// uvarintLen agrees with binary.AppendUvarint at every length boundary.
-func TestUvarintLen(t *testing.T) {
-	for _, v := range []uint64{0, 1, 127, 128, 1<<14 - 1, 1 << 14, 1<<21 - 1, 1 << 21, 1<<63 - 1, 1<<64 - 1} {
-		if got, want := uvarintLen(v), len(binary.AppendUvarint(nil, v)); got != want {
-			t.Errorf("uvarintLen(%d) = %d, want %d", v, got, want)
-		}
-	}
-}
-
 // The zero Options get the defaults their documentation states.
 func TestOptionDefaults(t *testing.T) {
 	e, err := New(nopStore{}, Options{CacheSize: 1})
@@ -152,18 +95,6 @@ func TestOptionDefaults(t *testing.T) {
 
 // nopStore is a Store that New accepts; these tests never call it.
 type nopStore struct{ Store }
-
-// A new token is above the old one even when the clock is behind it, and follows the clock
-// otherwise.
-func TestNextToken(t *testing.T) {
-	now := time.UnixMicro(1_000_000)
-	if got := NextToken(5_000_000, now); got != 5_000_001 {
-		t.Errorf("NextToken after 5000000 with the clock at 1000000 = %d, want 5000001", got)
-	}
-	if got := NextToken(10, now); got != 1_000_000 {
-		t.Errorf("NextToken after 10 with the clock at 1000000 = %d, want 1000000", got)
-	}
-}
 
 // A lease has run out at its LeaseUntil instant, not before; a completed record has no lease.
 func TestLeaseExpired(t *testing.T) {

@@ -82,11 +82,6 @@ const (
 	UncertainHold
 )
 
-// UncertainPin is the former name of UncertainHold.
-//
-// Deprecated: use UncertainHold.
-const UncertainPin = UncertainHold
-
 // String returns "expire", "release", "hold" or "invalid": the words UnmarshalText reads.
 func (p UncertainPolicy) String() string {
 	switch p {

@@ -2,10 +2,14 @@ package idem
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
 )
+
+// ErrCorruptRecord: a stored record or response could not be decoded. It wraps ErrInvalidInput.
+var ErrCorruptRecord = fmt.Errorf("%w: corrupt stored response", ErrInvalidInput)
 
 // State is the lifecycle state of a record.
 type State uint8
@@ -96,8 +100,8 @@ type Record struct {
 	// ExpiresAt ends the record's business window: from then on it counts as absent.
 	ExpiresAt time.Time
 	// Route names what claimed the key, for operators (such as "POST /v1/orders/{id}/pay"):
-	// the route given with WithRoute when the key was claimed, at most MaxRouteLen bytes of
-	// UTF-8, or "" when none was given or the store does not keep routes (see RouteReserver).
+	// the route given with WithRoute when the key was claimed (ReserveRequest.Route), at most
+	// MaxRouteLen bytes of UTF-8, or "" when none was given.
 	Route string
 }
 

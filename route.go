@@ -21,16 +21,15 @@ type routeKey struct{}
 //
 // The route is made valid UTF-8 without NUL bytes (each invalid byte and each NUL becomes
 // U+FFFD) and cut to at most MaxRouteLen bytes at a rune boundary. An empty route stores none.
-// The store keeps the route only if it implements RouteReserver; every store in this module
-// does.
+// The engine gives it to the store as ReserveRequest.Route.
 func WithRoute(ctx context.Context, route string) context.Context {
-	return context.WithValue(ctx, routeKey{}, CleanRoute(route))
+	return context.WithValue(ctx, routeKey{}, cleanRoute(route))
 }
 
-// CleanRoute returns route as a record carries it: valid UTF-8 without NUL bytes (each invalid
+// cleanRoute returns route as a record carries it: valid UTF-8 without NUL bytes (each invalid
 // byte and each NUL becomes U+FFFD), cut to at most MaxRouteLen bytes at a rune boundary.
-// WithRoute applies it; stores and callers that set Record.Route themselves may too.
-func CleanRoute(route string) string {
+// storekit.CleanRoute is the same function for stores; a test holds the two equal.
+func cleanRoute(route string) string {
 	if !utf8.ValidString(route) {
 		route = strings.ToValidUTF8(route, "\uFFFD")
 	}
@@ -53,6 +52,7 @@ func routeFrom(ctx context.Context) string {
 	return r
 }
 
-// RouteFromContext returns the route WithRoute set on ctx, or "". Runners other than the
-// engine (a store's transaction runner) read it to store the route with their claims.
+// RouteFromContext returns the route WithRoute set on ctx, or "". A Runner other than the
+// engine (a store's transaction runner) reads it to claim a key with its route, as the engine
+// does.
 func RouteFromContext(ctx context.Context) string { return routeFrom(ctx) }

@@ -2,38 +2,31 @@ package idem_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
-// routeSpy counts the claims that went through Reserve and through ReserveRoute.
+// routeSpy keeps the routes the engine asked the store to claim with.
 type routeSpy struct {
 	*memstore.Store
-	plain, routed int
+	routes []string
 }
 
-func (s *routeSpy) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	s.plain++
-	return s.Store.Reserve(ctx, key, fp, now, lease, window)
+func (s *routeSpy) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	s.routes = append(s.routes, req.Route)
+	return s.Store.Reserve(ctx, req)
 }
-
-func (s *routeSpy) ReserveRoute(ctx context.Context, key, fp, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	s.routed++
-	return s.Store.ReserveRoute(ctx, key, fp, route, now, lease, window)
-}
-
-// plainStore hides memstore's ReserveRoute: a store written before routes existed.
-type plainStore struct{ idem.Store }
 
 func created(context.Context) (idem.Response, error) { return idem.Response{Status: 201}, nil }
 
-// The engine claims through ReserveRoute when the context names a route, and through Reserve
-// otherwise; the route reaches the record, and a store without routes works as before.
+// The engine claims with the route the context names (ReserveRequest.Route), or none, and the
+// route reaches the record.
 func TestEngineRoute(t *testing.T) {
 	ctx := context.Background()
 	spy := &routeSpy{Store: memstore.New()}
@@ -50,8 +43,8 @@ func TestEngineRoute(t *testing.T) {
 	if _, err := eng.Do(idem.WithRoute(ctx, ""), "empty", fp1, created); err != nil {
 		t.Fatal(err)
 	}
-	if spy.routed != 1 || spy.plain != 2 {
-		t.Fatalf("claims through ReserveRoute %d, Reserve %d; want 1 and 2", spy.routed, spy.plain)
+	if want := []string{"POST /v1/orders/{id}/pay", "", ""}; !slices.Equal(spy.routes, want) {
+		t.Fatalf("claimed with routes %q, want %q", spy.routes, want)
 	}
 	for key, want := range map[string]string{"routed": "POST /v1/orders/{id}/pay", "plain": "", "empty": ""} {
 		if rec, err := spy.Get(ctx, key); err != nil || rec.Route != want {
@@ -65,20 +58,10 @@ func TestEngineRoute(t *testing.T) {
 	if rec, err := spy.Get(ctx, "typed"); err != nil || rec.Route != "POST /typed" {
 		t.Errorf("typed: record %+v, %v; want route POST /typed", rec, err)
 	}
-
-	old, err := idem.New(plainStore{memstore.New()}, idem.Options{Heartbeat: -1, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := old.Do(idem.WithRoute(ctx, "POST /x"), "k", fp1, created); err != nil || res.Response.Status != 201 {
-		t.Fatalf("store without routes: %+v, %v", res, err)
-	}
-	if rec, err := old.Store().Get(ctx, "k"); err != nil || rec.Route != "" {
-		t.Fatalf("store without routes: record %+v, %v", rec, err)
-	}
 }
 
-// WithRoute cuts a long route at a rune boundary and makes it valid UTF-8 without NUL.
+// WithRoute cuts a long route at a rune boundary and makes it valid UTF-8 without NUL, by the
+// same rule as storekit.CleanRoute, which stores apply to a route given to them directly.
 func TestWithRouteCleans(t *testing.T) {
 	long := strings.Repeat("a", idem.MaxRouteLen-1) + "\u00e9tage"
 	for _, tc := range []struct{ in, want string }{
@@ -94,6 +77,9 @@ func TestWithRouteCleans(t *testing.T) {
 		got := idem.RouteFromContext(idem.WithRoute(context.Background(), tc.in))
 		if got != tc.want || len(got) > idem.MaxRouteLen || !utf8.ValidString(got) {
 			t.Errorf("WithRoute(%.40q) = %.40q (%d bytes), want %.40q", tc.in, got, len(got), tc.want)
+		}
+		if kit := storekit.CleanRoute(tc.in); kit != got {
+			t.Errorf("storekit.CleanRoute(%.40q) = %.40q, but WithRoute keeps %.40q", tc.in, kit, got)
 		}
 	}
 	if got := idem.RouteFromContext(context.Background()); got != "" {

@@ -73,7 +73,7 @@ func TestLeaseHeldWhileTheResultIsStored(t *testing.T) {
 		if st.down.Load() {
 			continue // the other process cannot reach the store either
 		}
-		res, err := st.Store.Reserve(context.Background(), "k", fp, time.Now(), lease, time.Hour)
+		res, err := st.Store.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: lease, TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,12 +26,12 @@ type slowReserveStore struct {
 	landOnce   sync.Once
 }
 
-func (s *slowReserveStore) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+func (s *slowReserveStore) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
 	if !s.slow.Load() {
-		return s.Store.Reserve(ctx, key, fp, now, lease, window)
+		return s.Store.Reserve(ctx, req)
 	}
 	time.Sleep(s.delay)
-	res, err := s.Store.Reserve(ctx, key, fp, now, lease, window)
+	res, err := s.Store.Reserve(ctx, req)
 	if err == nil && res.Claimed && s.landed != nil {
 		s.landOnce.Do(func() { close(s.landed) })
 	}

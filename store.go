@@ -15,17 +15,23 @@ import (
 // Every error that is not one of the contract's sentinels (ErrNotFound, ErrLeaseLost) means the
 // store could not answer; the engine then fails closed.
 type Store interface {
-	// Reserve atomically claims key, in one store operation:
-	//   - absent, or expired at now (ExpiresAt <= now) → a new claim;
-	//   - in progress with LeaseUntil <= now and the same fingerprint → a takeover;
+	// Reserve atomically claims req.Key, in one store operation:
+	//   - absent, or expired at req.Now (ExpiresAt <= Now) → a new claim;
+	//   - in progress with LeaseUntil <= Now and the same fingerprint → a takeover;
 	//   - anything else → the existing record, untouched (Claimed false).
-	// A claim is in progress with LeaseUntil = now+lease, ExpiresAt = now+window, and
-	// Token = NextToken(previous token or 0, now). A new claim has CreatedAt = now, Attempts 1
-	// and Starts 1; a takeover keeps the original CreatedAt and has Attempts previous+1 and
-	// Starts previous+1. A claim of a released record (see Release) with the same fingerprint
-	// is not a takeover (Attempts 1) but goes on counting: CreatedAt kept, Starts previous+1.
-	// A released record with another fingerprint, or an expired one, gives a new claim.
-	Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (Reservation, error)
+	// A claim is in progress with LeaseUntil = Now+Lease, ExpiresAt = Now+TTL, and
+	// Token = storekit.NextToken(previous token or 0, Now). A new claim has CreatedAt = Now,
+	// Attempts 1 and Starts 1; a takeover keeps the original CreatedAt and has Attempts
+	// previous+1 and Starts previous+1. A claim of a released record (see Release) with the same
+	// fingerprint is not a takeover (Attempts 1) but goes on counting: CreatedAt kept, Starts
+	// previous+1. A released record with another fingerprint, or an expired one, gives a new
+	// claim.
+	//
+	// The route is decided by the same operation (never an extra write or round trip): a new
+	// claim stores req.Route; a takeover, which continues the same claim, keeps the stored route
+	// and stores req.Route only if the record had none; a record that is not claimed is returned
+	// untouched, with its stored route. An empty Route stores none.
+	Reserve(ctx context.Context, req ReserveRequest) (Reservation, error)
 
 	// Complete stores resp and marks the record completed, with CompletedAt = now and the given
 	// expiresAt, if the record is in progress with this token; otherwise it returns
@@ -54,32 +60,24 @@ type Store interface {
 	Sweep(ctx context.Context, now time.Time, batch int) (int, error)
 }
 
-// RouteReserver is implemented by stores that keep the route that claimed a record (see
-// WithRoute and Record.Route). It is optional, so that a store written before routes existed
-// still compiles and works: the engine then calls Reserve and its records carry no route.
-//
-// ReserveRoute is Reserve that also stores route, with the same decisions made by the same
-// atomic store operations (never an extra write or round trip): a new claim (the key absent or
-// expired) stores route; a takeover, which continues the same claim, keeps the stored route and
-// stores route only if the record had none; a record that is not claimed is returned
-// untouched, with its stored route. route is at most MaxRouteLen bytes of valid UTF-8 without
-// NUL bytes (see CleanRoute); "" stores none, exactly as Reserve does. The engine calls
-// ReserveRoute when the caller named a route with WithRoute, and Reserve otherwise.
-//
-// A wrapper around a store that changes Reserve (to count, to fail, to bound leases) must
-// change ReserveRoute the same way: a wrapper that embeds a RouteReserver store has its
-// ReserveRoute too, and the engine calls that one, not the wrapper's Reserve, whenever a route
-// is named (idemhttp and idemgrpc name one for every request by default).
-type RouteReserver interface {
-	ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (Reservation, error)
-}
-
-// NextToken returns the fencing token for a new claim of a key whose previous token was prev
-// (0 when the key has no record). Tokens are Unix microseconds at the claim, or prev+1 when
-// that is larger, so they grow with every claim of a key and a key recreated after a sweep does
-// not reuse the token of an old holder. They fit exactly in a float64 (Lua, JSON numbers).
-func NextToken(prev int64, now time.Time) int64 {
-	return max(prev+1, now.UnixMicro())
+// ReserveRequest is what Store.Reserve is asked to claim. New fields may be added; a store
+// that does not know one keeps working as before.
+type ReserveRequest struct {
+	// Key is the scoped storage key (see CheckKey).
+	Key string
+	// Fingerprint identifies the request (see Fingerprint): a takeover needs the same one.
+	Fingerprint string
+	// Route names what claims the key, for operators (see WithRoute and Record.Route): at most
+	// MaxRouteLen bytes of valid UTF-8 without NUL bytes, or "" for none. Stores clean it as
+	// storekit.CleanRoute does, so a route they are given directly is kept the same way.
+	Route string
+	// Now is the engine's clock at the claim; stores compare it with the stored times and never
+	// consult their own clock.
+	Now time.Time
+	// Lease is how long the claim holds: a claim's LeaseUntil is Now+Lease.
+	Lease time.Duration
+	// TTL is how long the record counts (Options.TTL): a claim's ExpiresAt is Now+TTL.
+	TTL time.Duration
 }
 
 // Deleter is implemented by stores that can delete a record outright, whatever its state. It

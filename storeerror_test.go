@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
@@ -14,7 +13,7 @@ import (
 // wrappingStore fails every Reserve with a *idem.StoreError, as the network stores do.
 type wrappingStore struct{ *memstore.Store }
 
-func (wrappingStore) Reserve(context.Context, string, string, time.Time, time.Duration, time.Duration) (idem.Reservation, error) {
+func (wrappingStore) Reserve(context.Context, idem.ReserveRequest) (idem.Reservation, error) {
 	return idem.Reservation{}, &idem.StoreError{Op: "reserve", Err: errors.New("redisstore: connection refused")}
 }
 

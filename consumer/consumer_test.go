@@ -41,11 +41,6 @@ func newCountingStore(st idem.Store) *countingStore {
 	return s
 }
 
-// ReserveRoute passes routed claims on (storehook's store keeps routes), counted like the rest.
-func (s *countingStore) ReserveRoute(ctx context.Context, key, fp, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.Store.(idem.RouteReserver).ReserveRoute(ctx, key, fp, route, now, lease, window)
-}
-
 type bundle struct {
 	store   *countingStore
 	mem     *memstore.Store

@@ -204,8 +204,7 @@ func (d *drainer) keeps(key string, token int64) bool {
 // release of a claim whose call was cut waits for it, by letting the lease lapse there).
 type floorStore struct {
 	idem.Store
-	rr idem.RouteReserver // the same store
-	d  *drainer
+	d *drainer
 }
 
 func (s *floorStore) noteClaim(ctx context.Context, key string, res idem.Reservation) {
@@ -220,16 +219,9 @@ func (s *floorStore) noteClaim(ctx context.Context, key string, res idem.Reserva
 }
 
 // Reserve implements idem.Store.
-func (s *floorStore) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	res, err := s.Store.Reserve(ctx, key, fp, now, lease, window)
-	s.noteClaim(ctx, key, res)
-	return res, err
-}
-
-// ReserveRoute implements idem.RouteReserver.
-func (s *floorStore) ReserveRoute(ctx context.Context, key, fp, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	res, err := s.rr.ReserveRoute(ctx, key, fp, route, now, lease, window)
-	s.noteClaim(ctx, key, res)
+func (s *floorStore) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	res, err := s.Store.Reserve(ctx, req)
+	s.noteClaim(ctx, req.Key, res)
 	return res, err
 }
 

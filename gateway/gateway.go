@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	}
 	instrumented := instrument(g.store, g.metrics.StoreSeconds)
 	g.drain = newDrainer(cfg.UncertainPolicy(), time.Duration(cfg.Lease), instrumented, g.log)
-	instrumented = &floorStore{Store: instrumented, rr: instrumented.(idem.RouteReserver), d: g.drain}
+	instrumented = &floorStore{Store: instrumented, d: g.drain}
 	upstream, _ := url.Parse(cfg.Upstream)
 	transport := opt.Transport
 	if transport == nil {

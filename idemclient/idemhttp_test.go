@@ -60,7 +60,7 @@ func protected(t *testing.T, api http.Handler, fault func(next http.Handler) htt
 
 func postKey(c *http.Client, url, key string) (status int, body string, replayed bool, err error) {
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":1}`))
-	req.Header.Set(idemclient.HeaderKey, key)
+	req.Header.Set(idem.KeyHeader, key)
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", false, err

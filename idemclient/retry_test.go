@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // A 409 whose Retry-After is longer than the time left is retried at the last useful moment
@@ -90,7 +92,7 @@ func (s *stall) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.ReadAll(r.Body) // so that the server notices a client that leaves
 	i := s.seen.Add(1)
 	s.mu.Lock()
-	s.keys = append(s.keys, r.Header.Get(HeaderKey))
+	s.keys = append(s.keys, r.Header.Get(idem.KeyHeader))
 	s.mu.Unlock()
 	if i <= s.n {
 		if s.body {

@@ -21,11 +21,6 @@ import (
 	"github.com/idemkit/idem/internal/retry"
 )
 
-// HeaderKey is the header that carries the idempotency key.
-//
-// Deprecated: use idem.KeyHeader, the one name every face of idem uses.
-const HeaderKey = idem.KeyHeader
-
 // ErrBodyNotReplayable: the request needed a retry but its body cannot be sent again (it has
 // no GetBody). The request was sent once; use a body type that http.NewRequest knows
 // (bytes.Reader, bytes.Buffer, strings.Reader) or set GetBody.

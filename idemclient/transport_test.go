@@ -107,25 +107,25 @@ func TestOneKeyPerIntentAcrossAttempts(t *testing.T) {
 	if len(f.base.reqs) != 3 {
 		t.Fatalf("%d attempts, want 3", len(f.base.reqs))
 	}
-	key := f.base.reqs[0].Header.Get(HeaderKey)
+	key := f.base.reqs[0].Header.Get(idem.KeyHeader)
 	if len(key) != 36 || key[14] != '7' {
 		t.Fatalf("key %q is not a UUIDv7", key)
 	}
 	for i, r := range f.base.reqs {
-		if r.Header.Get(HeaderKey) != key {
-			t.Errorf("attempt %d key %q, want %q", i+1, r.Header.Get(HeaderKey), key)
+		if r.Header.Get(idem.KeyHeader) != key {
+			t.Errorf("attempt %d key %q, want %q", i+1, r.Header.Get(idem.KeyHeader), key)
 		}
 		if f.base.bodies[i] != `{"amount":10}` {
 			t.Errorf("attempt %d body %q", i+1, f.base.bodies[i])
 		}
 	}
-	if req.Header.Get(HeaderKey) != "" {
+	if req.Header.Get(idem.KeyHeader) != "" {
 		t.Error("the caller's request was modified")
 	}
 	// A second logical request gets another key.
 	f2 := newFake(t, Options{}, status(200))
 	_, _ = f2.RoundTrip(post(t, "x"))
-	if f2.base.reqs[0].Header.Get(HeaderKey) == key {
+	if f2.base.reqs[0].Header.Get(idem.KeyHeader) == key {
 		t.Error("two intents share a key")
 	}
 }
@@ -134,21 +134,21 @@ func TestCallerKeyKept(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, Options{}, status(502), status(200))
 	req := post(t, "x")
-	req.Header.Set(HeaderKey, "order-42")
+	req.Header.Set(idem.KeyHeader, "order-42")
 	if _, err := f.RoundTrip(req); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range f.base.reqs {
-		if r.Header.Get(HeaderKey) != "order-42" {
-			t.Fatalf("key replaced: %q", r.Header.Get(HeaderKey))
+		if r.Header.Get(idem.KeyHeader) != "order-42" {
+			t.Fatalf("key replaced: %q", r.Header.Get(idem.KeyHeader))
 		}
 	}
 	f = newFake(t, Options{}, status(502), status(200))
 	req = post(t, "x").WithContext(WithKey(context.Background(), "intent-7"))
 	_, _ = f.RoundTrip(req)
 	for _, r := range f.base.reqs {
-		if r.Header.Get(HeaderKey) != "intent-7" {
-			t.Fatalf("WithKey not used: %q", r.Header.Get(HeaderKey))
+		if r.Header.Get(idem.KeyHeader) != "intent-7" {
+			t.Fatalf("WithKey not used: %q", r.Header.Get(idem.KeyHeader))
 		}
 	}
 }
@@ -203,7 +203,7 @@ func TestMethods(t *testing.T) {
 		if len(f.base.reqs) != want {
 			t.Errorf("%s: %d attempts, want %d", method, len(f.base.reqs), want)
 		}
-		hasKey := f.base.reqs[0].Header.Get(HeaderKey) != ""
+		hasKey := f.base.reqs[0].Header.Get(idem.KeyHeader) != ""
 		if hasKey != (method == "POST" || method == "PATCH") {
 			t.Errorf("%s: key set = %v", method, hasKey)
 		}

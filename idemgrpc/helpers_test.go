@@ -79,20 +79,11 @@ type flakyStore struct {
 
 var errDown = errors.New("store is down")
 
-func (s *flakyStore) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+func (s *flakyStore) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
 	if s.down.Load() {
 		return idem.Reservation{}, errDown
 	}
-	return s.Store.Reserve(ctx, key, fp, now, lease, window)
-}
-
-// ReserveRoute: the engine claims through it when the call names a route (the interceptor
-// names the method), so it is down too.
-func (s *flakyStore) ReserveRoute(ctx context.Context, key, fp, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if s.down.Load() {
-		return idem.Reservation{}, errDown
-	}
-	return s.Store.ReserveRoute(ctx, key, fp, route, now, lease, window)
+	return s.Store.Reserve(ctx, req)
 }
 
 type bundle struct {

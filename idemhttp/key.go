@@ -8,16 +8,6 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// HeaderName is the request header that carries the key.
-//
-// Deprecated: use idem.KeyHeader, the one name every face of idem uses.
-const HeaderName = idem.KeyHeader
-
-// MaxKeyLen is the longest key accepted, in bytes (after unquoting).
-//
-// Deprecated: use idem.MaxClientKeyLen, the limit every face of idem applies to a client's key.
-const MaxKeyLen = idem.MaxClientKeyLen
-
 // ErrInvalidKey reports a key that is not 1 to idem.MaxClientKeyLen printable ASCII characters, a
 // malformed structured-field string, or a header sent more than once. The middleware answers
 // it with 400 (ProblemInvalidKey).

@@ -15,7 +15,7 @@ import (
 )
 
 // MaxScopeLen is the longest scope accepted, in bytes. A scope, its separator and a key of
-// MaxKeyLen fit in the engine's idem.MaxStorageKeyLen.
+// idem.MaxClientKeyLen fit in the engine's idem.MaxStorageKeyLen.
 const MaxScopeLen = idem.MaxScopeLen
 
 // ScopeSeparator separates the scope from the key in a storage key. Scopes must not contain it.

@@ -56,16 +56,9 @@ type boundKey struct{}
 // carries one, and keeps a failed Release's error in it.
 type boundedStore struct{ idem.Store }
 
-func (s boundedStore) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.Store.Reserve(ctx, key, fingerprint, now, s.lease(ctx, now, lease), window)
-}
-
-// ReserveRoute is Reserve, with the route passed on to a store that keeps routes.
-func (s boundedStore) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	if rr, ok := s.Store.(idem.RouteReserver); ok {
-		return rr.ReserveRoute(ctx, key, fingerprint, route, now, s.lease(ctx, now, lease), window)
-	}
-	return s.Reserve(ctx, key, fingerprint, now, lease, window)
+func (s boundedStore) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	req.Lease = s.lease(ctx, req.Now, req.Lease)
+	return s.Store.Reserve(ctx, req)
 }
 
 // Release releases the claim and, if that fails for another reason than a lost lease (the key

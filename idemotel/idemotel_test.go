@@ -234,7 +234,7 @@ func TestEngineSpansAndMetrics(t *testing.T) {
 	}
 
 	// Takeover: a holder that never completes, its lease run out.
-	if _, err := store.Reserve(ctx, "scope-secret|t", fp1, time.Now().Add(-time.Minute), time.Second, time.Hour); err != nil {
+	if _, err := store.Reserve(ctx, idem.ReserveRequest{Key: "scope-secret|t", Fingerprint: fp1, Now: time.Now().Add(-time.Minute), Lease: time.Second, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Do(ctx, "scope-secret|t", fp1, ok); err != nil {

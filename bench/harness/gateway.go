@@ -25,6 +25,7 @@ import (
 	"github.com/idemkit/idem/bench/load"
 	"github.com/idemkit/idem/bench/procstat"
 	"github.com/idemkit/idem/bench/targets"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // GatewayOptions configure RunGateway. Only IdemBin and SelfBin are required.
@@ -409,7 +410,7 @@ func (g *gatewayRun) pgbenchScript(ctx context.Context, conn *pgx.Conn) (string,
 	if _, err := conn.Exec(ctx, "CREATE TABLE "+t+" (LIKE "+pgSchema+".idem_records INCLUDING ALL)"); err != nil {
 		return "", fmt.Errorf("harness: pgbench table (from the gateway's migrated idem_records): %w", err)
 	}
-	resp := idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(targets.Body))}}, Body: targets.Body})
+	resp := storekit.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(targets.Body))}}, Body: targets.Body})
 	respLit := `'\x` + fmt.Sprintf("%x", resp) + `'::bytea`
 	const now = "(extract(epoch FROM clock_timestamp()) * 1e6)::bigint"
 	const key = "(:r)::text"

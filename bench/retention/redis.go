@@ -93,7 +93,7 @@ func redisMemory(ctx context.Context, rdb *redis.Client, n, size int) (RedisResu
 			for i := w; i < n; i += 16 {
 				now := time.Now()
 				k := Key(int64(i) * stride)
-				res, err := st.Reserve(ctx, k, fp, now, 30*time.Second, 24*time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 				if err == nil {
 					err = st.Complete(ctx, k, res.Record.Token, resp, now, now.Add(24*time.Hour))
 				}

@@ -7,13 +7,14 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // DynamoItemSize returns the size DynamoDB bills and limits for a completed record of
 // dynamostore with the default attribute names ("pk", "ttl", no sort key): per AWS's rules,
 // each attribute's name in UTF-8 bytes plus its value (a string or binary: its length; a
 // number: 1 byte plus 1 per 2 significant digits). keyLen is the storage key with its prefix,
-// response the idem.EncodeResponse length. Times are 16-digit Unix microseconds, the TTL a
+// response the storekit.EncodeResponse length. Times are 16-digit Unix microseconds, the TTL a
 // 10-digit Unix second.
 func DynamoItemSize(keyLen, response int) int {
 	num := func(digits int) int { return 1 + (digits+1)/2 }
@@ -146,7 +147,7 @@ func WriteRedis(w io.Writer, rs []RedisResult) {
 	fmt.Fprintf(w, "| response body | records | STRLEN of a record | MEMORY USAGE per record (mean of %s) | listing index per record | used_memory change per record | DynamoDB item size (computed) | PTTL of a fresh record |\n", "a sample")
 	fmt.Fprintf(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rs {
-		enc := len(idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: make([]byte, r.BodyBytes)}))
+		enc := len(storekit.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: make([]byte, r.BodyBytes)}))
 		fmt.Fprintf(w, "| %d B | %s | %.0f B | %.0f B (%d sampled) | %.0f B | %.0f B | %d B | %s |\n", r.BodyBytes, thousands(r.Records),
 			r.ValueBytes, r.UsageMean, r.Sampled, r.IndexPerRecord, r.UsedDelta, DynamoItemSize(len("idem:")+len(Key(0)), enc), r.TTL.Round(1e9))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/idemkit/idem/store/mysqlstore"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Key shape: a scope, then a UUID-shaped key whose first 16 hex digits are x (61 bytes). Keys
@@ -112,7 +113,7 @@ func SQL(ctx context.Context, cfg SQLConfig) ([]Result, error) {
 	sizes := slices.Clone(cfg.Sizes)
 	slices.Sort(sizes)
 	fp := idem.Fingerprint([]byte(`{"amount":1000,"currency":"eur"}`))
-	resp := idem.EncodeResponse(idem.Response{Status: 201,
+	resp := storekit.EncodeResponse(idem.Response{Status: 201,
 		Header: map[string][]string{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","object":"charge","amount":1000,"currency":"eur",` +
 			`"status":"succeeded","created":1764547200,"customer":"cus_NffrFeUfNV2Hib"}`)})
@@ -255,7 +256,7 @@ func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp strin
 						x++ // between the generated records, never one of them
 					}
 					var res idem.Reservation
-					res, err = t.store.Reserve(ctx, Key(x), fp, now, 30*time.Second, 24*time.Hour)
+					res, err = t.store.Reserve(ctx, idem.ReserveRequest{Key: Key(x), Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 					if err == nil && !res.Claimed {
 						// Drawn before, by this run or an earlier round: not a new key, and
 						// not an error either. Draw again.
@@ -268,7 +269,7 @@ func measure(ctx context.Context, cfg SQLConfig, t *table, path string, fp strin
 				} else {
 					x := (1 + rand.Int64N(int64(t.filled))) * stride
 					var res idem.Reservation
-					res, err = t.store.Reserve(ctx, Key(x), fp, now, 30*time.Second, 24*time.Hour)
+					res, err = t.store.Reserve(ctx, idem.ReserveRequest{Key: Key(x), Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 					if err == nil && (res.Claimed || res.Record.State != idem.StateCompleted) {
 						err = errors.New("replay did not find the completed record")
 					}

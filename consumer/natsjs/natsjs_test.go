@@ -335,9 +335,10 @@ func TestOptionsValidated(t *testing.T) {
 // noDedup is a deliberately broken store that remembers nothing: every delivery claims.
 type noDedup struct{}
 
-func (noDedup) Reserve(_ context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return idem.Reservation{Claimed: true, Record: idem.Record{Key: key, Fingerprint: fp, State: idem.StateInProgress,
-		Token: now.UnixMicro(), LeaseUntil: now.Add(lease), Attempts: 1, CreatedAt: now, ExpiresAt: now.Add(window)}}, nil
+func (noDedup) Reserve(_ context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	now := req.Now
+	return idem.Reservation{Claimed: true, Record: idem.Record{Key: req.Key, Fingerprint: req.Fingerprint, State: idem.StateInProgress,
+		Token: now.UnixMicro(), LeaseUntil: now.Add(req.Lease), Attempts: 1, CreatedAt: now, ExpiresAt: now.Add(req.TTL)}}, nil
 }
 func (noDedup) Complete(context.Context, string, int64, idem.Response, time.Time, time.Time) error {
 	return nil

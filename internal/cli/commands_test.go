@@ -38,23 +38,23 @@ func seed(t *testing.T) string {
 	defer st.Close()
 	now := time.Now()
 	fp := idem.Fingerprint([]byte("x"))
-	res, _ := st.ReserveRoute(ctx, "done", fp, "POST /v1/charges", now, time.Minute, time.Hour)
+	res, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "done", Fingerprint: fp, Route: "POST /v1/charges", Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err := st.Complete(ctx, "done", res.Record.Token, idem.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}, now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Reserve(ctx, "stuck", fp, now, time.Hour, 2*time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stuck", Fingerprint: fp, Now: now, Lease: time.Hour, TTL: 2 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// A claim whose holder died a minute ago (lease run out, record live).
-	if _, err := st.Reserve(ctx, "stale", fp, now.Add(-2*time.Minute), time.Minute, time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now.Add(-2 * time.Minute), Lease: time.Minute, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// A claim held as uncertain: its lease extended to the record's expiry.
-	res, _ = st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour)
+	res, _ = st.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err := st.Extend(ctx, "held", res.Record.Token, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	res, _ = st.Reserve(ctx, "old", fp, now.Add(-3*time.Hour), time.Minute, time.Hour)
+	res, _ = st.Reserve(ctx, idem.ReserveRequest{Key: "old", Fingerprint: fp, Now: now.Add(-3 * time.Hour), Lease: time.Minute, TTL: time.Hour})
 	_ = st.Complete(ctx, "old", res.Record.Token, idem.Response{Status: 200}, now.Add(-3*time.Hour), now.Add(-2*time.Hour))
 	return "sqlite://" + path
 }

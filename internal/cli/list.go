@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/console"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 func init() {
@@ -85,7 +86,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if *limit <= 0 {
 		return usageError("--limit %d: want at least 1", *limit)
 	}
-	if _, err := q.Bounds(); err != nil {
+	if _, err := storekit.Bounds(q); err != nil {
 		return usageError("%v", err)
 	}
 	st, err := openStore(ctx, e, *store)

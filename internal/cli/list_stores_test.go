@@ -39,17 +39,17 @@ func seedURL(t *testing.T, raw string) {
 			t.Fatal(err)
 		}
 	}
-	res, err := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "done", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	must(err)
 	must(st.Complete(ctx, "done", res.Record.Token, idem.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}, now, now.Add(time.Hour)))
-	_, err = st.Reserve(ctx, "stuck", fp, now, time.Hour, 2*time.Hour)
+	_, err = st.Reserve(ctx, idem.ReserveRequest{Key: "stuck", Fingerprint: fp, Now: now, Lease: time.Hour, TTL: 2 * time.Hour})
 	must(err)
-	_, err = st.Reserve(ctx, "stale", fp, now.Add(-2*time.Minute), time.Minute, time.Hour)
+	_, err = st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now.Add(-2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
 	must(err)
-	res, err = st.Reserve(ctx, "held", fp, now, time.Minute, time.Hour)
+	res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	must(err)
 	must(st.Extend(ctx, "held", res.Record.Token, now.Add(time.Hour)))
-	res, err = st.Reserve(ctx, "old", fp, now.Add(-3*time.Hour), time.Minute, time.Hour)
+	res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "old", Fingerprint: fp, Now: now.Add(-3 * time.Hour), Lease: time.Minute, TTL: time.Hour})
 	must(err)
 	must(st.Complete(ctx, "old", res.Record.Token, idem.Response{Status: 200}, now.Add(-3*time.Hour), now.Add(-time.Second)))
 }

@@ -20,7 +20,7 @@ func TestPagesCountEveryAttempt(t *testing.T) {
 	first := b.now.Add(-time.Minute)
 	var tok int64
 	for i := range 3 {
-		res, err := b.st.Reserve(ctx, key, fp, first.Add(time.Duration(i)*10*time.Second), time.Minute, time.Hour)
+		res, err := b.st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: first.Add(time.Duration(i) * 10 * time.Second), Lease: time.Minute, TTL: time.Hour})
 		if err != nil || !res.Claimed {
 			t.Fatalf("attempt %d: %v %+v", i+1, err, res)
 		}

@@ -61,7 +61,7 @@ var fp = idem.Fingerprint([]byte("body"))
 // outcome held); stale claims it in the past with a lease run out; completed stores resp.
 func (b *bundle) running(t *testing.T, key string) int64 {
 	t.Helper()
-	res, err := b.st.Reserve(context.Background(), key, fp, b.now, time.Hour, 2*time.Hour)
+	res, err := b.st.Reserve(context.Background(), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: b.now, Lease: time.Hour, TTL: 2 * time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("reserve %q: %v %+v", key, err, res)
 	}
@@ -70,7 +70,7 @@ func (b *bundle) running(t *testing.T, key string) int64 {
 
 func (b *bundle) held(t *testing.T, key string) {
 	t.Helper()
-	res, _ := b.st.Reserve(context.Background(), key, fp, b.now, time.Minute, time.Hour)
+	res, _ := b.st.Reserve(context.Background(), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: b.now, Lease: time.Minute, TTL: time.Hour})
 	if err := b.st.Extend(context.Background(), key, res.Record.Token, b.now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +78,14 @@ func (b *bundle) held(t *testing.T, key string) {
 
 func (b *bundle) stale(t *testing.T, key string) {
 	t.Helper()
-	if _, err := b.st.Reserve(context.Background(), key, fp, b.now.Add(-2*time.Minute), time.Minute, time.Hour); err != nil {
+	if _, err := b.st.Reserve(context.Background(), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: b.now.Add(-2 * time.Minute), Lease: time.Minute, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (b *bundle) completed(t *testing.T, key string, resp idem.Response) {
 	t.Helper()
-	res, _ := b.st.Reserve(context.Background(), key, fp, b.now, time.Minute, time.Hour)
+	res, _ := b.st.Reserve(context.Background(), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: b.now, Lease: time.Minute, TTL: time.Hour})
 	if err := b.st.Complete(context.Background(), key, res.Record.Token, resp, b.now, b.now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestReleaseRules(t *testing.T) {
 	// A confirmation is for the claim it showed: a takeover since is refused.
 	b.stale(t, "t|moved")
 	form := c.releaseForm("t|moved")
-	if _, err := b.st.Reserve(context.Background(), "t|moved", fp, time.Now(), time.Hour, 2*time.Hour); err != nil {
+	if _, err := b.st.Reserve(context.Background(), idem.ReserveRequest{Key: "t|moved", Fingerprint: fp, Now: time.Now(), Lease: time.Hour, TTL: 2 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	form.Set("force", "yes")
@@ -540,7 +540,7 @@ func TestRoute(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := context.Background()
-	if _, err := b.st.ReserveRoute(ctx, "t|routed", fp, `POST /v1/orders/{id}/<b>pay</b>`, b.now, time.Hour, 2*time.Hour); err != nil {
+	if _, err := b.st.Reserve(ctx, idem.ReserveRequest{Key: "t|routed", Fingerprint: fp, Route: `POST /v1/orders/{id}/<b>pay</b>`, Now: b.now, Lease: time.Hour, TTL: 2 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	b.running(t, "t|plain")

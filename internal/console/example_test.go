@@ -40,7 +40,7 @@ func ExampleRelease() {
 	ctx := context.Background()
 	st := memstore.New()
 	now := time.Now()
-	res, _ := st.Reserve(ctx, "tenant|order-1", idem.Fingerprint([]byte("body")), now, time.Minute, time.Hour)
+	res, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "tenant|order-1", Fingerprint: idem.Fingerprint([]byte("body")), Now: now, Lease: time.Minute, TTL: time.Hour})
 
 	_, err := console.Release(ctx, st, "tenant|order-1", res.Record.Token, false, now)
 	fmt.Println(err != nil)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Bounds of what one list page reads and shows, and of a body shown on a record's page.
@@ -236,7 +237,7 @@ func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Ti
 			}
 			if len(rows) >= maxRows || scanned >= maxScan {
 				if i < len(page.Records)-1 || page.Next != "" {
-					next = idem.ListCursor(rec.Key)
+					next = storekit.ListCursor(rec.Key)
 				}
 				return sortRows(rows), next, scanned, nil
 			}

@@ -45,11 +45,8 @@ type Hooks struct {
 	After func(op Op, start time.Time, err error)
 }
 
-// Wrap returns st with h around each of its calls. The wrapper is an idem.RouteReserver, whose
-// ReserveRoute (the Reserve operation) calls st's if st is one, and st's Reserve otherwise.
+// Wrap returns st with h around each of its calls.
 func Wrap(st idem.Store, h Hooks) idem.Store { return &store{st: st, h: h} }
-
-var _ idem.RouteReserver = (*store)(nil)
 
 type store struct {
 	st idem.Store
@@ -73,23 +70,10 @@ func (s *store) after(op Op, start time.Time, err error) {
 	}
 }
 
-func (s *store) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (r idem.Reservation, err error) {
+func (s *store) Reserve(ctx context.Context, req idem.ReserveRequest) (r idem.Reservation, err error) {
 	start, err := s.before(ctx, Reserve)
 	if err == nil {
-		r, err = s.st.Reserve(ctx, key, fp, now, lease, window)
-	}
-	s.after(Reserve, start, err)
-	return r, err
-}
-
-func (s *store) ReserveRoute(ctx context.Context, key, fp, route string, now time.Time, lease, window time.Duration) (r idem.Reservation, err error) {
-	start, err := s.before(ctx, Reserve)
-	if err == nil {
-		if rr, ok := s.st.(idem.RouteReserver); ok && route != "" {
-			r, err = rr.ReserveRoute(ctx, key, fp, route, now, lease, window)
-		} else {
-			r, err = s.st.Reserve(ctx, key, fp, now, lease, window)
-		}
+		r, err = s.st.Reserve(ctx, req)
 	}
 	s.after(Reserve, start, err)
 	return r, err

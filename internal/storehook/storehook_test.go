@@ -38,7 +38,7 @@ func TestHooksSeeEveryOperation(t *testing.T) {
 		},
 	})
 	now := time.Now()
-	res, err := st.Reserve(ctx, "k", "fp", now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: "fp", Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
@@ -86,7 +86,7 @@ func fmtList(s []string) string {
 }
 
 // A wrapped store keeps the routes an engine names: the claim passes through the hooks as a
-// Reserve and reaches the store's ReserveRoute.
+// Reserve, with its route.
 func TestRoutePassesThrough(t *testing.T) {
 	mem := memstore.New()
 	var ops []string

@@ -55,7 +55,7 @@ func BenchmarkNewKey(b *testing.B) {
 		b.SetParallelism(benchParallelism)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				res, err := bb.store.Reserve(context.Background(), benchKey("st-new-"), fp, now, 30*time.Second, time.Hour)
+				res, err := bb.store.Reserve(context.Background(), idem.ReserveRequest{Key: benchKey("st-new-"), Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 				if err != nil || !res.Claimed {
 					b.Error(err, res.Claimed)
 					return
@@ -78,7 +78,7 @@ func BenchmarkReplay(b *testing.B) {
 	keys := make([]string, hot)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("replay-%d", i)
-		res, err := bb.store.Reserve(ctx, keys[i], fp, now, 30*time.Second, time.Hour)
+		res, err := bb.store.Reserve(ctx, idem.ReserveRequest{Key: keys[i], Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func BenchmarkReplay(b *testing.B) {
 		b.SetParallelism(benchParallelism)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				res, err := bb.store.Reserve(ctx, next(), fp, now.Add(time.Second), 30*time.Second, time.Hour)
+				res, err := bb.store.Reserve(ctx, idem.ReserveRequest{Key: next(), Fingerprint: fp, Now: now.Add(time.Second), Lease: 30 * time.Second, TTL: time.Hour})
 				if err != nil || res.Claimed || res.Record.Response == nil {
 					b.Error(err, res.Claimed)
 					return

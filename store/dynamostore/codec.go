@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Item layout. Every attribute name below, and the configurable key and TTL names, are always
@@ -27,7 +28,7 @@ const (
 	// attrListShard, on records only, is the partition key of the listing index: one of
 	// ListShards groups (listShard). The index's sort key is the table's partition key.
 	attrListShard = "list_shard"
-	// attrResponseHead, on completed records, holds the first idem.ListResponseHeadLen bytes
+	// attrResponseHead, on completed records, holds the first storekit.ListResponseHeadLen bytes
 	// of the encoded response: what a listing shows of it (status, body omitted).
 	attrResponseHead = "response_head"
 	// attrRoute, on records with a route (idem.Record.Route), is that route; a record
@@ -144,7 +145,7 @@ func (s *Store) decode(key string, it map[string]types.AttributeValue) (idem.Rec
 		rec.Response = &idem.Response{Body: raw.Value}
 		return rec, int(parts), nil
 	}
-	resp, err := idem.DecodeResponse(raw.Value)
+	resp, err := storekit.DecodeResponse(raw.Value)
 	if err != nil {
 		return idem.Record{}, 0, fmt.Errorf("record %q: %w", key, err)
 	}

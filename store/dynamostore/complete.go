@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // heldCond is the condition every fenced write carries: the record is in progress with this
@@ -24,7 +25,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
-	enc := idem.EncodeResponse(resp)
+	enc := storekit.EncodeResponse(resp)
 	if len(enc) > MaxResponseBytes {
 		return invalid("encoded response of %d bytes is larger than MaxResponseBytes (%d)", len(enc), MaxResponseBytes)
 	}
@@ -42,7 +43,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 		":ttl":  num(s.ttl(exp)),
 		// What a listing reads of the response, and the record's listing shard (already
 		// there unless it was claimed by a version of the store without the listing index).
-		":rhead": bin(enc[:min(len(enc), idem.ListResponseHeadLen)]),
+		":rhead": bin(enc[:min(len(enc), storekit.ListResponseHeadLen)]),
 		":shard": num(listShard(key)),
 	}
 	update := "SET #st = :done, #resp = :resp, #completed = :now, #exp = :exp, #ttl = :ttl, #rhead = :rhead, #shard = :shard"

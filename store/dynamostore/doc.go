@@ -11,7 +11,7 @@
 //
 // Reserve is one conditional PutItem with ReturnValuesOnConditionCheckFailure=ALL_OLD. Its
 // condition, attribute_not_exists(pk) OR (expires_at <= :now AND token < :token), claims an
-// absent, expired or released key atomically with the fencing token idem.NextToken requires
+// absent, expired or released key atomically with the fencing token storekit.NextToken requires
 // (the claim's Unix microseconds). When the condition fails, DynamoDB returns the existing
 // item in the same answer, so a duplicate, a replay, an in-flight or a mismatching request
 // costs that one call and writes nothing. Two rarer cases take a second conditional write,
@@ -56,7 +56,7 @@
 // Options.KeyPrefix + key, and, for a single-table design, an optional sort key holding a fixed
 // value (Options.SortKey, Options.SortKeyValue). Attributes: fingerprint (S), state (S:
 // in_progress or completed), token (N), lease_until, created_at, completed_at, expires_at (N,
-// Unix microseconds), attempts (N), response (B, idem.EncodeResponse) and the TTL attribute
+// Unix microseconds), attempts (N), response (B, storekit.EncodeResponse) and the TTL attribute
 // (N, Unix seconds, Options.TTLMargin beyond expires_at), and for the listing index list_shard
 // (N) and, once completed, response_head (B, the first bytes of the response). Keys pass idem.CheckKey (UTF-8
 // without NUL, at most idem.MaxStorageKeyLen bytes) and are at most MaxKeyBytes with the prefix.

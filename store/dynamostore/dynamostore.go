@@ -18,10 +18,9 @@ import (
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.SelfExpiring  = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store        = (*Store)(nil)
+	_ idem.Deleter      = (*Store)(nil)
+	_ idem.SelfExpiring = (*Store)(nil)
 )
 
 // API is the part of the DynamoDB client the store uses. *dynamodb.Client implements it; tests
@@ -81,7 +80,7 @@ const (
 	// MaxParts is how many items one response may span: the record and MaxParts-1 part items,
 	// written in one transaction (DynamoDB transactions carry at most 4 MB).
 	MaxParts = 10
-	// MaxResponseBytes is the largest encoded response (idem.EncodeResponse) the store keeps.
+	// MaxResponseBytes is the largest encoded response (storekit.EncodeResponse) the store keeps.
 	// Complete refuses a larger one with an error wrapping idem.ErrInvalidInput and changes
 	// nothing; keep HTTP body limits below it.
 	MaxResponseBytes = PartSize * MaxParts
@@ -161,13 +160,6 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
 }
-
-// Error is the type of every failure of a DynamoDB call (network, throttling past the
-// retryer, service error): an *idem.StoreError, which matches idem.ErrStoreUnavailable with
-// errors.Is and unwraps to the SDK's error.
-//
-// Deprecated: use idem.StoreError.
-type Error = idem.StoreError
 
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("dynamostore", format, args...)

@@ -195,14 +195,14 @@ func TestBadKeys(t *testing.T) {
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
 	for _, key := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("k", idem.MaxStorageKeyLen+1)} {
-		if _, err := b.store.Reserve(ctx, key, fp, now, time.Second, time.Hour); !isInvalid(err) {
+		if _, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); !isInvalid(err) {
 			t.Errorf("Reserve(%q…): %v, want ErrInvalidInput", key[:min(len(key), 8)], err)
 		}
 		if _, err := b.store.Get(ctx, key); !isInvalid(err) {
 			t.Errorf("Get(%q…): %v, want ErrInvalidInput", key[:min(len(key), 8)], err)
 		}
 	}
-	if _, err := b.store.Reserve(ctx, "k", "\xff", now, time.Second, time.Hour); !isInvalid(err) {
+	if _, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: "\xff", Now: now, Lease: time.Second, TTL: time.Hour}); !isInvalid(err) {
 		t.Errorf("Reserve with a non-UTF-8 fingerprint: %v, want ErrInvalidInput", err)
 	}
 	if ops := b.calls.take(); len(ops) != 0 {
@@ -214,7 +214,7 @@ func TestBadKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prefixed.Reserve(ctx, strings.Repeat("k", idem.MaxStorageKeyLen), fp, now, time.Second, time.Hour); !isInvalid(err) {
+	if _, err := prefixed.Reserve(ctx, idem.ReserveRequest{Key: strings.Repeat("k", idem.MaxStorageKeyLen), Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); !isInvalid(err) {
 		t.Errorf("Reserve of a key that overflows MaxKeyBytes with the prefix: %v, want ErrInvalidInput", err)
 	}
 	if ops := b.calls.take(); len(ops) != 0 {
@@ -222,7 +222,7 @@ func TestBadKeys(t *testing.T) {
 	}
 	// The longest allowed key works, part items included.
 	long := strings.Repeat("k", idem.MaxStorageKeyLen)
-	res, err := b.store.Reserve(ctx, long, fp, now, time.Second, time.Hour)
+	res, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: long, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve of a %d-byte key: %v %+v", len(long), err, res)
 	}
@@ -250,12 +250,12 @@ func TestCallsPerOperation(t *testing.T) {
 		}
 	}
 
-	res, err := st.Reserve(ctx, "k", fpA, now, lease, window)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
 	if err != nil || !res.Claimed {
 		t.Fatal(err, res)
 	}
 	expect("new key", "PutItem")
-	if res, err := st.Reserve(ctx, "k", fpA, now, lease, window); err != nil || res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fpA, Now: now, Lease: lease, TTL: window}); err != nil || res.Claimed {
 		t.Fatal(err, res)
 	}
 	expect("in-flight duplicate", "PutItem")
@@ -267,12 +267,12 @@ func TestCallsPerOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("complete", "UpdateItem")
-	rep, err := st.Reserve(ctx, "k", fpA, now.Add(time.Second), lease, window)
+	rep, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fpA, Now: now.Add(time.Second), Lease: lease, TTL: window})
 	if err != nil || rep.Claimed || rep.Record.Response == nil || string(rep.Record.Response.Body) != "ok" {
 		t.Fatal(err, rep)
 	}
 	expect("replay", "PutItem")
-	if rep, err := st.Reserve(ctx, "k", fpB, now.Add(time.Second), lease, window); err != nil || rep.Claimed {
+	if rep, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fpB, Now: now.Add(time.Second), Lease: lease, TTL: window}); err != nil || rep.Claimed {
 		t.Fatal(err, rep)
 	}
 	expect("mismatch", "PutItem")
@@ -297,9 +297,9 @@ func TestCallsPerOperation(t *testing.T) {
 
 	// Takeover: two requests (the claim fails and returns the stale record; the takeover
 	// write carries Attempts+1).
-	res, _ = st.Reserve(ctx, "t", fpA, now, lease, window)
+	res, _ = st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
 	b.calls.take()
-	to, err := st.Reserve(ctx, "t", fpA, now.Add(lease), lease, window)
+	to, err := st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fpA, Now: now.Add(lease), Lease: lease, TTL: window})
 	if err != nil || !to.Claimed || !to.Takeover || to.Record.Attempts != 2 {
 		t.Fatal(err, to)
 	}
@@ -309,7 +309,7 @@ func TestCallsPerOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("release", "UpdateItem")
-	again, err := st.Reserve(ctx, "t", fpA, now.Add(lease), lease, window)
+	again, err := st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fpA, Now: now.Add(lease), Lease: lease, TTL: window})
 	if err != nil || !again.Claimed || again.Record.Token != to.Record.Token+1 {
 		t.Fatal(err, again, to.Record.Token)
 	}
@@ -321,7 +321,7 @@ func TestCallsPerOperation(t *testing.T) {
 	}
 	b.calls.take()
 	later := now.Add(lease + time.Millisecond)
-	res, err = st.Reserve(ctx, "t", fpA, later, lease, window)
+	res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fpA, Now: later, Lease: lease, TTL: window})
 	if err != nil || !res.Claimed || res.Record.Token != later.UnixMicro() || res.Record.Starts != 4 {
 		t.Fatal(err, res)
 	}
@@ -331,7 +331,7 @@ func TestCallsPerOperation(t *testing.T) {
 	}
 	b.calls.take()
 	later = later.Add(time.Millisecond)
-	if res, err := st.Reserve(ctx, "t", fpB, later, lease, window); err != nil || !res.Claimed || res.Record.Token != later.UnixMicro() || res.Record.Starts != 1 {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fpB, Now: later, Lease: lease, TTL: window}); err != nil || !res.Claimed || res.Record.Token != later.UnixMicro() || res.Record.Starts != 1 {
 		t.Fatal(err, res)
 	}
 	expect("reclaim of a released key by another request", "PutItem")
@@ -349,14 +349,14 @@ func TestCallsPerOperation(t *testing.T) {
 	expect("fenced complete", "UpdateItem")
 
 	// A response larger than PartSize: one transaction to complete, and two requests to replay.
-	res, _ = st.Reserve(ctx, "big", fpA, now, lease, window)
+	res, _ = st.Reserve(ctx, idem.ReserveRequest{Key: "big", Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
 	b.calls.take()
 	big := make([]byte, dynamostore.PartSize+100)
 	if err := st.Complete(ctx, "big", res.Record.Token, idem.Response{Status: 200, Body: big}, now, now.Add(window)); err != nil {
 		t.Fatal(err)
 	}
 	expect("complete, large", "TransactWriteItems")
-	if rep, err := st.Reserve(ctx, "big", fpA, now, lease, window); err != nil || rep.Claimed || len(rep.Record.Response.Body) != len(big) {
+	if rep, err := st.Reserve(ctx, idem.ReserveRequest{Key: "big", Fingerprint: fpA, Now: now, Lease: lease, TTL: window}); err != nil || rep.Claimed || len(rep.Record.Response.Body) != len(big) {
 		t.Fatal(err, rep.Claimed)
 	}
 	expect("replay, large", "PutItem", "BatchGetItem")

@@ -93,7 +93,7 @@ func TestThrottlingIsBounded(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("x"))
 	start := time.Now()
-	_, err := b.store.Reserve(ctx, "k", fp, time.Now(), time.Second, time.Hour)
+	_, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Second, TTL: time.Hour})
 	took := time.Since(start)
 	var pte *types.ProvisionedThroughputExceededException
 	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.As(err, &pte) {
@@ -237,7 +237,7 @@ func TestLostClaimAnswerNeverDoubleClaims(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				res, err := bf.store.Reserve(context.Background(), key, fp, base, time.Minute, time.Hour)
+				res, err := bf.store.Reserve(context.Background(), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: base, Lease: time.Minute, TTL: time.Hour})
 				switch {
 				case err != nil && !errors.Is(err, idem.ErrStoreUnavailable):
 					t.Errorf("Reserve: %v", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // FuzzDecodeItem feeds record items, as a damaged table or another writer could hold them, to
@@ -15,7 +16,7 @@ import (
 // idem.ErrCorruptRecord; a completed one-part record has the response its bytes encode, and a
 // multi-part one reports 2 to MaxParts parts.
 func FuzzDecodeItem(f *testing.F) {
-	good := idem.EncodeResponse(idem.Response{Status: 200, Body: []byte(`{"ok":true}`)})
+	good := storekit.EncodeResponse(idem.Response{Status: 200, Body: []byte(`{"ok":true}`)})
 	f.Add(uint16(0x3ff), uint16(0), "fp", "completed", "1767225600000000", "1767225602000000", "1", "1767225600000000", "1767225601000000", "1767312000000000", "1", good)
 	f.Add(uint16(0x1ff), uint16(0), "fp", "in_progress", "5", "10", "1", "0", "0", "20", "", []byte(nil))
 	f.Add(uint16(0x3ff), uint16(0), "fp", "completed", "5", "10", "1", "0", "0", "20", "3", []byte("first part"))
@@ -75,7 +76,7 @@ func FuzzDecodeItem(f *testing.F) {
 			case rec.Response == nil:
 				t.Fatal("completed record without a response")
 			case nparts == 1:
-				want, derr := idem.DecodeResponse(resp)
+				want, derr := storekit.DecodeResponse(resp)
 				if derr != nil || !rec.Response.Equal(want) {
 					t.Fatalf("response %+v, stored bytes decode to %+v (%v)", rec.Response, want, derr)
 				}

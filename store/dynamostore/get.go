@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Get implements idem.Store with one strongly consistent GetItem, plus one BatchGetItem for a
@@ -105,7 +106,7 @@ func (s *Store) loadParts(ctx context.Context, key string, rec *idem.Record, n i
 		}
 		enc = append(enc, c...)
 	}
-	resp, err := idem.DecodeResponse(enc)
+	resp, err := storekit.DecodeResponse(enc)
 	if err != nil {
 		return false, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/shardmerge"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var _ idem.Lister = (*Store)(nil)
@@ -38,7 +39,7 @@ type QueryAPI interface {
 // records listed are read from the table itself. The client must implement QueryAPI (a
 // *dynamodb.Client does); otherwise List fails with an error wrapping idem.ErrInvalidInput.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
+	b, err := storekit.Bounds(q)
 	if err != nil {
 		return idem.ListPage{}, err
 	}
@@ -60,7 +61,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	case b.To != "":
 		l.hi = s.opt.KeyPrefix + b.To
 	case s.opt.KeyPrefix != "":
-		end, _ := idem.ListQuery{Prefix: s.opt.KeyPrefix}.Bounds()
+		end, _ := storekit.Bounds(idem.ListQuery{Prefix: s.opt.KeyPrefix})
 		l.hi = end.To
 	}
 	if l.hi != "" && l.lo >= l.hi {
@@ -197,7 +198,7 @@ func (l *lister) check(ctx context.Context, keys []string) error {
 		}
 		for _, k := range old {
 			if r, ok := resps[k][attrResponse].(*types.AttributeValueMemberB); ok && items[k] != nil {
-				items[k][attrResponseHead] = bin(r.Value[:min(len(r.Value), idem.ListResponseHeadLen)])
+				items[k][attrResponseHead] = bin(r.Value[:min(len(r.Value), storekit.ListResponseHeadLen)])
 			}
 		}
 	}
@@ -215,7 +216,7 @@ func (l *lister) check(ctx context.Context, keys []string) error {
 			if head == nil {
 				return fmt.Errorf("%w: record %q: completed without a response", idem.ErrCorruptRecord, k)
 			}
-			resp, err := idem.DecodeResponseHead(head.Value)
+			resp, err := storekit.DecodeResponseHead(head.Value)
 			if err != nil {
 				return fmt.Errorf("record %q: %w", k, err)
 			}

@@ -46,7 +46,7 @@ func TestListIndexAddedToExistingTable(t *testing.T) {
 	}
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
-	if _, err := st.Reserve(ctx, "claimed-before", fp, now, time.Minute, time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "claimed-before", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// A claim as a store without the index wrote it: no list_shard.
@@ -102,7 +102,7 @@ func TestListNeverScans(t *testing.T) {
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
 	for i := range 30 {
-		if _, err := b.store.Reserve(ctx, fmt.Sprintf("k%02d", i), fp, now, time.Minute, time.Hour); err != nil {
+		if _, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprintf("k%02d", i), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -28,7 +28,7 @@ func TestLargeResponses(t *testing.T) {
 		body[i] = byte(i*31 + i>>11)
 	}
 	resp := idem.Response{Status: 200, Header: map[string][]string{"Content-Type": {"application/octet-stream"}}, Body: body}
-	claim, err := st.Reserve(ctx, "k", fp, now, lease, window)
+	claim, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: lease, TTL: window})
 	if err != nil || !claim.Claimed {
 		t.Fatal(err, claim)
 	}
@@ -45,7 +45,7 @@ func TestLargeResponses(t *testing.T) {
 	for _, get := range []func() (idem.Record, error){
 		func() (idem.Record, error) { return st.Get(ctx, "k") },
 		func() (idem.Record, error) {
-			r, err := st.Reserve(ctx, "k", fp, now.Add(time.Second), lease, window)
+			r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now.Add(time.Second), Lease: lease, TTL: window})
 			return r.Record, err
 		},
 	} {
@@ -56,7 +56,7 @@ func TestLargeResponses(t *testing.T) {
 	}
 
 	// Too large: refused, nothing changed.
-	other, _ := st.Reserve(ctx, "k2", fp, now, lease, window)
+	other, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "k2", Fingerprint: fp, Now: now, Lease: lease, TTL: window})
 	huge := idem.Response{Body: make([]byte, dynamostore.MaxResponseBytes)}
 	if err := st.Complete(ctx, "k2", other.Record.Token, huge, now, now.Add(window)); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("Complete beyond MaxResponseBytes: %v, want ErrInvalidInput", err)
@@ -67,7 +67,7 @@ func TestLargeResponses(t *testing.T) {
 
 	// Expired and claimed again, then completed small: the old parts never leak in.
 	later := now.Add(window)
-	again, err := st.Reserve(ctx, "k", fp, later, lease, window)
+	again, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: later, Lease: lease, TTL: window})
 	if err != nil || !again.Claimed {
 		t.Fatal(err, again)
 	}
@@ -79,7 +79,7 @@ func TestLargeResponses(t *testing.T) {
 		t.Fatalf("after reclaim: %v %+v", err, rec.Response)
 	}
 	// …and completed large again: the new parts replace the old ones.
-	third, _ := st.Reserve(ctx, "k", fp, later.Add(window), lease, window)
+	third, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: later.Add(window), Lease: lease, TTL: window})
 	body2 := bytes.Repeat([]byte("new"), dynamostore.PartSize)
 	if err := st.Complete(ctx, "k", third.Record.Token, idem.Response{Status: 200, Body: body2}, later, later.Add(3*window)); err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestLargeResponses(t *testing.T) {
 	}
 
 	// Delete removes a record with parts; a new claim starts clean.
-	d, _ := st.Reserve(ctx, "d", fp, now, lease, window)
+	d, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "d", Fingerprint: fp, Now: now, Lease: lease, TTL: window})
 	if err := st.Complete(ctx, "d", d.Record.Token, resp, now, now.Add(window)); err != nil {
 		t.Fatal(err)
 	}

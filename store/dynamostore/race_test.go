@@ -65,7 +65,7 @@ func TestTakeoverRechecksTheLease(t *testing.T) {
 			fp := idem.Fingerprint(nil)
 			base := time.Now().Truncate(time.Microsecond)
 			const key = "k"
-			first, err := b.store.Reserve(ctx, key, fp, base, time.Second, time.Hour)
+			first, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: base, Lease: time.Second, TTL: time.Hour})
 			if err != nil || !first.Claimed {
 				t.Fatalf("Reserve = %+v, %v", first, err)
 			}
@@ -78,7 +78,7 @@ func TestTakeoverRechecksTheLease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := racer.Reserve(ctx, key, fp, now, time.Second, time.Hour)
+			res, err := racer.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +123,7 @@ func TestSweepKeepsRecordClaimedAgain(t *testing.T) {
 	fp := idem.Fingerprint(nil)
 	base := time.Now().Truncate(time.Microsecond)
 	const key = "k"
-	if res, err := b.store.Reserve(ctx, key, fp, base, time.Second, time.Minute); err != nil || !res.Claimed {
+	if res, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: base, Lease: time.Second, TTL: time.Minute}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
 	now := base.Add(2 * time.Minute) // the claim expired at base+1m
@@ -131,7 +131,9 @@ func TestSweepKeepsRecordClaimedAgain(t *testing.T) {
 	var againErr error
 	sweeper, err := dynamostore.New(dynamostore.Options{Table: b.table, Client: &beforeDelete{
 		API: b.client,
-		fn:  func() { again, againErr = b.store.Reserve(ctx, key, fp, now, time.Minute, time.Hour) },
+		fn: func() {
+			again, againErr = b.store.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
+		},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Reserve implements idem.Store.
@@ -29,26 +30,24 @@ import (
 //
 // A second write that loses to a concurrent writer re-evaluates the record it returns, a
 // bounded number of times.
-func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
-}
-
-// ReserveRoute implements idem.RouteReserver: Reserve, whose claiming PutItem writes the route
-// too (a takeover's, the route of the record it takes over unless that has none).
-func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+//
+// The claiming PutItem writes the route too (a takeover's, the route of the record it takes
+// over unless that has none).
+func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	key, fingerprint := req.Key, req.Fingerprint
 	if err := s.begin(ctx, key); err != nil {
 		return idem.Reservation{}, err
 	}
 	if !validText(fingerprint) {
 		return idem.Reservation{}, invalid("fingerprint is not UTF-8 without NUL")
 	}
-	now = now.Truncate(time.Microsecond)
+	now := req.Now.Truncate(time.Microsecond)
 	nowM := micros(now)
-	leaseUntil := micros(now.Add(lease))
-	expires := micros(now.Add(window))
+	leaseUntil := micros(now.Add(req.Lease))
+	expires := micros(now.Add(req.TTL))
 
 	// First try: a fresh claim of an absent or expired key, token = now in microseconds.
-	route = idem.CleanRoute(route)
+	route := storekit.CleanRoute(req.Route)
 	claim := idem.Record{Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Token: nowM, Attempts: 1,
 		Starts: 1, CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires), Route: route}
 	fresh := func() {
@@ -98,7 +97,7 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 			return idem.Reservation{}, wrap("reserve", err)
 		}
 		prev = old.Token
-		claim.Token = idem.NextToken(prev, now)
+		claim.Token = storekit.NextToken(prev, now)
 		switch {
 		case old.Expired(now):
 			// Expired or released, but its token is not below now: claim with prev+1. A

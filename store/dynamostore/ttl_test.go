@@ -45,7 +45,7 @@ func TestStorageTTL(t *testing.T) {
 		}
 	}
 	fp := idem.Fingerprint(nil)
-	res, err := b.store.Reserve(ctx, "k", fp, now, time.Minute, 24*time.Hour)
+	res, err := b.store.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: 24 * time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
@@ -54,7 +54,7 @@ func TestStorageTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("Complete", "k", now.Add(48*time.Hour))
-	res, err = b.store.Reserve(ctx, "e", fp, now, time.Minute, time.Hour)
+	res, err = b.store.Reserve(ctx, idem.ReserveRequest{Key: "e", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}

@@ -30,7 +30,7 @@ func BenchmarkNewKey(b *testing.B) {
 		keys[i] = "0195f1c4-7f3e-7a2b-9c1d-" + strconv.Itoa(1_000_000_000_000+i)
 	}
 	complete := func(key string) {
-		res, err := st.Reserve(ctx, key, fp, now, 30*time.Second, 24*time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 		if err != nil || !res.Claimed {
 			b.Fatal(res, err)
 		}

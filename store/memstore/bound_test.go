@@ -70,7 +70,7 @@ func TestMaxRecords(t *testing.T) {
 		if i >= 5 {
 			window = time.Hour
 		}
-		res, err := s.Reserve(ctx, key, fp, now, 10*time.Second, window)
+		res, err := s.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: 10 * time.Second, TTL: window})
 		if err != nil || !res.Claimed {
 			t.Fatalf("Reserve(%s) = %+v, %v", key, res, err)
 		}
@@ -82,46 +82,46 @@ func TestMaxRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = s.Reserve(ctx, "new", fp, now, 10*time.Second, time.Hour)
+	_, err = s.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Now: now, Lease: 10 * time.Second, TTL: time.Hour})
 	if !errors.Is(err, ErrFull) || !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Fatalf("Reserve past MaxRecords = %v, want ErrFull matching ErrStoreUnavailable", err)
 	}
 	// Keys it holds still answer: a replay, an in-flight claim, a takeover after the lease.
-	if res, err := s.Reserve(ctx, "k0", fp, now, 10*time.Second, time.Hour); err != nil || res.Claimed || res.Record.Response == nil || string(res.Record.Response.Body) != "k0" {
+	if res, err := s.Reserve(ctx, idem.ReserveRequest{Key: "k0", Fingerprint: fp, Now: now, Lease: 10 * time.Second, TTL: time.Hour}); err != nil || res.Claimed || res.Record.Response == nil || string(res.Record.Response.Body) != "k0" {
 		t.Fatalf("Reserve(k0) of a full store = %+v, %v; want the stored response", res, err)
 	}
-	if res, err := s.Reserve(ctx, "k7", fp, now, 10*time.Second, time.Hour); err != nil || res.Claimed {
+	if res, err := s.Reserve(ctx, idem.ReserveRequest{Key: "k7", Fingerprint: fp, Now: now, Lease: 10 * time.Second, TTL: time.Hour}); err != nil || res.Claimed {
 		t.Fatalf("Reserve(k7) in flight = %+v, %v; want the claim, untouched", res, err)
 	}
 	later := now.Add(30 * time.Second) // past the leases, before any record expires
-	res, err := s.Reserve(ctx, "k8", fp, later, 10*time.Second, time.Hour)
+	res, err := s.Reserve(ctx, idem.ReserveRequest{Key: "k8", Fingerprint: fp, Now: later, Lease: 10 * time.Second, TTL: time.Hour})
 	if err != nil || !res.Takeover {
 		t.Fatalf("takeover of k8 in a full store = %+v, %v", res, err)
 	}
 	if err := s.Complete(ctx, "k9", tokens["k9"], idem.Response{Status: 200, Body: bytes.Repeat([]byte("x"), 5000)}, later, later.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete in a full store: %v", err)
 	}
-	if _, err := s.Reserve(ctx, "new", fp, later, 10*time.Second, time.Hour); !errors.Is(err, ErrFull) {
+	if _, err := s.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Now: later, Lease: 10 * time.Second, TTL: time.Hour}); !errors.Is(err, ErrFull) {
 		t.Fatalf("Reserve before anything expired = %v, want ErrFull", err)
 	}
 	// A released claim is reclaimed at once.
 	if err := s.Release(ctx, "k6", tokens["k6"]); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Reserve(ctx, "new", fp, later, 10*time.Second, time.Hour); err != nil || !res.Claimed {
+	if res, err := s.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Now: later, Lease: 10 * time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve after a release = %+v, %v", res, err)
 	}
-	if _, err := s.Reserve(ctx, "new2", fp, later, 10*time.Second, time.Hour); !errors.Is(err, ErrFull) {
+	if _, err := s.Reserve(ctx, idem.ReserveRequest{Key: "new2", Fingerprint: fp, Now: later, Lease: 10 * time.Second, TTL: time.Hour}); !errors.Is(err, ErrFull) {
 		t.Fatalf("Reserve with the released slot taken = %v, want ErrFull", err)
 	}
 	// After a minute, keys 0-4 have expired: five new keys fit, a sixth does not.
 	expired := now.Add(time.Minute + time.Second)
 	for i := range 5 {
-		if res, err := s.Reserve(ctx, fmt.Sprint("late", i), fp, expired, 10*time.Second, time.Hour); err != nil || !res.Claimed {
+		if res, err := s.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("late", i), Fingerprint: fp, Now: expired, Lease: 10 * time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 			t.Fatalf("Reserve(late%d) after expiry = %+v, %v", i, res, err)
 		}
 	}
-	if _, err := s.Reserve(ctx, "late5", fp, expired, 10*time.Second, time.Hour); !errors.Is(err, ErrFull) {
+	if _, err := s.Reserve(ctx, idem.ReserveRequest{Key: "late5", Fingerprint: fp, Now: expired, Lease: 10 * time.Second, TTL: time.Hour}); !errors.Is(err, ErrFull) {
 		t.Fatalf("Reserve(late5) = %v, want ErrFull", err)
 	}
 	if s.Len() != 10 {
@@ -158,7 +158,7 @@ func TestMaxBytes(t *testing.T) {
 		}
 		key := fmt.Sprint("key-", i)
 		fp := idem.Fingerprint([]byte(key))
-		res, err := s.Reserve(ctx, key, fp, now, time.Second, time.Hour)
+		res, err := s.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
 		if err != nil {
 			if !errors.Is(err, ErrFull) || !errors.Is(err, idem.ErrStoreUnavailable) {
 				t.Fatalf("Reserve(%s) = %v, want ErrFull", key, err)
@@ -179,7 +179,7 @@ func TestMaxBytes(t *testing.T) {
 	}
 	for i := range stored {
 		key := fmt.Sprint("key-", i)
-		res, err := s.Reserve(ctx, key, idem.Fingerprint([]byte(key)), now, time.Second, time.Hour)
+		res, err := s.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: idem.Fingerprint([]byte(key)), Now: now, Lease: time.Second, TTL: time.Hour})
 		if err != nil || res.Claimed || !bytes.Equal(res.Record.Response.Body, body) {
 			t.Fatalf("replay of %s in a full store = %+v, %v", key, res, err)
 		}
@@ -220,7 +220,7 @@ func TestBoundedConcurrent(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(round), uint64(w)))
 				for i := range perWorker {
 					key := fmt.Sprintf("r%d-w%d-%d", round, w, i)
-					res, err := s.Reserve(ctx, key, idem.Fingerprint([]byte(key)), now, time.Minute, 30*time.Minute)
+					res, err := s.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: idem.Fingerprint([]byte(key)), Now: now, Lease: time.Minute, TTL: 30 * time.Minute})
 					switch {
 					case errors.Is(err, ErrFull):
 						full.Add(1)

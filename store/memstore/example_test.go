@@ -12,9 +12,9 @@ import (
 // A memstore backs an engine in tests and single-process programs.
 func Example() {
 	st := memstore.New()
-	res, _ := st.Reserve(context.Background(), "k", idem.Fingerprint(nil), time.Now(), time.Minute, time.Hour)
+	res, _ := st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: idem.Fingerprint(nil), Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	fmt.Println(res.Claimed, res.Record.State)
-	res, _ = st.Reserve(context.Background(), "k", idem.Fingerprint(nil), time.Now(), time.Minute, time.Hour)
+	res, _ = st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: idem.Fingerprint(nil), Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	fmt.Println(res.Claimed, res.Record.State)
 	// Output:
 	// true in_progress

@@ -48,7 +48,7 @@ func TestCollisionsAgree(t *testing.T) {
 			k, fp := key(), fmt.Sprint(rng.IntN(2))
 			lease, window := time.Duration(1+rng.IntN(5))*time.Second, time.Duration(1+rng.IntN(60))*time.Second
 			for _, s := range stores {
-				res, err := s.Reserve(ctx, k, fp, now, lease, window)
+				res, err := s.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: lease, TTL: window})
 				got = append(got, res, err)
 				if res.Claimed {
 					tokens[k] = res.Record.Token
@@ -106,7 +106,7 @@ func TestSweepGivesPagesBack(t *testing.T) {
 	s := New()
 	now := time.Now()
 	for i := range 10 * pageSize {
-		if _, err := s.Reserve(ctx, fmt.Sprint(i), "fp", now, time.Second, time.Minute); err != nil {
+		if _, err := s.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint(i), Fingerprint: "fp", Now: now, Lease: time.Second, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +117,7 @@ func TestSweepGivesPagesBack(t *testing.T) {
 		t.Fatalf("after the sweep: %d records, %d in the index, %d and %d pages", s.Len(), len(s.index), len(s.heads), len(s.blobs))
 	}
 	// The store is still usable.
-	if res, err := s.Reserve(ctx, "again", "fp", now, time.Second, time.Minute); err != nil || !res.Claimed {
+	if res, err := s.Reserve(ctx, idem.ReserveRequest{Key: "again", Fingerprint: "fp", Now: now, Lease: time.Second, TTL: time.Minute}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve after the sweep = %+v, %v", res, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var _ idem.Lister = (*Store)(nil)
@@ -16,7 +17,7 @@ var _ idem.Lister = (*Store)(nil)
 // a call costs a pass over the store and holds the lock for it: fine for tests and small
 // stores, which is what memstore is for.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
+	b, err := storekit.Bounds(q)
 	if err != nil {
 		return idem.ListPage{}, err
 	}
@@ -68,7 +69,7 @@ func (s *Store) light(i int32) idem.Record {
 	}
 	if end := h.respStart(); len(*s.blob(i)) > end {
 		// The bytes were written by EncodeResponse, so they always decode.
-		resp, _ := idem.DecodeResponseHead([]byte((*s.blob(i))[end:min(len(*s.blob(i)), end+idem.ListResponseHeadLen)]))
+		resp, _ := storekit.DecodeResponseHead([]byte((*s.blob(i))[end:min(len(*s.blob(i)), end+storekit.ListResponseHeadLen)]))
 		r.Response = &resp
 	}
 	return r

@@ -17,12 +17,12 @@ import (
 	"unsafe"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
 )
 
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
@@ -274,13 +274,8 @@ func (s *Store) link(h uint32, from, ref int32) {
 }
 
 // Reserve implements idem.Store.
-func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
-}
-
-// ReserveRoute implements idem.RouteReserver.
-func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	route = idem.CleanRoute(route)
+func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	key, fingerprint, route, now := req.Key, req.Fingerprint, storekit.CleanRoute(req.Route), req.Now
 	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
@@ -353,9 +348,9 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 		packed:   packed,
 		room:     s.room,
 		state:    idem.StateInProgress,
-		token:    idem.NextToken(prev, now),
-		lease:    now.Add(lease).UnixMicro(),
-		expires:  now.Add(window).UnixMicro(),
+		token:    storekit.NextToken(prev, now),
+		lease:    now.Add(req.Lease).UnixMicro(),
+		expires:  now.Add(req.TTL).UnixMicro(),
 		attempts: attempts,
 		starts:   starts,
 		created:  created,
@@ -472,7 +467,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	// that does not fit is written to a new allocation, after a copy of the blob.
 	blob := *s.blob(i)
 	b := unsafe.Slice(unsafe.StringData(blob), len(blob)+int(h.room))[:len(blob)]
-	b = idem.AppendResponse(b, resp)
+	b = storekit.AppendResponse(b, resp)
 	if enc := len(b) - len(blob); h.room-int32(enc) > int32(len(b)/8) {
 		// Much more room than this response needed: keep only what it takes.
 		b = slices.Clone(b)
@@ -611,7 +606,7 @@ func (s *Store) recordAs(key, fp string, i int32) idem.Record {
 	}
 	if end := h.respStart(); len(*s.blob(i)) > end {
 		// The bytes were written by EncodeResponse, so they always decode.
-		resp, _ := idem.DecodeResponse([]byte((*s.blob(i))[end:]))
+		resp, _ := storekit.DecodeResponse([]byte((*s.blob(i))[end:]))
 		r.Response = &resp
 	}
 	return r

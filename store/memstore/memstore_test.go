@@ -24,17 +24,17 @@ func TestFingerprintForms(t *testing.T) {
 	hexFP := idem.Fingerprint([]byte("x"))
 	for _, fp := range []string{"", "not-hex", strings.ToUpper(hexFP), hexFP, hexFP[:63] + "g"} {
 		key := "k-" + fp
-		res, err := st.Reserve(ctx, key, fp, now, time.Second, time.Minute)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Minute})
 		if err != nil || !res.Claimed || res.Record.Fingerprint != fp {
 			t.Fatalf("Reserve(%q) = %+v, %v", fp, res, err)
 		}
 		// The lease ran out: the same fingerprint takes over, any other does not.
 		later := now.Add(2 * time.Second)
-		other, err := st.Reserve(ctx, key, fp+"0", later, time.Second, time.Minute)
+		other, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp + "0", Now: later, Lease: time.Second, TTL: time.Minute})
 		if err != nil || other.Claimed || other.Record.Fingerprint != fp {
 			t.Fatalf("Reserve(%q) with another fingerprint = %+v, %v", fp, other, err)
 		}
-		same, err := st.Reserve(ctx, key, fp, later, time.Second, time.Minute)
+		same, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: later, Lease: time.Second, TTL: time.Minute})
 		if err != nil || !same.Claimed || !same.Takeover {
 			t.Fatalf("Reserve(%q) again after the lease = %+v, %v", fp, same, err)
 		}

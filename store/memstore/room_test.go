@@ -32,7 +32,7 @@ func TestRoomForResponses(t *testing.T) {
 		if len(open) == 0 || rng.IntN(3) > 0 && len(open) < 50 {
 			key := fmt.Sprintf("key-%d-%s", step, bytes.Repeat([]byte("k"), rng.IntN(40)))
 			fp := idem.Fingerprint([]byte(key))
-			res, err := s.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+			res, err := s.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Claimed {
 				t.Fatalf("Reserve(%q) = %+v, %v", key, res, err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/mysqlstore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Each benchmark has a baseline in the same run: the least the server must do for the same
@@ -53,7 +54,7 @@ func BenchmarkNewKey(b *testing.B) {
 		runParallel(b, func(ctx context.Context, i int64) error {
 			k := prefix + fmt.Sprint(i)
 			now := time.Now()
-			res, err := st.Reserve(ctx, k, fp, now, 30*time.Second, 24*time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 			if err != nil {
 				return err
 			}
@@ -73,7 +74,7 @@ func BenchmarkNewKey(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer upd.Close()
-		body := idem.EncodeResponse(benchResponse)
+		body := storekit.EncodeResponse(benchResponse)
 		prefix := fmt.Sprintf("b%d:", rand.Int64())
 		runParallel(b, func(ctx context.Context, i int64) error {
 			k := prefix + fmt.Sprint(i)
@@ -95,7 +96,7 @@ func BenchmarkReplay(b *testing.B) {
 	st := newStore(b, mysqlstore.Options{})
 	ctx := context.Background()
 	now := time.Now()
-	body := idem.EncodeResponse(benchResponse)
+	body := storekit.EncodeResponse(benchResponse)
 	for i := 0; i < keys; i += 1000 {
 		q := "INSERT INTO " + st.Table() + " VALUES "
 		args := []any{}
@@ -112,7 +113,7 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.Run("store", func(b *testing.B) {
 		runParallel(b, func(ctx context.Context, _ int64) error {
-			res, err := st.Reserve(ctx, fmt.Sprintf("r%d", 1+rand.IntN(keys)), fp, time.Now(), 30*time.Second, 24*time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprintf("r%d", 1+rand.IntN(keys)), Fingerprint: fp, Now: time.Now(), Lease: 30 * time.Second, TTL: 24 * time.Hour})
 			if err == nil && (res.Claimed || res.Record.Response == nil) {
 				err = fmt.Errorf("not a replay: %+v", res)
 			}

@@ -13,7 +13,7 @@
 //
 // One row per scoped key in Options.Table (default idem_records), in Options.Database (default:
 // the DSN's). Times are Unix microseconds in BIGINT columns; the response is one LONGBLOB in
-// idem's versioned encoding (idem.EncodeResponse); keys are VARBINARY(512), compared byte for
+// idem's versioned encoding (storekit.EncodeResponse); keys are VARBINARY(512), compared byte for
 // byte (case-sensitive) whatever the server's collation. A released claim keeps its row with
 // expires_at = 0, so the next claim's fencing token is larger. An index on expires_at serves
 // Sweep. The server's max_allowed_packet must exceed the largest response stored (MySQL 8

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	idemretry "github.com/idemkit/idem/internal/retry"
 	"github.com/idemkit/idem/store/internal/txmode"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // TxFunc is the caller's effect in DoTx: it writes through tx (and only tx) and returns the
@@ -208,7 +209,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
-	route := idem.CleanRoute(idem.RouteFromContext(ctx))
+	route := storekit.CleanRoute(idem.RouteFromContext(ctx))
 	r, err := s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, route, now, ttl)
 	for pause := 10 * time.Millisecond; poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
 		// Only the statement was rolled back: the transaction goes on, and the claim is
@@ -240,7 +241,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		return res, retryable(ferr) && ctx.Err() == nil, ferr
 	}
 	expires := s.opt.Now().Add(ttl)
-	if err := changedOne(txExec{s: s, tx: tx, wait: sessionWait}.exec(ctx, s.q.complete, idem.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
+	if err := changedOne(txExec{s: s, tx: tx, wait: sessionWait}.exec(ctx, s.q.complete, storekit.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
 		return res, retryable(err), &idem.StoreError{Op: "complete", Err: opErr("complete", err)}
 	}
 	err = tx.Commit()
@@ -275,7 +276,7 @@ func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint, route s
 		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1, Starts: 1,
 		LeaseUntil: now.Add(ttl).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(ttl).Truncate(time.Microsecond),
-		Token:     idem.NextToken(0, now),
+		Token:     storekit.NextToken(0, now),
 		Route:     route,
 	}
 	for range reserveRetries {

@@ -41,7 +41,7 @@ func TestLockWaitTimeout(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
-	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestLockWaitTimeout(t *testing.T) {
 	timed, _ := mysqlstore.New(sideDB(t, 2, map[string]string{"innodb_lock_wait_timeout": "1"}),
 		mysqlstore.Options{Database: testDatabase, Table: tableName(st)})
 	start := time.Now()
-	_, err = timed.Reserve(ctx, "k", fp, now.Add(2*time.Minute), time.Minute, time.Hour) // a takeover: it must wait for the row
+	_, err = timed.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour}) // a takeover: it must wait for the row
 	var myErr *mysql.MySQLError
 	if !errors.As(err, &myErr) || myErr.Number != 1205 {
 		t.Fatalf("Reserve on a locked row = %v, want a lock wait timeout (1205)", err)
@@ -90,7 +90,7 @@ func TestPoolExhausted(t *testing.T) {
 	c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = st.Reserve(c, "k", fp, time.Now(), time.Minute, time.Hour)
+	_, err = st.Reserve(c, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Reserve on a full pool = %v, want context.DeadlineExceeded", err)
 	}
@@ -98,7 +98,7 @@ func TestPoolExhausted(t *testing.T) {
 		t.Errorf("Reserve on a full pool returned after %v, want about the 300ms deadline", d)
 	}
 	_ = held.Close()
-	if res, err := st.Reserve(ctx, "k", fp, time.Now(), time.Minute, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("after the pool freed up: %v %+v", err, res)
 	}
 	_ = st.Close()

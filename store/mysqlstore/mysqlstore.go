@@ -17,12 +17,12 @@ import (
 	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/internal/txmode"
 	"github.com/idemkit/idem/store/sqlmigrate"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
 )
 
 // DefaultTable is the records table used when Options.Table is empty.
@@ -70,11 +70,6 @@ func quote(name string) string { return "`" + name + "`" }
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("mysqlstore", format, args...)
 }
-
-// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
-//
-// Deprecated: use idem.ErrClosed.
-var ErrClosed = idem.ErrClosed
 
 // Store is an idem.Store in a MySQL or MariaDB (InnoDB) table. It is safe for concurrent use by
 // many goroutines and many processes sharing the database. Create it with New or Open; run
@@ -270,42 +265,39 @@ const reserveRetries = 32
 //
 // Deadlocks InnoDB reports on concurrent inserts of one key roll back only that statement
 // and are retried the same way.
-func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
-}
-
-// ReserveRoute implements idem.RouteReserver: Reserve, whose INSERT or compare-and-swap
-// UPDATE, the one write of the claim, stores the route too.
-func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+//
+// The INSERT or compare-and-swap UPDATE, the one write of the claim, stores the route too.
+func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
-	res, err := s.reserve(ctx, key, fingerprint, idem.CleanRoute(route), now, lease, window)
+	res, err := s.reserve(ctx, req)
 	return res, opErr("reserve", err)
 }
 
 // reserve is Reserve's loop. (DoTx claims in its transaction with claimTx.)
-func (s *Store) reserve(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+func (s *Store) reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	key, fingerprint := req.Key, req.Fingerprint
 	if err := checkClaim(key, fingerprint); err != nil {
 		return idem.Reservation{}, err
 	}
 	switch {
-	case lease <= 0:
-		return idem.Reservation{}, invalid("lease %s is not positive", lease)
-	case window <= 0:
-		return idem.Reservation{}, invalid("window %s is not positive", window)
+	case req.Lease <= 0:
+		return idem.Reservation{}, invalid("lease %s is not positive", req.Lease)
+	case req.TTL <= 0:
+		return idem.Reservation{}, invalid("TTL %s is not positive", req.TTL)
 	}
-	now = now.Truncate(time.Microsecond)
+	now := req.Now.Truncate(time.Microsecond)
 	claim := idem.Record{
 		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1, Starts: 1,
-		LeaseUntil: now.Add(lease).Truncate(time.Microsecond), CreatedAt: now,
-		ExpiresAt: now.Add(window).Truncate(time.Microsecond), Route: route,
+		LeaseUntil: now.Add(req.Lease).Truncate(time.Microsecond), CreatedAt: now,
+		ExpiresAt: now.Add(req.TTL).Truncate(time.Microsecond), Route: storekit.CleanRoute(req.Route),
 	}
 	for range reserveRetries {
 		old, err := s.get(ctx, s, s.q.get, key)
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
-			claim.Token = idem.NextToken(0, now)
+			claim.Token = storekit.NextToken(0, now)
 			_, err := s.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
 				now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route)
 			if isMySQLError(err, errDupEntry) || isMySQLError(err, errDeadlock) {
@@ -341,7 +333,7 @@ func (s *Store) swapClaim(ctx context.Context, e execer, claim, old idem.Record,
 		return idem.Reservation{Record: old}, true, nil
 	}
 	rec := claim
-	rec.Token = idem.NextToken(old.Token, now)
+	rec.Token = storekit.NextToken(old.Token, now)
 	switch {
 	case !expired: // a takeover keeps the claim's history, and its route if it has one
 		rec.Attempts, rec.Starts, rec.CreatedAt = old.Attempts+1, old.Starts+1, old.CreatedAt
@@ -370,7 +362,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	r, err := s.exec(ctx, s.q.complete, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro(), key, token)
+	r, err := s.exec(ctx, s.q.complete, storekit.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro(), key, token)
 	return opErr("complete", changedOne(r, err))
 }
 
@@ -457,7 +449,7 @@ func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, 
 	}
 	rec.ExpiresAt = time.UnixMicro(expires)
 	if response != nil {
-		r, err := idem.DecodeResponse(response)
+		r, err := storekit.DecodeResponse(response)
 		if err != nil {
 			return idem.Record{}, fmt.Errorf("record %.80q: %w", key, err)
 		}

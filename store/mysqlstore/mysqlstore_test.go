@@ -62,14 +62,14 @@ func TestBadInput(t *testing.T) {
 		{"k", fp, 0, time.Hour},
 		{"k", fp, time.Second, -time.Hour},
 	} {
-		if _, err := st.Reserve(ctx, tc.key, tc.fp, now, tc.lease, tc.windw); !errors.Is(err, idem.ErrInvalidInput) {
+		if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: tc.key, Fingerprint: tc.fp, Now: now, Lease: tc.lease, TTL: tc.windw}); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("Reserve(%.20q, %.10q, %s, %s) = %v, want ErrInvalidInput", tc.key, tc.fp, tc.lease, tc.windw, err)
 		}
 	}
 	// The longest key fits, and keys are case-sensitive (VARBINARY, whatever the collation).
 	long := strings.Repeat("é", idem.MaxStorageKeyLen/2)
 	for _, k := range []string{long, strings.ToUpper(long), "Key", "key", "KEY"} {
-		if res, err := st.Reserve(ctx, k, fp, now, time.Second, time.Hour); err != nil || !res.Claimed {
+		if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 			t.Errorf("Reserve of %.20q (%d bytes): %v claimed=%v", k, len(k), err, res.Claimed)
 		}
 	}
@@ -77,7 +77,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("Sweep(-1) = %v", err)
 	}
 	// A corrupt stored response is an error, not a panic or a wrong replay.
-	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "corrupt", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.DB().ExecContext(ctx, "UPDATE "+st.Table()+" SET state = 2, response = x'09' WHERE `key` = 'corrupt'"); err != nil {
@@ -86,7 +86,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := st.Get(ctx, "corrupt"); !errors.Is(err, idem.ErrCorruptRecord) {
 		t.Errorf("Get of a corrupt record = %v, want ErrCorruptRecord", err)
 	}
-	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); !errors.Is(err, idem.ErrCorruptRecord) {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "corrupt", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); !errors.Is(err, idem.ErrCorruptRecord) {
 		t.Errorf("Reserve of a corrupt record = %v, want ErrCorruptRecord", err)
 	}
 }
@@ -109,7 +109,7 @@ func TestDefaultDatabase(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := st.Reserve(ctx, "k", idem.Fingerprint(nil), time.Now(), time.Second, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: idem.Fingerprint(nil), Now: time.Now(), Lease: time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}
 }
@@ -122,7 +122,7 @@ func TestSweepBatches(t *testing.T) {
 	fp := idem.Fingerprint(nil)
 	const n = 250
 	for i := range n {
-		res, err := st.Reserve(ctx, fmt.Sprintf("k%d", i), fp, now, time.Second, time.Minute)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprintf("k%d", i), Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Minute})
 		if err != nil || !res.Claimed {
 			t.Fatal(err)
 		}

@@ -26,14 +26,14 @@ func TestMigrateAddsRoute(t *testing.T) {
 			st := newStore(t, mysqlstore.Options{Table: table})
 			fp := idem.Fingerprint([]byte("route"))
 			now := time.Now()
-			done, err := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+			done, err := st.Reserve(ctx, idem.ReserveRequest{Key: "done", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := st.Complete(ctx, "done", done.Record.Token, idem.Response{Status: 201, Body: []byte("kept")}, now, now.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.Reserve(ctx, "stale", fp, now, time.Second, time.Hour); err != nil {
+			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			// Back to the schema before routes (version 2) and starts (version 3).
@@ -60,7 +60,7 @@ func TestMigrateAddsRoute(t *testing.T) {
 				t.Fatalf("Get of a record from before = %+v, %v", rec, err)
 			}
 			later := now.Add(2 * time.Second)
-			res, err := st.ReserveRoute(ctx, "stale", fp, "POST /takeover", later, time.Minute, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Route: "POST /takeover", Now: later, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Takeover || res.Record.Route != "POST /takeover" || res.Record.Starts != 2 {
 				t.Fatalf("takeover of a record from before = %+v, %v", res, err)
 			}

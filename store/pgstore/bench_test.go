@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // benchClients is the number of concurrent clients, as in the pgbench comparison
@@ -48,7 +49,7 @@ func benchNewKey(b *testing.B, opt pgstore.Options) {
 		for pb.Next() {
 			k := prefix + fmt.Sprint(seq.Add(1))
 			now := time.Now()
-			res, err := st.Reserve(ctx, k, fp, now, 30*time.Second, 24*time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 			if err != nil || !res.Claimed {
 				b.Fatal(err, res.Claimed)
 			}
@@ -70,7 +71,7 @@ func BenchmarkReplay(b *testing.B) {
 	now := time.Now()
 	if _, err := st.Pool().Exec(ctx, `INSERT INTO `+st.Table()+` (key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at)
 		SELECT 'r' || i, $1, 2, $2, $2, 1, $3, $2, $2, $4 FROM generate_series(1, $5) AS i`,
-		fp, now.UnixMicro(), idem.EncodeResponse(benchResponse), now.Add(24*time.Hour).UnixMicro(), keys); err != nil {
+		fp, now.UnixMicro(), storekit.EncodeResponse(benchResponse), now.Add(24*time.Hour).UnixMicro(), keys); err != nil {
 		b.Fatal(err)
 	}
 	parallel16(b)
@@ -80,7 +81,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := fmt.Sprintf("r%d", 1+rand.IntN(keys))
-			res, err := st.Reserve(ctx, k, fp, time.Now(), 30*time.Second, 24*time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: time.Now(), Lease: 30 * time.Second, TTL: 24 * time.Hour})
 			if err != nil || res.Claimed || res.Record.Response == nil {
 				b.Fatal(err, res.Claimed)
 			}

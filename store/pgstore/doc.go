@@ -14,7 +14,7 @@
 //
 // One row per scoped key in Options.Table (default idem_records), in Options.Schema (default:
 // the search_path). Times are Unix microseconds in bigint columns; the response is one bytea
-// in idem's versioned encoding (idem.EncodeResponse); keys are text COLLATE "C", compared byte
+// in idem's versioned encoding (storekit.EncodeResponse); keys are text COLLATE "C", compared byte
 // for byte (case-sensitive), up to idem.MaxStorageKeyLen bytes. A released claim keeps its row with
 // expires_at = 0, so the next claim's fencing token is larger. An index on expires_at serves
 // Sweep.

@@ -66,7 +66,8 @@ type txWait struct {
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	args, err := reserveArgs(key, fingerprint, idem.RouteFromContext(ctx), now, ttl, ttl)
+	args, err := reserveArgs(idem.ReserveRequest{Key: key, Fingerprint: fingerprint, Route: idem.RouteFromContext(ctx),
+		Now: now, Lease: ttl, TTL: ttl})
 	if err != nil {
 		return res, false, err
 	}

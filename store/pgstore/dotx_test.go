@@ -166,7 +166,7 @@ func TestDoTxMismatchInFlightAndEngine(t *testing.T) {
 		t.Fatalf("other fingerprint: %v, want ErrMismatch", err)
 	}
 	// An engine on the same store holds a key: DoTx reports it in flight.
-	res, err := st.Reserve(ctx, "held", fpA, time.Now(), time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fpA, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatal(err)
 	}

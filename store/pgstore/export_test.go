@@ -20,7 +20,7 @@ func GroupStats(s *Store) (transactions, calls, largest int) {
 func ReserveTogether(ctx context.Context, s *Store, keys []string, fp string, now time.Time) ([]idem.Reservation, []error) {
 	ops := make([]*groupOp, len(keys))
 	for i, k := range keys {
-		args, err := reserveArgs(k, fp, "", now, time.Minute, time.Hour)
+		args, err := reserveArgs(idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 		if err != nil {
 			panic(err)
 		}
@@ -69,7 +69,7 @@ func ClaimLockSQL(s *Store) string { return s.part.lockSQL }
 // CompleteThenReserveTogether runs, in one group transaction, the completion of key (with
 // token) and a second claim of it, passed to the worker in that order.
 func CompleteThenReserveTogether(ctx context.Context, s *Store, key string, token int64, fp string, now time.Time) (idem.Reservation, []error) {
-	args, err := reserveArgs(key, fp, "", now, time.Minute, time.Hour)
+	args, err := reserveArgs(idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		panic(err)
 	}

@@ -34,7 +34,7 @@ func TestStatementTimeout(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
-	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestStatementTimeout(t *testing.T) {
 	defer p.Close()
 	timed, _ := pgstore.New(p, pgstore.Options{Schema: testSchema, Table: tableOf(st)})
 	start := time.Now()
-	_, err = timed.Reserve(ctx, "k", fp, now.Add(2*time.Minute), time.Minute, time.Hour) // a takeover: it must wait for the row
+	_, err = timed.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour}) // a takeover: it must wait for the row
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 		t.Fatalf("Reserve on a locked row = %v, want a statement timeout (57014)", err)
@@ -97,7 +97,7 @@ func TestPoolExhausted(t *testing.T) {
 	c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = st.Reserve(c, "k", fp, time.Now(), time.Minute, time.Hour)
+	_, err = st.Reserve(c, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Reserve on a full pool = %v, want context.DeadlineExceeded", err)
 	}
@@ -116,7 +116,7 @@ func TestPoolExhausted(t *testing.T) {
 		t.Fatalf("engine on a full pool = %v, want ErrStoreUnavailable", err)
 	}
 	held.Release()
-	if res, err := st.Reserve(ctx, "k", fp, time.Now(), time.Minute, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("after the pool freed up: %v %+v", err, res)
 	}
 	if n := p.Stat().AcquiredConns(); n != 0 {

@@ -53,7 +53,7 @@ func TestGroupCommitGroupsCalls(t *testing.T) {
 					key = fmt.Sprintf("shared-%d", i) // every goroutine claims these too
 				}
 				now := time.Now()
-				res, err := st.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				if err != nil {
 					t.Error(err)
 					return
@@ -160,7 +160,7 @@ func TestGroupCommitFencingIsPerCall(t *testing.T) {
 		t.Fatal(res, errs)
 	}
 	// b is taken over after its lease: its first token is dead.
-	over, err := st.Reserve(ctx, "b", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+	over, err := st.Reserve(ctx, idem.ReserveRequest{Key: "b", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !over.Takeover {
 		t.Fatal(over, err)
 	}
@@ -193,7 +193,7 @@ func TestGroupCommitCallEndsAtDeadline(t *testing.T) {
 // claimAndHold claims key at now, then locks its row as holdRow does.
 func claimAndHold(t *testing.T, st *pgstore.Store, key, fp string, now time.Time) (release func()) {
 	t.Helper()
-	if res, err := st.Reserve(context.Background(), key, fp, now, time.Minute, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatal(res, err)
 	}
 	return holdRow(t, st, key)
@@ -230,14 +230,14 @@ func TestGroupCommitClose(t *testing.T) {
 	}
 	inFlight := make(chan outcome, 1)
 	go func() { // a takeover: blocks the only worker on the held row
-		res, err := st.Reserve(ctx, "held", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
 		inFlight <- outcome{res, err}
 	}()
 	time.Sleep(200 * time.Millisecond)
 	waiting := make(chan error, 5)
 	for i := range 5 {
 		go func() {
-			_, err := st.Reserve(ctx, fmt.Sprint("waiting", i), fp, now, time.Minute, time.Hour)
+			_, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("waiting", i), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			waiting <- err
 		}()
 	}
@@ -285,7 +285,7 @@ func TestGroupCommitClose(t *testing.T) {
 			t.Errorf("waiting%d was written after Close", i)
 		}
 	}
-	if _, err := st.Reserve(ctx, "later", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "later", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Errorf("Reserve after Close: %v", err)
 	}
 }
@@ -302,12 +302,12 @@ func TestGroupCommitAbandonedCallIsNotSent(t *testing.T) {
 	go func() { // blocks the only worker
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := st.Reserve(c, "held", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+		_, err := st.Reserve(c, idem.ReserveRequest{Key: "held", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
 	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err := st.Reserve(c, "abandoned", fp, now, time.Minute, time.Hour)
+	_, err := st.Reserve(c, idem.ReserveRequest{Key: "abandoned", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("abandoned call: %v, want context.DeadlineExceeded", err)
@@ -383,14 +383,16 @@ func TestGroupCommitBoundsBytes(t *testing.T) {
 	now := time.Now()
 	tokens := make([]int64, 6)
 	for i := range tokens {
-		res, err := st.Reserve(ctx, fmt.Sprint("big", i), fp, now, time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("big", i), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 		if err != nil || !res.Claimed {
 			t.Fatal(res, err)
 		}
 		tokens[i] = res.Record.Token
 	}
 	release := claimAndHold(t, st, "held", fp, now)
-	go func() { _, _ = st.Reserve(ctx, "held", fp, now.Add(2*time.Minute), time.Minute, time.Hour) }() // occupies the worker
+	go func() {
+		_, _ = st.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
+	}() // occupies the worker
 	time.Sleep(200 * time.Millisecond)
 	body := make([]byte, 400<<10)
 	errs := make(chan error, len(tokens))

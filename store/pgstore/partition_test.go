@@ -144,7 +144,7 @@ func testPartitionBoundaryRace(t *testing.T, groupCommit int) {
 		{"new", func(*testing.T, string) {}},
 		{"expired-in-older-partition", func(t *testing.T, key string) {
 			old := boundary.Add(-2 * width)
-			res, err := st.Reserve(ctx, key, fp, old, time.Minute, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: old, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Claimed {
 				t.Fatalf("Reserve: %+v %v", res, err)
 			}
@@ -153,7 +153,7 @@ func testPartitionBoundaryRace(t *testing.T, groupCommit int) {
 			}
 		}},
 		{"abandoned-in-previous-partition", func(t *testing.T, key string) {
-			res, err := st.Reserve(ctx, key, fp, boundary.Add(-time.Minute), 30*time.Second, 2*time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: boundary.Add(-time.Minute), Lease: 30 * time.Second, TTL: 2 * time.Hour})
 			if err != nil || !res.Claimed {
 				t.Fatalf("Reserve: %+v %v", res, err)
 			}
@@ -179,7 +179,7 @@ func testPartitionBoundaryRace(t *testing.T, groupCommit int) {
 					<-start
 					for i := range keys {
 						k := (i + g) % keys // goroutines start on different keys
-						res, err := st.Reserve(ctx, prefix+fmt.Sprint(k), fp, now, 10*time.Second, time.Hour)
+						res, err := st.Reserve(ctx, idem.ReserveRequest{Key: prefix + fmt.Sprint(k), Fingerprint: fp, Now: now, Lease: 10 * time.Second, TTL: time.Hour})
 						if err != nil {
 							errs <- err
 							continue
@@ -234,27 +234,27 @@ func TestPartitionClaimFindsPreviousPartition(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("prev"))
 	boundary := time.Now().Truncate(width).Add(width)
-	first, err := st.Reserve(ctx, "k", fp, boundary.Add(-time.Second), time.Minute, time.Hour)
+	first, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: boundary.Add(-time.Second), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !first.Claimed {
 		t.Fatalf("first Reserve: %+v %v", first, err)
 	}
-	again, err := st.Reserve(ctx, "k", fp, boundary.Add(time.Second), time.Minute, time.Hour)
+	again, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: boundary.Add(time.Second), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || again.Claimed || again.Record.State != idem.StateInProgress {
 		t.Fatalf("Reserve after the boundary = %+v, %v; want the claim in progress", again, err)
 	}
 	if err := st.Complete(ctx, "k", first.Record.Token, idem.Response{Status: 201, Body: []byte("done")}, boundary.Add(2*time.Second), boundary.Add(time.Hour)); err != nil {
 		t.Fatalf("Complete by the first holder after the boundary: %v", err)
 	}
-	replay, err := st.Reserve(ctx, "k", fp, boundary.Add(3*time.Second), time.Minute, time.Hour)
+	replay, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: boundary.Add(3 * time.Second), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || replay.Claimed || replay.Record.Response == nil || string(replay.Record.Response.Body) != "done" {
 		t.Fatalf("replay after the boundary = %+v, %v", replay, err)
 	}
 	// Past its lease, a takeover after the boundary moves the row; the old holder is fenced.
-	held, err := st.Reserve(ctx, "t", fp, boundary.Add(-time.Second), time.Second, time.Hour)
+	held, err := st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fp, Now: boundary.Add(-time.Second), Lease: time.Second, TTL: time.Hour})
 	if err != nil || !held.Claimed {
 		t.Fatal(held, err)
 	}
-	took, err := st.Reserve(ctx, "t", fp, boundary.Add(time.Minute), time.Minute, time.Hour)
+	took, err := st.Reserve(ctx, idem.ReserveRequest{Key: "t", Fingerprint: fp, Now: boundary.Add(time.Minute), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !took.Claimed || !took.Takeover || took.Record.Token <= held.Record.Token || took.Record.Attempts != 2 {
 		t.Fatalf("takeover after the boundary = %+v, %v", took, err)
 	}
@@ -289,7 +289,7 @@ func TestDropExpiredPartitions(t *testing.T) {
 	period := func(back int) time.Time { return now.Truncate(width).Add(-time.Duration(back) * width) }
 	complete := func(key string, at time.Time, expires time.Time) int64 {
 		t.Helper()
-		res, err := st.Reserve(ctx, key, fp, at, time.Minute, 48*time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: at, Lease: time.Minute, TTL: 48 * time.Hour})
 		if err != nil || !res.Claimed {
 			t.Fatalf("Reserve(%s): %+v %v", key, res, err)
 		}
@@ -307,7 +307,7 @@ func TestDropExpiredPartitions(t *testing.T) {
 	// Period -3: its last record expired inside the margin → kept (a clock behind sees it).
 	complete("in-margin", period(3), now.Add(-margin/2))
 	// Period -2: an effect still running, its lease extended past its window → kept.
-	res, err := st.Reserve(ctx, "extended", fp, period(2), time.Minute, time.Minute)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "extended", Fingerprint: fp, Now: period(2), Lease: time.Minute, TTL: time.Minute})
 	if err != nil || !res.Claimed {
 		t.Fatal(res, err)
 	}
@@ -343,7 +343,7 @@ func TestDropExpiredPartitions(t *testing.T) {
 		}
 	}
 	// The kept records work: a replay, an in-progress claim and its fenced completion.
-	rep, err := st.Reserve(ctx, "live-window", fp, now, time.Minute, time.Hour)
+	rep, err := st.Reserve(ctx, idem.ReserveRequest{Key: "live-window", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || rep.Claimed || rep.Record.Response == nil || string(rep.Record.Response.Body) != "live-window" {
 		t.Fatalf("replay of a kept record = %+v, %v", rep, err)
 	}
@@ -414,7 +414,7 @@ func testDropRacesClaims(t *testing.T, groupCommit int) {
 		if i%2 == 1 {
 			expires = now.Add(7 * time.Hour)
 		}
-		res, err := st.Reserve(ctx, fmt.Sprint("k", i), fp, old, time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("k", i), Fingerprint: fp, Now: old, Lease: time.Minute, TTL: time.Hour})
 		if err != nil || !res.Claimed {
 			t.Fatal(res, err)
 		}
@@ -431,7 +431,7 @@ func testDropRacesClaims(t *testing.T, groupCommit int) {
 			defer wg.Done()
 			for i := range keys {
 				k := (i + g*5) % keys
-				res, err := st.Reserve(ctx, fmt.Sprint("k", k), fp, now, time.Minute, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("k", k), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				if err != nil {
 					errs <- err
 					continue
@@ -483,7 +483,7 @@ func TestConvertFromPlain(t *testing.T) {
 	now := time.Now()
 	claim := func(key string, lease, window time.Duration) int64 {
 		t.Helper()
-		res, err := plain.Reserve(ctx, key, fp, now, lease, window)
+		res, err := plain.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: lease, TTL: window})
 		if err != nil || !res.Claimed {
 			t.Fatal(res, err)
 		}
@@ -529,10 +529,10 @@ func TestConvertFromPlain(t *testing.T) {
 	}
 	later := now.Add(2 * time.Minute)
 	// Completed: replayed. In flight: still held, completed by its holder's token.
-	if res, err := part.Reserve(ctx, "completed", fp, later, time.Minute, time.Hour); err != nil || res.Claimed || string(res.Record.Response.Body) != "kept" {
+	if res, err := part.Reserve(ctx, idem.ReserveRequest{Key: "completed", Fingerprint: fp, Now: later, Lease: time.Minute, TTL: time.Hour}); err != nil || res.Claimed || string(res.Record.Response.Body) != "kept" {
 		t.Fatalf("replay of a converted record = %+v, %v", res, err)
 	}
-	if res, err := part.Reserve(ctx, "in-flight", fp, later, time.Minute, time.Hour); err != nil || res.Claimed || res.Record.State != idem.StateInProgress {
+	if res, err := part.Reserve(ctx, idem.ReserveRequest{Key: "in-flight", Fingerprint: fp, Now: later, Lease: time.Minute, TTL: time.Hour}); err != nil || res.Claimed || res.Record.State != idem.StateInProgress {
 		t.Fatalf("claim of a converted in-flight key = %+v, %v", res, err)
 	}
 	if err := part.Complete(ctx, "in-flight", inflight, idem.Response{Status: 200}, later, later.Add(time.Hour)); err != nil {
@@ -544,7 +544,7 @@ func TestConvertFromPlain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := part.Reserve(ctx, k, fp, later, time.Minute, 10*time.Hour)
+		res, err := part.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: later, Lease: time.Minute, TTL: 10 * time.Hour})
 		if err != nil || !res.Claimed || res.Record.Token <= old.Token {
 			t.Fatalf("reclaim of converted %s = %+v, %v (old token %d)", k, res, err, old.Token)
 		}
@@ -558,7 +558,7 @@ func TestConvertFromPlain(t *testing.T) {
 	if err := plain.Migrate(ctx); !errors.Is(err, sqlmigrate.ErrNewerSchema) {
 		t.Fatalf("plain Migrate after conversion = %v, want ErrNewerSchema", err)
 	}
-	if res, err := plain.Reserve(ctx, "new-by-plain", fp, later, time.Minute, time.Hour); err == nil {
+	if res, err := plain.Reserve(ctx, idem.ReserveRequest{Key: "new-by-plain", Fingerprint: fp, Now: later, Lease: time.Minute, TTL: time.Hour}); err == nil {
 		t.Fatalf("plain Reserve on the converted table = %+v, want an error", res)
 	}
 	// Two hours on, the converted rows all expired: their partition goes whole.
@@ -627,7 +627,7 @@ func TestPartitionedGroupCompleteThenClaim(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("order"))
 	now := time.Now()
-	first, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	first, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !first.Claimed {
 		t.Fatal(first, err)
 	}
@@ -684,7 +684,7 @@ func TestPartitionedGroupPartitionDropped(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("dropped"))
 	then := time.Now().Add(-5 * width)
-	res, err := behind.Reserve(ctx, "a", fp, then, time.Minute, time.Minute)
+	res, err := behind.Reserve(ctx, idem.ReserveRequest{Key: "a", Fingerprint: fp, Now: then, Lease: time.Minute, TTL: time.Minute})
 	if err != nil || !res.Claimed {
 		t.Fatal(res, err)
 	}

@@ -16,12 +16,12 @@ import (
 	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/internal/txmode"
 	"github.com/idemkit/idem/store/sqlmigrate"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
 )
 
 // DefaultTable is the records table used when Options.Table is empty.
@@ -98,11 +98,6 @@ var validName = sqlmigrate.ValidName
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("pgstore", format, args...)
 }
-
-// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
-//
-// Deprecated: use idem.ErrClosed.
-var ErrClosed = idem.ErrClosed
 
 // Store is an idem.Store in a PostgreSQL table. It is safe for concurrent use by many
 // goroutines and many processes sharing the database. Create it with New or Open; run Migrate
@@ -217,21 +212,17 @@ func opErr(op string, err error) error { return storeerr.Op("pgstore", op, err) 
 const reserveRetries = 16
 
 // Reserve implements idem.Store in one statement: one round trip (a second only in a rare
-// race, when the row that blocked the statement was committed after its snapshot began).
-func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
-}
-
-// ReserveRoute implements idem.RouteReserver: Reserve's statement, which stores the route too.
-func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+// race, when the row that blocked the statement was committed after its snapshot began). The
+// statement stores the route too.
+func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
 	var res idem.Reservation
-	args, err := reserveArgs(key, fingerprint, route, now, lease, window)
+	args, err := reserveArgs(req)
 	if err == nil {
 		if s.group != nil {
-			op := &groupOp{ctx: ctx, key: key, args: args}
+			op := &groupOp{ctx: ctx, key: req.Key, args: args}
 			if err = s.group.call(op); err == nil {
 				res = op.res // final: call saw op.done closed (a call that gave up may not read it)
 			}
@@ -246,20 +237,21 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 }
 
 // reserveArgs checks a claim's input and returns the parameters of queries.reserve.
-func reserveArgs(key, fingerprint, route string, now time.Time, lease, window time.Duration) ([]any, error) {
-	if err := idem.CheckKey(key); err != nil {
+func reserveArgs(req idem.ReserveRequest) ([]any, error) {
+	if err := idem.CheckKey(req.Key); err != nil {
 		return nil, err
 	}
 	switch {
-	case !idem.ValidFingerprint(fingerprint):
-		return nil, invalid("fingerprint %.80q is not %d lowercase hex digits", fingerprint, idem.FingerprintLen)
-	case lease <= 0:
-		return nil, invalid("lease %s is not positive", lease)
-	case window <= 0:
-		return nil, invalid("window %s is not positive", window)
+	case !idem.ValidFingerprint(req.Fingerprint):
+		return nil, invalid("fingerprint %.80q is not %d lowercase hex digits", req.Fingerprint, idem.FingerprintLen)
+	case req.Lease <= 0:
+		return nil, invalid("lease %s is not positive", req.Lease)
+	case req.TTL <= 0:
+		return nil, invalid("TTL %s is not positive", req.TTL)
 	}
-	return []any{key, fingerprint, now.UnixMicro(), now.Add(lease).UnixMicro(), now.Add(window).UnixMicro(),
-		idem.NextToken(0, now), idem.CleanRoute(route)}, nil
+	now := req.Now
+	return []any{req.Key, req.Fingerprint, now.UnixMicro(), now.Add(req.Lease).UnixMicro(), now.Add(req.TTL).UnixMicro(),
+		storekit.NextToken(0, now), storekit.CleanRoute(req.Route)}, nil
 }
 
 // reserve runs the claim statement on db (args from reserveArgs), again while it finds
@@ -302,7 +294,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 
 // completeArgs returns the parameters of queries.complete.
 func completeArgs(key string, token int64, resp idem.Response, now, expiresAt time.Time) []any {
-	return []any{key, token, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro()}
+	return []any{key, token, storekit.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro()}
 }
 
 func (s *Store) complete(ctx context.Context, db querier, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {
@@ -426,7 +418,7 @@ func (sc *scan) finish(rec *idem.Record) error {
 	}
 	rec.ExpiresAt = time.UnixMicro(sc.expires)
 	if sc.response != nil {
-		r, err := idem.DecodeResponse(sc.response)
+		r, err := storekit.DecodeResponse(sc.response)
 		if err != nil {
 			return fmt.Errorf("record %.80q: %w", rec.Key, err)
 		}

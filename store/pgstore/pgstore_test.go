@@ -72,24 +72,24 @@ func badInput(t *testing.T, opt pgstore.Options) {
 		{"k", fp, 0, time.Hour},
 		{"k", fp, time.Second, -time.Hour},
 	} {
-		if _, err := st.Reserve(ctx, tc.key, tc.fp, now, tc.lease, tc.windw); !errors.Is(err, idem.ErrInvalidInput) {
+		if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: tc.key, Fingerprint: tc.fp, Now: now, Lease: tc.lease, TTL: tc.windw}); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("Reserve(%.20q, %.10q, %s, %s) = %v, want ErrInvalidInput", tc.key, tc.fp, tc.lease, tc.windw, err)
 		}
 	}
 	// The longest key fits.
 	long := strings.Repeat("é", idem.MaxStorageKeyLen/2)
-	if res, err := st.Reserve(ctx, long, fp, now, time.Second, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: long, Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Errorf("Reserve of a %d-byte key: %v %+v", len(long), err, res)
 	}
 	// Keys are case-sensitive.
-	if res, err := st.Reserve(ctx, strings.ToUpper(long), fp, now, time.Second, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: strings.ToUpper(long), Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Errorf("Reserve of the upper-case key: %v claimed=%v", err, res.Claimed)
 	}
 	if _, err := st.Sweep(ctx, now, -1); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Errorf("Sweep(-1) = %v", err)
 	}
 	// A corrupt stored response is an error, not a panic or a wrong replay.
-	res, _ := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour)
+	res, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "corrupt", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
 	if _, err := st.Pool().Exec(ctx, `UPDATE `+st.Table()+` SET state = 2, response = '\x09'::bytea WHERE key = 'corrupt'`); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func badInput(t *testing.T, opt pgstore.Options) {
 	if _, err := st.Get(ctx, "corrupt"); !errors.Is(err, idem.ErrCorruptRecord) {
 		t.Errorf("Get of a corrupt record = %v, want ErrCorruptRecord", err)
 	}
-	if _, err := st.Reserve(ctx, "corrupt", fp, now, time.Second, time.Hour); !errors.Is(err, idem.ErrCorruptRecord) {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "corrupt", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); !errors.Is(err, idem.ErrCorruptRecord) {
 		t.Errorf("Reserve of a corrupt record = %v, want ErrCorruptRecord", err)
 	}
 }
@@ -119,7 +119,7 @@ func TestDefaultSchema(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := st.Reserve(ctx, "k", idem.Fingerprint(nil), time.Now(), time.Second, time.Hour); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: idem.Fingerprint(nil), Now: time.Now(), Lease: time.Second, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}
 }
@@ -158,7 +158,7 @@ func TestOneRoundTrip(t *testing.T) {
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
 	// Warm up: the first use of each statement prepares it on the connection.
-	res, err := st.Reserve(ctx, "warm", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "warm", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatal(err, res)
 	}
@@ -170,21 +170,21 @@ func TestOneRoundTrip(t *testing.T) {
 		do   func() error
 	}{
 		{"new key", func() error {
-			r, err := st.Reserve(ctx, "new", fp, now, time.Minute, time.Hour)
+			r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err == nil && !r.Claimed {
 				err = errors.New("not claimed")
 			}
 			return err
 		}},
 		{"replay", func() error {
-			r, err := st.Reserve(ctx, "warm", fp, now, time.Minute, time.Hour)
+			r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "warm", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err == nil && (r.Claimed || r.Record.Response == nil || string(r.Record.Response.Body) != "ok") {
 				err = fmt.Errorf("not a replay: %+v", r)
 			}
 			return err
 		}},
 		{"in flight", func() error {
-			r, err := st.Reserve(ctx, "new", fp, now, time.Minute, time.Hour)
+			r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err == nil && r.Claimed {
 				err = errors.New("claimed twice")
 			}
@@ -210,7 +210,7 @@ func TestSweepBatches(t *testing.T) {
 	fp := idem.Fingerprint(nil)
 	const n = 250
 	for i := range n {
-		res, err := st.Reserve(ctx, fmt.Sprintf("k%d", i), fp, now, time.Second, time.Minute)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprintf("k%d", i), Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Minute})
 		if err != nil || !res.Claimed {
 			t.Fatal(err)
 		}

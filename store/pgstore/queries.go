@@ -12,7 +12,7 @@ const cols = `fingerprint, state, token, lease_until, attempts, response, create
 func newQueries(t string) queries {
 	return queries{
 		// reserve claims in one statement. $1 key, $2 fingerprint, $3 now, $4 lease_until,
-		// $5 expires_at, $6 the token of a first claim (idem.NextToken(0, now)), $7 the route
+		// $5 expires_at, $6 the token of a first claim (storekit.NextToken(0, now)), $7 the route
 		// ("" for none): a new claim stores it, a takeover keeps the route it finds unless
 		// that is "".
 		//

@@ -25,7 +25,7 @@ func TestReplayLocksNothing(t *testing.T) {
 			ctx := context.Background()
 			fp := idem.Fingerprint([]byte("replay"))
 			now := time.Now()
-			res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Claimed {
 				t.Fatal(res, err)
 			}
@@ -43,12 +43,12 @@ func TestReplayLocksNothing(t *testing.T) {
 				t.Fatalf("xmax after Complete = %s, want 0", x)
 			}
 			for i := range 3 {
-				rep, err := st.Reserve(ctx, "k", fp, now.Add(time.Duration(i+1)*time.Second), time.Minute, time.Hour)
+				rep, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now.Add(time.Duration(i+1) * time.Second), Lease: time.Minute, TTL: time.Hour})
 				if err != nil || rep.Claimed || string(rep.Record.Response.Body) != "once" {
 					t.Fatalf("replay = %+v, %v", rep, err)
 				}
 				// Another fingerprint gets the record too (the engine's mismatch), without a lock.
-				if _, err := st.Reserve(ctx, "k", idem.Fingerprint([]byte("other")), now, time.Minute, time.Hour); err != nil {
+				if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: idem.Fingerprint([]byte("other")), Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -57,11 +57,11 @@ func TestReplayLocksNothing(t *testing.T) {
 			}
 			// An in-progress duplicate still locks the row it returns (the contract's latest
 			// version), so the check above can fail.
-			res2, err := st.Reserve(ctx, "p", fp, now, time.Minute, time.Hour)
+			res2, err := st.Reserve(ctx, idem.ReserveRequest{Key: "p", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res2.Claimed {
 				t.Fatal(res2, err)
 			}
-			if _, err := st.Reserve(ctx, "p", fp, now, time.Minute, time.Hour); err != nil {
+			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "p", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			var x string

@@ -51,14 +51,14 @@ func TestMigrateAddsRoute(t *testing.T) {
 			st := newStore(t, opt)
 			fp := idem.Fingerprint([]byte("route"))
 			now := time.Now()
-			done, err := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+			done, err := st.Reserve(ctx, idem.ReserveRequest{Key: "done", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := st.Complete(ctx, "done", done.Record.Token, idem.Response{Status: 201, Body: []byte("kept")}, now, now.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.Reserve(ctx, "stale", fp, now, time.Second, time.Hour); err != nil {
+			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			version := pgstore.SchemaVersion
@@ -86,11 +86,11 @@ func TestMigrateAddsRoute(t *testing.T) {
 				t.Fatalf("Get of a record from before = %+v, %v", rec, err)
 			}
 			later := now.Add(2 * time.Second)
-			res, err := st.ReserveRoute(ctx, "stale", fp, "POST /takeover", later, time.Minute, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Route: "POST /takeover", Now: later, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Takeover || res.Record.Route != "POST /takeover" || res.Record.Starts != 2 {
 				t.Fatalf("takeover of a record from before = %+v, %v", res, err)
 			}
-			res, err = st.ReserveRoute(ctx, "new", fp, "POST /new", later, time.Minute, time.Hour)
+			res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Route: "POST /new", Now: later, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Claimed || res.Record.Route != "POST /new" {
 				t.Fatalf("new claim = %+v, %v", res, err)
 			}

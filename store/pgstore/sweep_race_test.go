@@ -21,7 +21,7 @@ func TestSweepKeepsRowClaimedAgain(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint(nil)
 	base := time.Now()
-	if res, err := st.Reserve(ctx, "k", fp, base, time.Second, time.Minute); err != nil || !res.Claimed {
+	if res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: base, Lease: time.Second, TTL: time.Minute}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
 	now := base.Add(2 * time.Minute) // the claim expired at base+1m

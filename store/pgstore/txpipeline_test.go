@@ -104,7 +104,7 @@ func TestTxRunnerLockTimeoutGivenBackAfterTakeover(t *testing.T) {
 	fp := idem.Fingerprint([]byte("takeover"))
 	// An engine's claim whose lease and window ran out an hour ago.
 	old := time.Now().Add(-time.Hour)
-	if _, err := st.Reserve(ctx, "k", fp, old, time.Second, time.Second); err != nil {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: old, Lease: time.Second, TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	run := pgstore.NewTxRunner(st, pgstore.TxOptions{Wait: 300 * time.Millisecond})

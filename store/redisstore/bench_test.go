@@ -53,7 +53,7 @@ func BenchmarkNewKey(b *testing.B) {
 		for i := 0; pb.Next(); i++ {
 			k := strconv.Itoa(w) + "-" + strconv.Itoa(i)
 			now := time.Now()
-			res, err := st.Reserve(ctx, k, fp, now, 30*time.Second, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 			if err != nil || !res.Claimed {
 				b.Fatal(err, res.Claimed)
 			}
@@ -91,7 +91,7 @@ func BenchmarkReplay(b *testing.B) {
 	fp := idem.Fingerprint([]byte("bench"))
 	ctx := context.Background()
 	now := time.Now()
-	res, err := st.Reserve(ctx, "replayed", fp, now, 30*time.Second, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "replayed", Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ResetTimer()
 	parallel(b, func(pb *testing.PB, _ int) {
 		for pb.Next() {
-			r, err := st.Reserve(ctx, "replayed", fp, now, 30*time.Second, time.Hour)
+			r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "replayed", Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 			if err != nil || r.Claimed || r.Record.Response == nil {
 				b.Fatal(err)
 			}
@@ -168,7 +168,7 @@ func TestBenchVsRedisBenchmark(t *testing.T) {
 	rdb.Set(ctx, bprefix+"v", `{"id":"0123456789"}`, time.Hour)
 	now := time.Now()
 	for _, st := range []*redisstore.Store{st, stAP} {
-		if r, err := st.Reserve(ctx, "replayed", fp, now, 30*time.Second, 2*time.Hour); err != nil || !r.Claimed {
+		if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "replayed", Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: 2 * time.Hour}); err != nil || !r.Claimed {
 			t.Fatal(err)
 		} else if err := st.Complete(ctx, "replayed", r.Record.Token, resp, now, now.Add(2*time.Hour)); err != nil {
 			t.Fatal(err)
@@ -197,7 +197,7 @@ func TestBenchVsRedisBenchmark(t *testing.T) {
 		return func() error {
 			k := "n" + strconv.FormatInt(seq.Add(1), 10)
 			now := time.Now()
-			res, err := st.Reserve(ctx, k, fp, now, 30*time.Second, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 			if err != nil || !res.Claimed {
 				return fmt.Errorf("reserve: %v, claimed %v", err, res.Claimed)
 			}
@@ -206,7 +206,7 @@ func TestBenchVsRedisBenchmark(t *testing.T) {
 	}
 	replayOn := func(st *redisstore.Store) func() error {
 		return func() error {
-			res, err := st.Reserve(ctx, "replayed", fp, time.Now(), 30*time.Second, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "replayed", Fingerprint: fp, Now: time.Now(), Lease: 30 * time.Second, TTL: time.Hour})
 			if err == nil && res.Record.Response == nil {
 				err = fmt.Errorf("replay without a response: %+v", res)
 			}

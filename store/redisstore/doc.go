@@ -59,12 +59,12 @@
 // A record is one Redis string: state, token, lease_until, attempts, created_at, completed_at,
 // expires_at, the id of the call that last wrote it, the fingerprint, the route that claimed
 // it (idem.Record.Route, when it has one) and, once completed, the response as
-// idem.EncodeResponse bytes (the layout is described in scripts.go). A record without a route
+// storekit.EncodeResponse bytes (the layout is described in scripts.go). A record without a route
 // is laid out as releases before routes laid it out, and reads back without one; a record with
 // a route is not readable by those releases (they answer idem.ErrCorruptRecord, failing
 // closed), so every process sharing a store runs this release before any of them stores
 // routes. Times are
-// Unix microseconds and tokens are idem.NextToken values; both are integers below 2^53, which
+// Unix microseconds and tokens are storekit.NextToken values; both are integers below 2^53, which
 // Lua's doubles hold exactly. expires_at is compared with the caller's now: a record past it
 // counts as absent, whatever Redis still holds. Release sets expires_at and
 // lease_until to 0 and keeps the token, so the next claim's token is larger.

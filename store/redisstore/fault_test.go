@@ -366,7 +366,7 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 8 {
 			wg.Go(func() {
-				res, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				switch {
 				case err != nil && errors.Is(err, idem.ErrStoreUnavailable):
 					if storeErrs.Add(1) <= 5 {
@@ -397,7 +397,7 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 		if winner.Load() == -1 {
 			continue
 		}
-		res, err := st.Reserve(ctx, k, fp, now.Add(time.Second), time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now.Add(time.Second), Lease: time.Minute, TTL: time.Hour})
 		if err != nil {
 			storeErrs.Add(1)
 			continue
@@ -461,7 +461,7 @@ func TestFrozenServerCallsEndAtDeadline(t *testing.T) {
 			}
 			fp := idem.Fingerprint([]byte("frozen"))
 			now := time.Now()
-			if _, err := st.Reserve(context.Background(), "warm", fp, now, time.Minute, time.Hour); err != nil {
+			if _, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: "warm", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 				t.Fatal(err) // connections open, scripts not needed yet
 			}
 			if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -473,7 +473,7 @@ func TestFrozenServerCallsEndAtDeadline(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 					defer cancel()
 					start := time.Now()
-					_, err := st.Reserve(ctx, "k-"+strconv.Itoa(i), fp, now, time.Minute, time.Hour)
+					_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k-" + strconv.Itoa(i), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 					took := time.Since(start)
 					if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 						t.Errorf("call %d against a frozen server: %v, want a store error with the deadline", i, err)
@@ -504,7 +504,7 @@ func TestFrozenServerCallsEndAtDeadline(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if _, err := st.Reserve(ctx, "after", fp, time.Now(), time.Minute, time.Hour); err != nil {
+			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "after", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil {
 				t.Fatalf("after the server answers again: %v", err)
 			}
 		})

@@ -53,7 +53,7 @@ func TestReadFirstFollowsTheMix(t *testing.T) {
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("mix"))
 	now := time.Now()
-	res, err := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "done", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatal(err, res.Claimed)
 	}
@@ -65,7 +65,7 @@ func TestReadFirstFollowsTheMix(t *testing.T) {
 	}
 	replay := func() {
 		t.Helper()
-		r, err := st.Reserve(ctx, "done", fp, now, time.Minute, time.Hour)
+		r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "done", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 		if err != nil || r.Claimed || r.Record.Response == nil || r.Record.Response.Status != 201 {
 			t.Fatalf("replay = %+v, %v", r, err)
 		}
@@ -87,12 +87,12 @@ func TestReadFirstFollowsTheMix(t *testing.T) {
 		if i == 1000 {
 			t.Fatal("still reading first after 1000 new keys")
 		}
-		if r, err := st.Reserve(ctx, fmt.Sprint("new-", i), fp, now, time.Minute, time.Hour); err != nil || !r.Claimed {
+		if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("new-", i), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Claimed {
 			t.Fatalf("new key: %+v, %v", r, err)
 		}
 	}
 	cmds.take()
-	if r, err := st.Reserve(ctx, "one-more", fp, now, time.Minute, time.Hour); err != nil || !r.Claimed {
+	if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "one-more", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Claimed {
 		t.Fatalf("new key: %+v, %v", r, err)
 	}
 	if got := cmds.take(); len(got) != 1 || got[0] != "evalsha" {
@@ -105,7 +105,7 @@ func TestReadFirstFollowsTheMix(t *testing.T) {
 	}{{3, true}, {1, false}} {
 		for i := range 400 {
 			if i%(tc.replays+1) == 0 {
-				if _, err := st.Reserve(ctx, fmt.Sprintf("mix-%d-%d", tc.replays, i), fp, now, time.Minute, time.Hour); err != nil {
+				if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprintf("mix-%d-%d", tc.replays, i), Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -132,7 +132,7 @@ func TestReadFirstTakeoverRace(t *testing.T) {
 			for round := range 20 {
 				key := fmt.Sprint("k", round)
 				start := time.Now()
-				first, err := st.Reserve(ctx, key, fp, start, time.Millisecond, time.Hour)
+				first, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: start, Lease: time.Millisecond, TTL: time.Hour})
 				if err != nil || !first.Claimed {
 					t.Fatal(err, first.Claimed)
 				}
@@ -141,7 +141,7 @@ func TestReadFirstTakeoverRace(t *testing.T) {
 				var wg sync.WaitGroup
 				for range 16 {
 					wg.Go(func() {
-						r, err := st.Reserve(ctx, key, fp, later, time.Minute, time.Hour)
+						r, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: later, Lease: time.Minute, TTL: time.Hour})
 						switch {
 						case err != nil:
 							t.Error(err)
@@ -203,22 +203,22 @@ func TestEveryClaimListed(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if r, err := st.Reserve(ctx, "crashed", fp, now, time.Minute, time.Hour); err != nil || !r.Claimed {
+			if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "crashed", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Claimed {
 				t.Fatal(r, err)
 			}
 			listed("crashed", idem.StateInProgress)
 
-			r, err := st.Reserve(ctx, "stale", fp, now, time.Minute, time.Hour)
+			r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !r.Claimed {
 				t.Fatal(r, err)
 			}
 			unindex("stale")
-			if r, err := st.Reserve(ctx, "stale", fp, now.Add(2*time.Minute), time.Minute, time.Hour); err != nil || !r.Takeover {
+			if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Takeover {
 				t.Fatalf("takeover = %+v, %v", r, err)
 			}
 			listed("stale", idem.StateInProgress)
 
-			r, err = st.Reserve(ctx, "released", fp, now, time.Minute, time.Hour)
+			r, err = st.Reserve(ctx, idem.ReserveRequest{Key: "released", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !r.Claimed {
 				t.Fatal(r, err)
 			}
@@ -226,7 +226,7 @@ func TestEveryClaimListed(t *testing.T) {
 				t.Fatal(err)
 			}
 			unindex("released")
-			if r, err := st.Reserve(ctx, "released", fp, now, time.Minute, time.Hour); err != nil || !r.Claimed {
+			if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "released", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Claimed {
 				t.Fatalf("claim after release = %+v, %v", r, err)
 			}
 			listed("released", idem.StateInProgress)

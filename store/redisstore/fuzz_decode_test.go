@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // FuzzDecodeRecord feeds stored values, as a damaged or foreign Redis could return them, to the
@@ -15,7 +16,7 @@ import (
 // idem.ErrCorruptRecord, never a half-filled record; a completed record always has a
 // response, the one the stored bytes encode. A claim Reserve writes decodes to itself.
 func FuzzDecodeRecord(f *testing.F) {
-	good := string(idem.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Location": {"/x"}}, Body: []byte("ok")}))
+	good := string(storekit.EncodeResponse(idem.Response{Status: 201, Header: map[string][]string{"Location": {"/x"}}, Body: []byte("ok")}))
 	f.Add("2|1767225600000000|1767225602000000|1|1767225600000000|1767225601000000|1767312000000000|op|2|fp" + good)
 	f.Add("1|5|10|2|0||20|op|2|fp")
 	f.Add("2|5|10|1|0|0|20|op|2|fp")        // completed, no response
@@ -54,7 +55,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			if strings.HasPrefix(after, "r") {
 				after = after[len("r"+strconv.Itoa(len(rec.Route))+"|")+len(rec.Route):]
 			}
-			want, derr := idem.DecodeResponse([]byte(after))
+			want, derr := storekit.DecodeResponse([]byte(after))
 			if rec.Response == nil || derr != nil || !rec.Response.Equal(want) {
 				t.Fatalf("completed record's response %+v, stored bytes decode to %+v (%v)", rec.Response, want, derr)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/shardmerge"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var _ idem.Lister = (*Store)(nil)
@@ -35,7 +36,7 @@ const listHead = 512
 // index by a script that first checks the record is still gone. Records written by a version
 // of the store without the index are listed once a later Complete or claim rewrites them.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
+	b, err := storekit.Bounds(q)
 	if err != nil {
 		return idem.ListPage{}, err
 	}
@@ -181,12 +182,12 @@ func (l *lister) unindex(ctx context.Context) error {
 
 // decodeHead reads a listed record from the first bytes of its stored value (all of it when
 // whole): its fields, its fingerprint and, for a completed record, the head of its response
-// (idem.DecodeResponseHead). When the bytes end before that head and the value is not whole,
+// (storekit.DecodeResponseHead). When the bytes end before that head and the value is not whole,
 // it returns how many bytes it needs instead.
 func decodeHead(key, v string, whole bool) (idem.Record, int, error) {
 	rec, st, _, rest, fpEnd, err := decodeFields(key, v)
 	if errors.Is(err, errShort) && !whole {
-		return idem.Record{}, fpEnd + idem.ListResponseHeadLen, nil // a long fingerprint
+		return idem.Record{}, fpEnd + storekit.ListResponseHeadLen, nil // a long fingerprint
 	}
 	if err != nil {
 		return idem.Record{}, 0, err
@@ -195,10 +196,10 @@ func decodeHead(key, v string, whole bool) (idem.Record, int, error) {
 	if st != idem.StateCompleted {
 		return rec, 0, nil
 	}
-	if len(rest) < idem.ListResponseHeadLen && !whole {
-		return idem.Record{}, len(v) - len(rest) + idem.ListResponseHeadLen, nil
+	if len(rest) < storekit.ListResponseHeadLen && !whole {
+		return idem.Record{}, len(v) - len(rest) + storekit.ListResponseHeadLen, nil
 	}
-	resp, err := idem.DecodeResponseHead([]byte(rest[:min(len(rest), idem.ListResponseHeadLen)]))
+	resp, err := storekit.DecodeResponseHead([]byte(rest[:min(len(rest), storekit.ListResponseHeadLen)]))
 	if err != nil {
 		return idem.Record{}, 0, fmt.Errorf("record %.80q: %w", key, err)
 	}

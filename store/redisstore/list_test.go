@@ -35,7 +35,7 @@ func TestIndexTrimmedAfterTTL(t *testing.T) {
 				}
 			}
 			anchor, keys := keys[0], keys[1:]
-			if _, err := st.Reserve(ctx, anchor, fp, time.Now(), time.Minute, time.Hour); err != nil {
+			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: anchor, Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			ik := redisstore.IndexKey(st, anchor)
@@ -44,7 +44,7 @@ func TestIndexTrimmedAfterTTL(t *testing.T) {
 					time.Sleep(150 * time.Millisecond) // the previous generation is gone
 				}
 				for _, k := range keys[g*perGen : (g+1)*perGen] {
-					if _, err := st.Reserve(ctx, k, fp, time.Now(), 10*time.Millisecond, 100*time.Millisecond); err != nil {
+					if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: time.Now(), Lease: 10 * time.Millisecond, TTL: 100 * time.Millisecond}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -77,7 +77,7 @@ func TestIndexFollowsRecords(t *testing.T) {
 	fp := idem.Fingerprint([]byte("x"))
 	now := time.Now()
 	for _, k := range []string{"a", "b", "d"} {
-		if _, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour); err != nil {
+		if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,7 +94,7 @@ func TestIndexFollowsRecords(t *testing.T) {
 	if member("b") {
 		t.Error("Delete left the record's index member")
 	}
-	res, err := st.Reserve(ctx, "c", fp, now.Add(-2*time.Hour), time.Minute, time.Hour) // expired at once
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "c", Fingerprint: fp, Now: now.Add(-2 * time.Hour), Lease: time.Minute, TTL: time.Hour}) // expired at once
 	if err != nil || !res.Claimed || !member("c") {
 		t.Fatalf("Reserve(c) = %+v, %v; indexed %v", res, err, member("c"))
 	}
@@ -112,7 +112,7 @@ func TestIndexFollowsRecords(t *testing.T) {
 		t.Error("List met a's record gone but left its index member")
 	}
 	// Extend past the window moves the record's TTL; the index's covers it.
-	res, err = st.Reserve(ctx, "e", fp, now, time.Minute, time.Minute)
+	res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "e", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestListLongFingerprint(t *testing.T) {
 			ctx := context.Background()
 			now := time.Now()
 			fp := strings.Repeat("f", tc.fp)
-			res, err := st.ReserveRoute(ctx, "k", fp, tc.route, now, time.Minute, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Route: tc.route, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}

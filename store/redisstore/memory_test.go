@@ -14,10 +14,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // TestRecordMemory reports what a stored record costs in Redis memory, against a bare proxy
-// that stores only the response (a plain SET of its idem.EncodeResponse bytes, with a TTL,
+// that stores only the response (a plain SET of its storekit.EncodeResponse bytes, with a TTL,
 // under a key of the same length): used_memory before and after writing the records, and
 // MEMORY USAGE of the records and of the index keys. The records are completed with a small
 // response, under keys of a typical length (a 16-byte scope hash, a separator and a UUID: 53
@@ -109,7 +110,7 @@ func recordMemory(t *testing.T, n, keyLen int) {
 
 	// The bare proxy: the response alone, with a TTL.
 	bare := fmt.Sprintf("idembare:%08x:", time.Now().UnixNano()&0xffffffff)
-	value := idem.EncodeResponse(resp)
+	value := storekit.EncodeResponse(resp)
 	m0 := used()
 	run(func(k string) error { return rdb.Set(ctx, bare+k, value, time.Hour).Err() })
 	bareUsed := used() - m0
@@ -127,7 +128,7 @@ func recordMemory(t *testing.T, n, keyLen int) {
 	st := newStore(t, rdb)
 	m0 = used()
 	run(func(k string) error {
-		res, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 		if err == nil {
 			err = st.Complete(ctx, k, res.Record.Token, resp, now, now.Add(time.Hour))
 		}

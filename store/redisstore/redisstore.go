@@ -17,13 +17,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/storeerr"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.SelfExpiring  = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store        = (*Store)(nil)
+	_ idem.Deleter      = (*Store)(nil)
+	_ idem.SelfExpiring = (*Store)(nil)
 )
 
 // Shards is how many hash-tag groups the records of one Prefix are spread over. A record's
@@ -31,12 +31,6 @@ var (
 // that itself contains braces cannot choose its slot. It is part of the key layout, hence a
 // constant.
 const Shards = 1024
-
-// MaxKeyBytes is the longest key the store accepts: idem.MaxStorageKeyLen, the one rule of
-// idem.CheckKey that every store applies.
-//
-// Deprecated: use idem.MaxStorageKeyLen.
-const MaxKeyBytes = idem.MaxStorageKeyLen
 
 // Options configure a Store. Only Client is required.
 type Options struct {
@@ -174,13 +168,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Error is the type of every failure of a Redis call (network, server error, an unreadable
-// record): an *idem.StoreError, which matches idem.ErrStoreUnavailable with errors.Is and
-// unwraps to go-redis's error.
-//
-// Deprecated: use idem.StoreError.
-type Error = idem.StoreError
-
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("redisstore", format, args...)
 }
@@ -265,29 +252,25 @@ func opID() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // Only the scripts write, and each decides on the record it finds when it runs: a GET is never
 // trusted for a claim. When the record found (by either command) may be claimable (past
 // expires_at, released, or a stale lease of the same fingerprint to take over), Reserve runs
-// the reserve script, which decides atomically on the record it finds then.
-func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
-}
-
-// ReserveRoute implements idem.RouteReserver: Reserve, whose claim (the claim script's SET, or
-// the reserve script) writes the route into the record.
-func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+// the reserve script, which decides atomically on the record it finds then. The claim (the
+// claim script's SET, or the reserve script) writes the route into the record.
+func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	key, fingerprint, window := req.Key, req.Fingerprint, req.TTL
 	if err := s.begin(ctx, key); err != nil {
 		return idem.Reservation{}, err
 	}
 	switch {
-	case lease <= 0:
-		return idem.Reservation{}, invalid("lease %s is not positive", lease)
+	case req.Lease <= 0:
+		return idem.Reservation{}, invalid("lease %s is not positive", req.Lease)
 	case window <= 0:
-		return idem.Reservation{}, invalid("window %s is not positive", window)
+		return idem.Reservation{}, invalid("TTL %s is not positive", window)
 	}
-	now = now.Truncate(time.Microsecond)
-	leaseUntil := now.Add(lease).Truncate(time.Microsecond)
+	now := req.Now.Truncate(time.Microsecond)
+	leaseUntil := now.Add(req.Lease).Truncate(time.Microsecond)
 	expires := now.Add(window).Truncate(time.Microsecond)
 	keys := s.keys(key)
 	op := opID()
-	route = idem.CleanRoute(route)
+	route := storekit.CleanRoute(req.Route)
 	if s.readFirst() {
 		get := redis.NewStringCmd(ctx, "get", keys[0])
 		err := s.exec(ctx, get)
@@ -314,7 +297,7 @@ func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string
 			Key:         key,
 			Fingerprint: fingerprint,
 			State:       idem.StateInProgress,
-			Token:       idem.NextToken(0, now),
+			Token:       storekit.NextToken(0, now),
 			LeaseUntil:  leaseUntil,
 			Attempts:    1,
 			Starts:      1,
@@ -472,7 +455,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	now = now.Truncate(time.Microsecond)
 	expiresAt = expiresAt.Truncate(time.Microsecond)
 	return s.fenced(ctx, "complete", completeScript, key,
-		strconv.FormatInt(token, 10), idem.EncodeResponse(resp), micros(now), micros(expiresAt),
+		strconv.FormatInt(token, 10), storekit.EncodeResponse(resp), micros(now), micros(expiresAt),
 		s.ttlMillis(expiresAt.Sub(now)), opID(), s.base())
 }
 
@@ -579,7 +562,7 @@ func decode(key, v string) (idem.Record, string, error) {
 	}
 	rec.State = st
 	if st == idem.StateCompleted {
-		r, err := idem.DecodeResponse([]byte(rest))
+		r, err := storekit.DecodeResponse([]byte(rest))
 		if err != nil {
 			return idem.Record{}, "", err
 		}

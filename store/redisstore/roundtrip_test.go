@@ -87,13 +87,13 @@ func TestRoundTrips(t *testing.T) {
 			// the shards reach every node of a small cluster.
 			for i := range 64 {
 				wk := fmt.Sprintf("warm-%d", i)
-				w, err := st.Reserve(ctx, wk, fp, now, time.Minute, time.Hour)
+				w, err := st.Reserve(ctx, idem.ReserveRequest{Key: wk, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				if err != nil {
 					t.Fatal(err)
 				}
 				_ = st.Extend(ctx, wk, w.Record.Token, now.Add(2*time.Minute))
 				_ = st.Release(ctx, wk, w.Record.Token)
-				if w, err = st.Reserve(ctx, wk, fp, now, time.Minute, time.Hour); err != nil || !w.Claimed { // the reserve script
+				if w, err = st.Reserve(ctx, idem.ReserveRequest{Key: wk, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !w.Claimed { // the reserve script
 					t.Fatal("warm-up claim of a released key:", err, w.Claimed)
 				}
 				_ = st.Complete(ctx, wk, w.Record.Token, idem.Response{Status: 200}, now, now.Add(time.Hour))
@@ -112,37 +112,43 @@ func TestRoundTrips(t *testing.T) {
 			}
 			var res idem.Reservation
 			rt("Reserve of a new key", newKey, func() (err error) {
-				res, err = st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+				res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				return err
 			})
 			tok := res.Record.Token
-			rt("Reserve of an in-flight key", 1, func() error { _, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour); return err })
+			rt("Reserve of an in-flight key", 1, func() error {
+				_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
+				return err
+			})
 			rt("Extend", 1, func() error { return st.Extend(ctx, "k", tok, now.Add(2*time.Minute)) })
 			rt("Complete", 1, func() error {
 				return st.Complete(ctx, "k", tok, idem.Response{Status: 201, Body: []byte("x")}, now, now.Add(time.Hour))
 			})
-			rt("Reserve of a completed key (replay)", 1, func() error { _, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour); return err })
+			rt("Reserve of a completed key (replay)", 1, func() error {
+				_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
+				return err
+			})
 			rt("Get", 1, func() error { _, err := st.Get(ctx, "k"); return err })
-			res, _ = st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+			res, _ = st.Reserve(ctx, idem.ReserveRequest{Key: "r", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			rt("Release", 1, func() error { return st.Release(ctx, "r", res.Record.Token) })
 			// The documented exceptions: a Reserve whose first command meets a record it may
 			// claim runs the reserve script too.
 			rt("Reserve after a Release", 2, func() (err error) {
-				res, err = st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+				res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "r", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				if err == nil && !res.Claimed {
 					err = errors.New("not claimed")
 				}
 				return err
 			})
 			rt("Reserve taking over a stale lease", 2, func() (err error) {
-				res, err = st.Reserve(ctx, "r", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+				res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "r", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
 				if err == nil && !res.Takeover {
 					err = errors.New("not taken over")
 				}
 				return err
 			})
 			rt("Reserve of an expired key", 2, func() (err error) {
-				res, err = st.Reserve(ctx, "k", fp, now.Add(2*time.Hour), time.Minute, time.Hour)
+				res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now.Add(2 * time.Hour), Lease: time.Minute, TTL: time.Hour})
 				if err == nil && (!res.Claimed || res.Takeover) {
 					err = errors.New("not claimed afresh")
 				}
@@ -257,12 +263,12 @@ func TestLostReply(t *testing.T) {
 	if err := rdb.Ping(ctx).Err(); err != nil { // a warm connection, scripts loaded below
 		t.Fatal(err)
 	}
-	if _, err := st.Reserve(ctx, "warm", fp, now, time.Minute, time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "warm", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 
 	p.dropNext.Store(true)
-	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed || res.Takeover || res.Record.Attempts != 1 {
 		t.Fatalf("Reserve whose first reply was lost: %+v, %v; want the claim", res, err)
 	}
@@ -283,7 +289,7 @@ func TestLostReply(t *testing.T) {
 		t.Fatalf("second Complete: %v, want ErrLeaseLost", err)
 	}
 
-	r2, _ := st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+	r2, _ := st.Reserve(ctx, idem.ReserveRequest{Key: "r", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	p.dropNext.Store(true)
 	if err := st.Release(ctx, "r", r2.Record.Token); err != nil {
 		t.Fatalf("Release whose first reply was lost: %v, want nil", err)
@@ -294,7 +300,7 @@ func TestLostReply(t *testing.T) {
 	// A claim of the released key (SET … NX GET meets the released record, then the reserve
 	// script) whose first reply is lost.
 	p.dropNext.Store(true)
-	r3, err := st.Reserve(ctx, "r", fp, now, time.Minute, time.Hour)
+	r3, err := st.Reserve(ctx, idem.ReserveRequest{Key: "r", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !r3.Claimed || r3.Takeover || r3.Record.Token <= r2.Record.Token {
 		t.Fatalf("Reserve of a released key whose first reply was lost: %+v, %v; want a new claim", r3, err)
 	}
@@ -337,13 +343,22 @@ func TestOptions(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"empty key", func() error { _, err := st.Reserve(ctx, "", fp, now, time.Second, time.Hour); return err }()},
-		{"long key", func() error {
-			_, err := st.Reserve(ctx, string(make([]byte, idem.MaxStorageKeyLen+1)), fp, now, time.Second, time.Hour)
+		{"empty key", func() error {
+			_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
 			return err
 		}()},
-		{"zero lease", func() error { _, err := st.Reserve(ctx, "k", fp, now, 0, time.Hour); return err }()},
-		{"zero window", func() error { _, err := st.Reserve(ctx, "k", fp, now, time.Second, 0); return err }()},
+		{"long key", func() error {
+			_, err := st.Reserve(ctx, idem.ReserveRequest{Key: string(make([]byte, idem.MaxStorageKeyLen+1)), Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
+			return err
+		}()},
+		{"zero lease", func() error {
+			_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: 0, TTL: time.Hour})
+			return err
+		}()},
+		{"zero window", func() error {
+			_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Second, TTL: 0})
+			return err
+		}()},
 		{"empty key get", func() error { _, err := st.Get(ctx, ""); return err }()},
 	} {
 		if !errors.Is(tc.err, idem.ErrInvalidInput) {
@@ -351,7 +366,7 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	// An unreachable server is a store error, never a panic or a claim.
-	_, err = st.Reserve(ctx, "k", fp, now, time.Second, time.Hour)
+	_, err = st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour})
 	var se *idem.StoreError
 	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.As(err, &se) || se.Op != "reserve" {
 		t.Errorf("Reserve against no server: %v, want an *idem.StoreError matching ErrStoreUnavailable", err)
@@ -385,7 +400,7 @@ func TestCorruptRecord(t *testing.T) {
 		if !errors.Is(err, idem.ErrCorruptRecord) || !errors.Is(err, idem.ErrStoreUnavailable) {
 			t.Errorf("Get of corrupt record %d: %v, want ErrCorruptRecord and ErrStoreUnavailable", i, err)
 		}
-		res, err := st.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 		if err == nil || res.Claimed || !errors.Is(err, idem.ErrStoreUnavailable) {
 			t.Errorf("Reserve of corrupt record %d: %+v, %v; want a store error", i, res, err)
 		}
@@ -394,7 +409,7 @@ func TestCorruptRecord(t *testing.T) {
 	if err := rdb.HSet(ctx, redisstore.RecordKey(st, "hash"), "st", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Reserve(ctx, "hash", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrStoreUnavailable) {
+	if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "hash", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Errorf("Reserve over a hash key: %v, want a store error", err)
 	}
 }

@@ -16,7 +16,7 @@ import "github.com/redis/go-redis/v9"
 // that follows · then the fingerprint · then, when the record has a route (idem.Record.Route),
 // the letter r, the route's length in bytes, | and the route (a record without one has
 // nothing there, as records written before routes existed) · and, in a completed record, the
-// response as idem.EncodeResponse bytes up to the end (they begin with a version byte that
+// response as storekit.EncodeResponse bytes up to the end (they begin with a version byte that
 // is never the letter r). Times are Unix microseconds and, like tokens,
 // decimal integers below 2^53, so Lua's doubles hold them exactly; numbers computed in Lua are
 // written with string.format('%d') so they are stored as the same integers Go formats. A

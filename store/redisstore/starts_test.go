@@ -35,11 +35,11 @@ func TestStartsOfOldRecords(t *testing.T) {
 	if rec, err := st.Get(ctx, "stale"); err != nil || rec.Attempts != 2 || rec.Starts != 2 {
 		t.Fatalf("Get of an old record = %+v, %v; want 2 attempts, 2 starts", rec, err)
 	}
-	res, err := st.Reserve(ctx, "stale", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Takeover || res.Record.Attempts != 3 || res.Record.Starts != 3 || res.Record.CreatedAt.UnixMicro() != created {
 		t.Fatalf("takeover of an old record = %+v, %v", res, err)
 	}
-	res, err = st.Reserve(ctx, "released", fp, now, time.Minute, time.Hour)
+	res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "released", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed || res.Takeover || res.Record.Attempts != 1 || res.Record.Starts != 3 || res.Record.CreatedAt.UnixMicro() != created {
 		t.Fatalf("retry of an old released record = %+v, %v", res, err)
 	}

@@ -59,13 +59,13 @@ func TestSweepKeepsRecordClaimedAgain(t *testing.T) {
 	fp := idem.Fingerprint(nil)
 	base := time.Now()
 	const key = "reclaimed"
-	if res, err := other.Reserve(ctx, key, fp, base, time.Second, time.Minute); err != nil || !res.Claimed {
+	if res, err := other.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: base, Lease: time.Second, TTL: time.Minute}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
 	now := base.Add(2 * time.Minute) // the first claim expired at base+1m
 	var again idem.Reservation
 	hook.fn = func() {
-		again, err = other.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+		again, err = other.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	}
 	hook.armed.Store(true)
 	n, serr := sweeper.Sweep(ctx, now, 100)

@@ -52,7 +52,7 @@ func TestSweepShortOnlyAtTheEnd(t *testing.T) {
 	now := time.Now()
 	hook := &reclaimFirst{reclaim: func(redisKey string) {
 		key := redisKey[strings.Index(redisKey, "}r:")+3:]
-		if res, err := other.Reserve(ctx, key, idem.Fingerprint(nil), now, time.Minute, time.Hour); err != nil || !res.Claimed {
+		if res, err := other.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: idem.Fingerprint(nil), Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Claimed {
 			t.Errorf("claiming %s again = %+v, %v", key, res, err)
 		}
 	}}
@@ -65,7 +65,7 @@ func TestSweepShortOnlyAtTheEnd(t *testing.T) {
 	}
 	t.Cleanup(func() { dropPrefix(t, plain, prefix) })
 	for _, k := range []string{"a", "b", "c"} {
-		if _, err := st.Reserve(ctx, k, idem.Fingerprint(nil), now.Add(-time.Hour), time.Second, time.Minute); err != nil {
+		if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: idem.Fingerprint(nil), Now: now.Add(-time.Hour), Lease: time.Second, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -68,7 +68,7 @@ func TestSweepScan(t *testing.T) {
 			fp := idem.Fingerprint(nil)
 			const n, live, gone = 300, 40, 50
 			write := func(st *redisstore.Store, k string, window time.Duration) {
-				res, err := st.Reserve(ctx, k, fp, now, time.Minute, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				if err != nil {
 					t.Fatal(err)
 				}

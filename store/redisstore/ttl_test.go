@@ -36,7 +36,7 @@ func TestStorageTTL(t *testing.T) {
 	}
 	claim := func(key string, now time.Time, window time.Duration) idem.Record {
 		t.Helper()
-		res, err := st.Reserve(ctx, key, fp, now, time.Minute, window)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: window})
 		if err != nil || !res.Claimed {
 			t.Fatalf("Reserve(%q) = %+v, %v", key, res, err)
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // benchGoroutines is how many goroutines every parallel benchmark runs.
@@ -77,7 +78,7 @@ func newRaw(b *testing.B) *raw {
 		b.Fatal(err)
 	}
 	abs, _ := filepath.Abs(path)
-	rw := &raw{readers: o.Readers, blob: idem.EncodeResponse(benchResp)}
+	rw := &raw{readers: o.Readers, blob: storekit.EncodeResponse(benchResp)}
 	var err error
 	if rw.w, err = sql.Open("sqlite", dsn(abs, o, false)); err != nil {
 		b.Fatal(err)
@@ -114,7 +115,7 @@ func (rw *raw) claimAndComplete(b *testing.B, key string) {
 	now := time.Now()
 	us := now.UnixMicro()
 	var token, attempts, created int64
-	if err := rw.upsert.QueryRow(key, benchFP, idem.NextToken(0, now), us+30e6, us, us+86400e6).Scan(&token, &attempts, &created); err != nil {
+	if err := rw.upsert.QueryRow(key, benchFP, storekit.NextToken(0, now), us+30e6, us, us+86400e6).Scan(&token, &attempts, &created); err != nil {
 		b.Error(err)
 		return
 	}
@@ -169,7 +170,7 @@ func BenchmarkNewKey(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				k, now := key(), time.Now()
-				res, err := st.Reserve(ctx, k, benchFP, now, 30*time.Second, 24*time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: benchFP, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 				if err != nil || !res.Claimed {
 					b.Error(err, res.Claimed)
 					return
@@ -209,7 +210,7 @@ func fill(b *testing.B, st idem.Store) {
 	b.Helper()
 	ctx, now := context.Background(), time.Now()
 	for i := range replayKeys {
-		res, err := st.Reserve(ctx, replayKey(i), benchFP, now, 30*time.Second, 24*time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: replayKey(i), Fingerprint: benchFP, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -271,7 +272,7 @@ func BenchmarkReplay(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			key := cur.walker()
 			for pb.Next() {
-				res, err := st.Reserve(ctx, key(), benchFP, time.Now(), 30*time.Second, 24*time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key(), Fingerprint: benchFP, Now: time.Now(), Lease: 30 * time.Second, TTL: 24 * time.Hour})
 				if err != nil || res.Claimed || res.Record.Response == nil {
 					b.Error(err, res.Claimed)
 					return
@@ -389,7 +390,7 @@ func BenchmarkBars(b *testing.B) {
 			variant{"raw", func() error { rw.claimAndComplete(b, key()); return nil }},
 			variant{"store", func() error {
 				k, now := key(), time.Now()
-				res, err := st.Reserve(ctx, k, benchFP, now, 30*time.Second, 24*time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: benchFP, Now: now, Lease: 30 * time.Second, TTL: 24 * time.Hour})
 				if err != nil {
 					return err
 				}
@@ -413,7 +414,7 @@ func BenchmarkBars(b *testing.B) {
 		paired(b, 800,
 			variant{"raw", func() error { rw.lookup(b, key()); return nil }},
 			variant{"store", func() error {
-				_, err := st.Reserve(ctx, key(), benchFP, time.Now(), 30*time.Second, 24*time.Hour)
+				_, err := st.Reserve(ctx, idem.ReserveRequest{Key: key(), Fingerprint: benchFP, Now: time.Now(), Lease: 30 * time.Second, TTL: 24 * time.Hour})
 				return err
 			}},
 			variant{"Do", func() error { _, err := eng.Do(ctx, key(), benchFP, ok); return err }},

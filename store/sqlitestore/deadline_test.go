@@ -39,7 +39,7 @@ func TestCallEndsAtDeadline(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if _, err := st.Reserve(cctx, "new", idem.Fingerprint([]byte("x")), time.Now(), time.Minute, time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := st.Reserve(cctx, idem.ReserveRequest{Key: "new", Fingerprint: idem.Fingerprint([]byte("x")), Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Reserve of a new key behind another writer: %v, want an error matching context.DeadlineExceeded", err)
 		}
 		if d := time.Since(start); d > 2*time.Second {

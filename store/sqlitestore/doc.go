@@ -11,7 +11,7 @@
 // Open creates the file if needed, puts it in WAL mode (readers never block the writer nor
 // each other) and brings its schema up to SchemaVersion. Records live in one table, by
 // default "idem_records" (Options.Table); times are stored as Unix microseconds and a
-// completed response as one BLOB in idem's versioned encoding (idem.EncodeResponse), so any
+// completed response as one BLOB in idem's versioned encoding (storekit.EncodeResponse), so any
 // later release reads what an earlier one wrote.
 //
 // # Schema versions
@@ -34,7 +34,7 @@
 //	run out and the same fingerprint> RETURNING token, attempts, created_at
 //
 // It either claims (a new record, a record past its window, or a takeover whose token is
-// idem.NextToken of the previous one) or writes nothing. Complete, Release and Extend are
+// storekit.NextToken of the previous one) or writes nothing. Complete, Release and Extend are
 // single UPDATEs fenced on the claim's token; Release expires the record rather than
 // deleting it, so the next claim's token is larger. Reserve also looks at the record without
 // the write lock, first for keys it has seen existing, after the claim for others: a replay

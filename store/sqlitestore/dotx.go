@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/txmode"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // TxFunc is the caller's effect in DoTx: it writes through tx (and only tx) and returns the
@@ -70,7 +71,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	c := claim{key: key, fp: fingerprint, route: idem.CleanRoute(idem.RouteFromContext(ctx)), now: now.UnixMicro(), token: idem.NextToken(0, now)}
+	c := claim{key: key, fp: fingerprint, route: storekit.CleanRoute(idem.RouteFromContext(ctx)), now: now.UnixMicro(), token: storekit.NextToken(0, now)}
 	c.leaseUntil, c.expiresAt = c.now+ttl.Microseconds(), c.now+ttl.Microseconds()
 
 	// A key this store has seen existing is looked up first, on a reader: a completed record,
@@ -141,7 +142,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	expires := s.opt.Now().Add(ttl)
 	if err := s.fenced(ctx, "complete", tx.StmtContext(ctx, s.complete), key, r.Record.Token,
-		idem.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro()); err != nil {
+		storekit.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro()); err != nil {
 		return res, false, &idem.StoreError{Op: "complete", Err: err}
 	}
 	committed = true // Commit ends the transaction whatever its outcome

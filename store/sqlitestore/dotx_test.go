@@ -86,7 +86,7 @@ func TestDoTxUnknownKey(t *testing.T) {
 		if _, err := first.DoTx(ctx, "done", fp, fn); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := first.Reserve(ctx, "held", fp, time.Now(), time.Minute, time.Hour); err != nil {
+		if _, err := first.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		other, err := sqlitestore.Open(ctx, first.Path(), sqlitestore.Options{KnownKeys: known})

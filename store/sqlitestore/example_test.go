@@ -80,7 +80,7 @@ func ExampleStore_Sweep() {
 	ctx, now := context.Background(), time.Now()
 	for i := range 5 {
 		// Claims with a one-minute window, never completed.
-		if _, err := st.Reserve(ctx, fmt.Sprint("job-", i), idem.Fingerprint(nil), now, time.Second, time.Minute); err != nil {
+		if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("job-", i), Fingerprint: idem.Fingerprint(nil), Now: now, Lease: time.Second, TTL: time.Minute}); err != nil {
 			panic(err)
 		}
 	}

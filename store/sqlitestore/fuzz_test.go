@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // FuzzStoredRecord writes arbitrary bytes and numbers into a stored row, as a bug, another
@@ -16,7 +17,7 @@ import (
 //
 //	go test -run '^$' -fuzz FuzzStoredRecord ./store/sqlitestore/
 func FuzzStoredRecord(f *testing.F) {
-	good := idem.EncodeResponse(idem.Response{Status: 200, Header: map[string][]string{"A": {"1", "2"}}, Body: []byte("ok")})
+	good := storekit.EncodeResponse(idem.Response{Status: 200, Header: map[string][]string{"A": {"1", "2"}}, Body: []byte("ok")})
 	f.Add(good, int64(2), int64(1), false)
 	f.Add(good[:len(good)-3], int64(2), int64(1), false)
 	f.Add([]byte{1, 0, 0x80}, int64(2), int64(1), false)
@@ -46,7 +47,7 @@ func FuzzStoredRecord(f *testing.F) {
 		for _, read := range []func() (idem.Record, error){
 			func() (idem.Record, error) { return st.Get(ctx, "k") },
 			func() (idem.Record, error) {
-				res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 				return res.Record, err
 			},
 		} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/sqllist"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // TestListUsesKeyIndex checks that a listing is a range scan of the key's index in key order:
@@ -20,7 +21,7 @@ func TestListUsesKeyIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := idem.ListQuery{Prefix: "scope\x1fab", State: idem.StateInProgress, CreatedBefore: time.Now(), Cursor: idem.ListCursor("scope\x1fab1")}.Bounds()
+	b, err := storekit.Bounds(idem.ListQuery{Prefix: "scope\x1fab", State: idem.StateInProgress, CreatedBefore: time.Now(), Cursor: storekit.ListCursor("scope\x1fab1")})
 	if err != nil {
 		t.Fatal(err)
 	}

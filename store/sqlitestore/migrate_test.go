@@ -74,7 +74,7 @@ func TestMigrateConcurrentOpen(t *testing.T) {
 		defer stores[i].Close()
 	}
 	wantVersions(t, versions(t, stores[0], sqlitestore.DefaultTable))
-	res, err := stores[3].Reserve(context.Background(), "k", fp, time.Now(), time.Minute, time.Hour)
+	res, err := stores[3].Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}
@@ -97,7 +97,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := st.Reserve(ctx, "k", fp, time.Now(), time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestTablesShareFile(t *testing.T) {
 	defer b.Close()
 	ctx, now := context.Background(), time.Now()
 	for _, st := range []idem.Store{a, b} {
-		res, err := st.Reserve(ctx, "same-key", fp, now, time.Minute, time.Hour)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "same-key", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 		if err != nil || !res.Claimed {
 			t.Fatalf("Reserve in each table: %v %+v", err, res)
 		}

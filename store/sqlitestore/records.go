@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Reserve implements idem.Store.
@@ -30,24 +31,20 @@ import (
 //
 // When the read shows a record that could be claimed after all (it changed in between), the
 // upsert is tried again in a write transaction and, if it still does not fire, the existing
-// record is read in that same transaction.
-func (s *Store) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.ReserveRoute(ctx, key, fingerprint, "", now, lease, window)
-}
-
-// ReserveRoute implements idem.RouteReserver: Reserve, whose upsert stores the route too.
-func (s *Store) ReserveRoute(ctx context.Context, key, fingerprint, route string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
+// record is read in that same transaction. The upsert stores the route too.
+func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
 	if err := s.ready(ctx); err != nil {
 		return idem.Reservation{}, err
 	}
+	key := req.Key
 	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
-	if lease <= 0 || window <= 0 {
-		return idem.Reservation{}, invalid("lease %s and window %s must be positive", lease, window)
+	if req.Lease <= 0 || req.TTL <= 0 {
+		return idem.Reservation{}, invalid("lease %s and TTL %s must be positive", req.Lease, req.TTL)
 	}
-	c := claim{key: key, fp: fingerprint, route: idem.CleanRoute(route), now: now.UnixMicro(), token: idem.NextToken(0, now)}
-	c.leaseUntil, c.expiresAt = c.now+lease.Microseconds(), c.now+window.Microseconds()
+	c := claim{key: key, fp: req.Fingerprint, route: storekit.CleanRoute(req.Route), now: req.Now.UnixMicro(), token: storekit.NextToken(0, req.Now)}
+	c.leaseUntil, c.expiresAt = c.now+req.Lease.Microseconds(), c.now+req.TTL.Microseconds()
 	res, err := s.reserve(ctx, &c)
 	if err != nil {
 		return idem.Reservation{}, s.fail("reserve", err)
@@ -167,7 +164,7 @@ func (s *Store) Complete(ctx context.Context, key string, token int64, resp idem
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return s.fenced(ctx, "complete", s.complete, key, token, idem.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro())
+	return s.fenced(ctx, "complete", s.complete, key, token, storekit.EncodeResponse(resp), now.UnixMicro(), expiresAt.UnixMicro())
 }
 
 // Release implements idem.Store. The record is kept, expired since the epoch, so that the next
@@ -355,7 +352,7 @@ func (r *row) record(key string) (idem.Record, error) {
 		if r.resp == nil {
 			return idem.Record{}, fmt.Errorf("%w: completed record without a response", idem.ErrCorruptRecord)
 		}
-		resp, err := idem.DecodeResponse(r.resp)
+		resp, err := storekit.DecodeResponse(r.resp)
 		if err != nil {
 			return idem.Record{}, err
 		}

@@ -38,7 +38,7 @@ func TestRestartReplaysSkipTheWriter(t *testing.T) {
 					_, err = first.DoTx(ctx, key, fp, func(context.Context, *sql.Tx) (idem.Response, error) { return resp, nil })
 				} else {
 					var r idem.Reservation
-					if r, err = first.Reserve(ctx, key, fp, now, time.Minute, time.Hour); err == nil {
+					if r, err = first.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err == nil {
 						err = first.Complete(ctx, key, r.Record.Token, resp, now, now.Add(time.Hour))
 					}
 				}
@@ -65,7 +65,7 @@ func TestRestartReplaysSkipTheWriter(t *testing.T) {
 					}
 					return err
 				}
-				r, err := st.Reserve(ctx, key, fp, time.Now(), time.Minute, time.Hour)
+				r, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 				if err == nil && (r.Claimed || r.Record.State != idem.StateCompleted) {
 					err = fmt.Errorf("%s: %+v, want the completed record", key, r)
 				}
@@ -113,7 +113,7 @@ func TestRestartReplaysSkipTheWriter(t *testing.T) {
 					}
 					continue
 				}
-				r, err := st.Reserve(ctx, key, fp, time.Now(), time.Minute, time.Hour)
+				r, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 				if err != nil || !r.Claimed {
 					t.Fatalf("new key %s: %+v %v, want it claimed", key, r, err)
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // TestMigrateAddsRoute: a file of the schema before routes (version 1, made by its own
@@ -42,7 +43,7 @@ func TestMigrateAddsRoute(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	resp := idem.EncodeResponse(idem.Response{Status: 201, Body: []byte("kept")})
+	resp := storekit.EncodeResponse(idem.Response{Status: 201, Body: []byte("kept")})
 	if _, err := raw.ExecContext(ctx, `INSERT INTO `+sqlitestore.DefaultTable+` VALUES
 		('done', ?1, 2, ?2, ?2, 1, ?3, ?2, ?2, ?4),
 		('stale', ?1, 1, ?2, ?2, 1, NULL, ?2, NULL, ?4)`, fp, n, resp, n+time.Hour.Microseconds()); err != nil {
@@ -59,7 +60,7 @@ func TestMigrateAddsRoute(t *testing.T) {
 	if err != nil || rec.Route != "" || rec.Response == nil || string(rec.Response.Body) != "kept" {
 		t.Fatalf("Get of a record from before = %+v, %v", rec, err)
 	}
-	res, err := st.ReserveRoute(ctx, "stale", fp, "POST /takeover", now.Add(time.Second), time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Route: "POST /takeover", Now: now.Add(time.Second), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Takeover || res.Record.Route != "POST /takeover" {
 		t.Fatalf("takeover of a record from before = %+v, %v", res, err)
 	}

@@ -23,9 +23,8 @@ import (
 )
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.RouteReserver = (*Store)(nil)
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
 )
 
 // DefaultTable is the records table used when Options.Table is empty.
@@ -101,11 +100,6 @@ func validTable(s string) bool {
 func invalid(format string, args ...any) error {
 	return storeerr.Invalid("sqlitestore", format, args...)
 }
-
-// ErrClosed is idem.ErrClosed, which every method of a closed Store returns.
-//
-// Deprecated: use idem.ErrClosed.
-var ErrClosed = idem.ErrClosed
 
 // Store is an idem.Store in one SQLite file. It is safe for concurrent use by many goroutines
 // and by several processes sharing the file. Create it with Open; release it with Close.

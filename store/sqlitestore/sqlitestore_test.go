@@ -115,7 +115,7 @@ func TestOptionsAccepted(t *testing.T) {
 	if st.Table() != "Tenant_42_records" || !filepath.IsAbs(st.Path()) {
 		t.Errorf("Table %q Path %q", st.Table(), st.Path())
 	}
-	res, err := st.Reserve(context.Background(), "k", fp, time.Now(), time.Minute, time.Hour)
+	res, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}
@@ -134,7 +134,7 @@ func TestOddPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.Reserve(context.Background(), "k", fp, time.Now(), time.Minute, time.Hour); err != nil {
+	if _, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -173,7 +173,7 @@ func TestCorruptRecord(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			st := open(t, sqlitestore.Options{})
-			res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 			if err != nil || !res.Claimed {
 				t.Fatal(err)
 			}
@@ -187,7 +187,7 @@ func TestCorruptRecord(t *testing.T) {
 			if _, err := st.Get(ctx, "k"); !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Errorf("Get: %v, want ErrCorruptRecord", err)
 			}
-			if _, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour); !errors.Is(err, idem.ErrCorruptRecord) {
+			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Errorf("Reserve: %v, want ErrCorruptRecord", err)
 			}
 			// Through the engine: fail closed, the effect does not run.
@@ -211,7 +211,7 @@ func TestBadArguments(t *testing.T) {
 	st := open(t, sqlitestore.Options{})
 	ctx := context.Background()
 	for _, d := range [][2]time.Duration{{0, time.Hour}, {time.Minute, 0}, {-time.Minute, time.Hour}} {
-		if _, err := st.Reserve(ctx, "k", fp, time.Now(), d[0], d[1]); !errors.Is(err, idem.ErrInvalidInput) {
+		if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: d[0], TTL: d[1]}); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("Reserve with lease %s window %s: %v, want ErrInvalidInput", d[0], d[1], err)
 		}
 	}
@@ -228,7 +228,7 @@ func TestClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	checks := map[string]error{}
-	_, checks["Reserve"] = st.Reserve(ctx, "k", fp, time.Now(), time.Minute, time.Hour)
+	_, checks["Reserve"] = st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	checks["Complete"] = st.Complete(ctx, "k", 1, idem.Response{}, time.Now(), time.Now())
 	checks["Release"] = st.Release(ctx, "k", 1)
 	checks["Extend"] = st.Extend(ctx, "k", 1, time.Now())
@@ -255,7 +255,7 @@ func TestCloseRacesCalls(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				key := fmt.Sprintf("k-%d-%d", g, i)
-				res, err := st.Reserve(ctx, key, fp, time.Now(), time.Minute, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 				if err != nil {
 					if !errors.Is(err, idem.ErrStoreUnavailable) {
 						t.Errorf("Reserve during Close: %v, want ErrStoreUnavailable", err)

@@ -1,6 +1,5 @@
 // Package sqlmigrate is the migration machinery the SQL stores (pgstore, mysqlstore,
-// sqlitestore) share: a runner for versioned, embedded migrations. Its Sweeper names are
-// deprecated aliases of package store/sweeper.
+// sqlitestore) share: a runner for versioned, embedded migrations.
 //
 // # Migrations
 //

@@ -12,14 +12,9 @@ import (
 // on counting from its first claim (Starts +1, CreatedAt kept, not a takeover: Attempts 1). A takeover
 // after the lease ran out counts too; a replay of the completed record does not; a claim after
 // the record expired, or after a release by another request, starts again at 1. It runs once
-// with Reserve and, for a store that keeps routes, once with ReserveRoute.
+// with claims without a route and once with claims that name one.
 func (s suite) attemptsAcrossReleases(t *testing.T, b *bundle) {
 	for _, viaRoute := range []bool{false, true} {
-		rr, ok := b.store.(idem.RouteReserver)
-		if viaRoute && !ok {
-			t.Logf("%T does not keep routes: ReserveRoute not checked", b.store)
-			continue
-		}
 		name := "reserve"
 		if viaRoute {
 			name = "route"
@@ -29,9 +24,9 @@ func (s suite) attemptsAcrossReleases(t *testing.T, b *bundle) {
 			if !viaRoute {
 				return mustReserve(t, b.store, key, fp, now)
 			}
-			res, err := rr.ReserveRoute(ctx(t), key, fp, "POST /pay", now, lease, window)
+			res, err := b.store.Reserve(ctx(t), idem.ReserveRequest{Key: key, Fingerprint: fp, Route: "POST /pay", Now: now, Lease: lease, TTL: window})
 			if err != nil {
-				t.Fatalf("ReserveRoute(%q): %v", key, err)
+				t.Fatalf("Reserve(%q) with a route: %v", key, err)
 			}
 			return res
 		}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 func (s suite) reserveNew(t *testing.T, b *bundle) {
@@ -43,8 +44,8 @@ func (s suite) reserveNew(t *testing.T, b *bundle) {
 	if r.Key != k || r.Fingerprint != fpA || r.State != idem.StateInProgress || r.Attempts != 1 || r.Response != nil {
 		t.Errorf("claim = %+v", r)
 	}
-	if r.Token != idem.NextToken(0, b.base) {
-		t.Errorf("token = %d, want NextToken(0, now) = %d", r.Token, idem.NextToken(0, b.base))
+	if r.Token != storekit.NextToken(0, b.base) {
+		t.Errorf("token = %d, want NextToken(0, now) = %d", r.Token, storekit.NextToken(0, b.base))
 	}
 	checkTime(t, "LeaseUntil", r.LeaseUntil, b.base.Add(lease))
 	checkTime(t, "ExpiresAt", r.ExpiresAt, b.base.Add(window))
@@ -75,7 +76,7 @@ func (s suite) concurrentReserve(t *testing.T, b *bundle) {
 		for range s.opt.Goroutines {
 			wg.Go(func() {
 				<-start
-				res, err := b.store.Reserve(context.Background(), k, fpA, b.base, lease, window)
+				res, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
 				if err != nil {
 					errs <- err
 					return
@@ -127,7 +128,7 @@ func (s suite) takeover(t *testing.T, b *bundle) {
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				r, err := b.store.Reserve(context.Background(), k, fpA, now, lease, window)
+				r, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
 				if err != nil {
 					t.Error(err)
 					return
@@ -163,7 +164,7 @@ func (s suite) manyKeys(t *testing.T, b *bundle) {
 		wg.Go(func() {
 			for i := range perWorker {
 				k := b.key(fmt.Sprintf("many-%d-%d", w, i))
-				res, err := b.store.Reserve(context.Background(), k, fpA, b.base, lease, window)
+				res, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
 				if err != nil || !res.Claimed {
 					t.Errorf("Reserve %s: %v claimed=%v", k, err, res.Claimed)
 					return
@@ -208,7 +209,7 @@ func (s suite) loserGetsBlockingRecord(t *testing.T, b *bundle) {
 				default:
 				}
 				now := time.Now()
-				res, err := b.store.Reserve(c, k, fpA, now, lease, window)
+				res, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
 				if err != nil {
 					t.Error(err)
 					return
@@ -240,7 +241,7 @@ func (s suite) loserGetsBlockingRecord(t *testing.T, b *bundle) {
 		readers.Go(func() {
 			for range 100 {
 				now := time.Now()
-				res, err := b.store.Reserve(c, k, fpB, now, lease, window)
+				res, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpB, Now: now, Lease: lease, TTL: window})
 				if err != nil {
 					t.Error(err)
 					return

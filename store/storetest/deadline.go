@@ -27,7 +27,7 @@ func CallsEndAtDeadline(t *testing.T, st idem.Store, block func(key string) (rel
 	ctx := context.Background()
 	fp := idem.Fingerprint([]byte("deadline"))
 	now := time.Now()
-	res, err := st.Reserve(ctx, "k", fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim: %v, claimed %v", err, res.Claimed)
 	}
@@ -37,7 +37,7 @@ func CallsEndAtDeadline(t *testing.T, st idem.Store, block func(key string) (rel
 		call func(context.Context) error
 	}{
 		{"Reserve (a takeover, which must wait for the row)", func(ctx context.Context) error {
-			_, err := st.Reserve(ctx, "k", fp, now.Add(2*time.Minute), time.Minute, time.Hour)
+			_, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now.Add(2 * time.Minute), Lease: time.Minute, TTL: time.Hour})
 			return err
 		}},
 		{"Complete", func(ctx context.Context) error {
@@ -70,7 +70,7 @@ func CallsEndAtDeadline(t *testing.T, st idem.Store, block func(key string) (rel
 	}
 	// The store works again: a new key is claimed and, when the claim is still the first one,
 	// it completes.
-	if r, err := st.Reserve(ctx, "after", fp, now, time.Minute, time.Hour); err != nil || !r.Claimed {
+	if r, err := st.Reserve(ctx, idem.ReserveRequest{Key: "after", Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Claimed {
 		t.Fatalf("Reserve once writes go through again: %v, claimed %v", err, r.Claimed)
 	}
 	if rec.State == idem.StateInProgress && rec.Token == res.Record.Token {

@@ -56,7 +56,7 @@ func (s suite) expiredIsAbsent(t *testing.T, b *bundle) {
 func (s suite) expiredInProgressIsAbsent(t *testing.T, b *bundle) {
 	k := b.key("expired-in-progress")
 	const shortWindow = 2 * lease
-	res, err := b.store.Reserve(ctx(t), k, fpA, b.base, lease, shortWindow)
+	res, err := b.store.Reserve(ctx(t), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: shortWindow})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}
@@ -123,12 +123,12 @@ func (s suite) sweepKeepsLiveClaims(t *testing.T, b *bundle) {
 	now := b.base.Add(2 * lease)
 	held, stale := b.key("sweep-held"), b.key("sweep-stale")
 	// The held claim's lease runs past now; the stale one's ran out at base+lease.
-	if res, err := b.store.Reserve(c, held, fpA, b.base, 3*lease, window); err != nil || !res.Claimed {
+	if res, err := b.store.Reserve(c, idem.ReserveRequest{Key: held, Fingerprint: fpA, Now: b.base, Lease: 3 * lease, TTL: window}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve(%q) = %+v, %v", held, res, err)
 	}
 	staleRec := mustClaim(t, b.store, stale, fpA, b.base)
 	gone, released := b.key("sweep-window-closed"), b.key("sweep-released")
-	if res, err := b.store.Reserve(c, gone, fpA, b.base, lease/2, lease); err != nil || !res.Claimed {
+	if res, err := b.store.Reserve(c, idem.ReserveRequest{Key: gone, Fingerprint: fpA, Now: b.base, Lease: lease / 2, TTL: lease}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve(%q) = %+v, %v", gone, res, err)
 	}
 	rel := mustClaim(t, b.store, released, fpA, b.base)

@@ -36,7 +36,7 @@ func (s suite) cancelledContext(t *testing.T, b *bundle) {
 	cancel()
 	k := b.key("cancelled")
 	start := time.Now()
-	if _, err := b.store.Reserve(c, k, fpA, b.base, lease, window); err == nil {
+	if _, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window}); err == nil {
 		t.Error("Reserve with a cancelled context succeeded")
 	}
 	if _, err := b.store.Get(c, k); err == nil {
@@ -68,7 +68,7 @@ func (s suite) cancelledContext(t *testing.T, b *bundle) {
 	defer cancel2()
 	time.Sleep(2 * time.Millisecond)
 	start = time.Now()
-	_, _ = b.store.Reserve(short, b.key("deadline"), fpA, b.base, lease, window)
+	_, _ = b.store.Reserve(short, idem.ReserveRequest{Key: b.key("deadline"), Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Reserve past its deadline took %v", d)
 	}
@@ -94,7 +94,7 @@ func (s suite) closed(t *testing.T, b *bundle) {
 			t.Errorf("%s on a closed store: %v, want idem.ErrClosed (idem.ErrStoreUnavailable)", op, err)
 		}
 	}
-	_, err := b.store.Reserve(c, b.key("after-close"), fpA, b.base, lease, window)
+	_, err := b.store.Reserve(c, idem.ReserveRequest{Key: b.key("after-close"), Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
 	closed("Reserve", err)
 	closed("Complete", b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)))
 	closed("Extend", b.store.Extend(c, k, claim.Token, b.base.Add(window)))

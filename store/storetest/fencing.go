@@ -194,7 +194,7 @@ func (s suite) completeRacesTakeover(t *testing.T, b *bundle) {
 			completeErr = b.store.Complete(context.Background(), k, old.Token, resp, later, later.Add(window))
 		})
 		wg.Go(func() {
-			res, resErr = b.store.Reserve(context.Background(), k, fpA, later, lease, window)
+			res, resErr = b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: later, Lease: lease, TTL: window})
 		})
 		wg.Wait()
 		if resErr != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // LinearizabilityOptions size a linearizability check.
@@ -97,12 +98,12 @@ var linModel = porcupine.Model{
 			switch {
 			case !s.exists || s.expires <= i.now:
 				prev := s.token
-				n := linState{exists: true, fp: i.fp, state: idem.StateInProgress, token: idem.NextToken(prev, now),
+				n := linState{exists: true, fp: i.fp, state: idem.StateInProgress, token: storekit.NextToken(prev, now),
 					lease: i.now + linLease, expires: i.now + linWindow, attempts: 1}
 				return o.err == "" && o.claimed && !o.takeover && o.rec == n, n
 			case s.state == idem.StateInProgress && s.lease <= i.now && s.fp == i.fp:
 				n := s
-				n.token, n.lease, n.expires, n.attempts = idem.NextToken(s.token, now), i.now+linLease, i.now+linWindow, s.attempts+1
+				n.token, n.lease, n.expires, n.attempts = storekit.NextToken(s.token, now), i.now+linLease, i.now+linWindow, s.attempts+1
 				return o.err == "" && o.claimed && o.takeover && o.rec == n, n
 			default:
 				return o.err == "" && !o.claimed && o.rec == s, s
@@ -218,7 +219,7 @@ func CheckLinearizable(st idem.Store, prefix string, opt LinearizabilityOptions)
 				switch in.kind {
 				case opReserve:
 					var res idem.Reservation
-					res, err = st.Reserve(ctx, key, in.fp, now, time.Duration(linLease)*time.Microsecond, time.Duration(linWindow)*time.Microsecond)
+					res, err = st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: in.fp, Now: now, Lease: time.Duration(linLease) * time.Microsecond, TTL: time.Duration(linWindow) * time.Microsecond})
 					if err == nil {
 						out = linOutput{claimed: res.Claimed, takeover: res.Takeover, rec: toLin(res.Record)}
 						if res.Claimed {

@@ -180,7 +180,7 @@ func (s suite) list(t *testing.T, b *bundle) {
 					for i := w; i < n; i += writers {
 						key := b.key(fmt.Sprintf("m/%04d", (i*7919)%n)) // written out of key order
 						now := b.base.Add(time.Duration(i%50) * time.Millisecond)
-						res, err := b.store.Reserve(c, key, fpA, now, lease, window)
+						res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
 						if err != nil || !res.Claimed {
 							return fmt.Errorf("Reserve(%q) = %+v, %v", key, res, err)
 						}
@@ -306,7 +306,7 @@ func (s suite) list(t *testing.T, b *bundle) {
 						default:
 						}
 						key := b.key(fmt.Sprintf("w/%03d%d", (i*37+w*11)%150, 1+w))
-						res, err := b.store.Reserve(c, key, fpA, b.base, lease, window)
+						res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
 						if err != nil {
 							return err
 						}

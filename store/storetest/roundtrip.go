@@ -97,7 +97,7 @@ func (s suite) invalidKeys(t *testing.T, b *bundle) {
 		"not UTF-8":  b.key("k\xff"),
 		"with a NUL": b.key("k\x00"),
 	} {
-		if res, err := b.store.Reserve(c, key, fpA, b.base, lease, window); !errors.Is(err, idem.ErrInvalidInput) {
+		if res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window}); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("Reserve of a key %s = %+v, %v; want idem.ErrInvalidInput", name, res, err)
 		}
 	}

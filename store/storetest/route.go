@@ -8,22 +8,18 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// route checks idem.RouteReserver: a claim stores its route and Get, a duplicate's Reserve and
-// List return it; a takeover keeps it (and sets one on a record that had none); a key claimed
-// again after it expired or was released carries the new claim's route; Reserve stores none;
-// a route of idem.MaxRouteLen bytes of unicode round-trips.
+// route checks idem.ReserveRequest.Route: a claim stores its route and Get, a duplicate's
+// Reserve and List return it; a takeover keeps it (and sets one on a record that had none); a
+// key claimed again after it expired or was released carries the new claim's route; a claim
+// without a route stores none; a route of idem.MaxRouteLen bytes of unicode round-trips.
 func (s suite) route(t *testing.T, b *bundle) {
-	rr, ok := b.store.(idem.RouteReserver)
-	if !ok {
-		t.Skip("storetest: store does not implement idem.RouteReserver; Route tests skipped")
-	}
 	const routeA, routeB = "POST /v1/orders/{id}/pay", "PATCH /v1/caf\u00e9/{id}"
 	c := ctx(t)
 	reserve := func(key, route string, now time.Time) idem.Reservation {
 		t.Helper()
-		res, err := rr.ReserveRoute(c, key, fpA, route, now, lease, window)
+		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: route, Now: now, Lease: lease, TTL: window})
 		if err != nil {
-			t.Fatalf("ReserveRoute(%q, %q): %v", key, route, err)
+			t.Fatalf("Reserve(%q, route %q): %v", key, route, err)
 		}
 		return res
 	}
@@ -37,7 +33,7 @@ func (s suite) route(t *testing.T, b *bundle) {
 	k := b.key("route")
 	res := reserve(k, routeA, b.base)
 	if !res.Claimed || res.Takeover || res.Record.Attempts != 1 {
-		t.Fatalf("first ReserveRoute: %+v, want a new claim", res)
+		t.Fatalf("first Reserve with a route: %+v, want a new claim", res)
 	}
 	check("new claim", res.Record.Route, routeA)
 	check("Get after the claim", mustGet(t, b.store, k).Route, routeA)
@@ -56,14 +52,14 @@ func (s suite) route(t *testing.T, b *bundle) {
 	later := b.base.Add(lease + time.Second)
 	res = reserve(k, routeB, later)
 	if !res.Claimed || !res.Takeover {
-		t.Fatalf("ReserveRoute after the lease: %+v, want a takeover", res)
+		t.Fatalf("Reserve with a route after the lease: %+v, want a takeover", res)
 	}
 	check("takeover", res.Record.Route, routeA)
 	check("Get after the takeover", mustGet(t, b.store, k).Route, routeA)
 	later = later.Add(lease + time.Second)
 	res = mustReserve(t, b.store, k, fpA, later)
 	if !res.Claimed || !res.Takeover {
-		t.Fatalf("Reserve after the lease: %+v, want a takeover", res)
+		t.Fatalf("Reserve without a route after the lease: %+v, want a takeover", res)
 	}
 	check("takeover by Reserve", res.Record.Route, routeA)
 	// Completed: Get, a replay and List carry it.
@@ -83,7 +79,7 @@ func (s suite) route(t *testing.T, b *bundle) {
 	check("Get after Reserve", mustGet(t, b.store, none).Route, "")
 	res = reserve(none, routeB, b.base.Add(lease+time.Second))
 	if !res.Claimed || !res.Takeover {
-		t.Fatalf("ReserveRoute after the lease: %+v, want a takeover", res)
+		t.Fatalf("Reserve with a route after the lease: %+v, want a takeover", res)
 	}
 	check("takeover of a record without a route", res.Record.Route, routeB)
 	check("Get after that takeover", mustGet(t, b.store, none).Route, routeB)
@@ -93,13 +89,13 @@ func (s suite) route(t *testing.T, b *bundle) {
 	reserve(exp, routeA, b.base)
 	res = reserve(exp, routeB, b.base.Add(window+time.Second))
 	if !res.Claimed || res.Takeover || res.Record.Attempts != 1 {
-		t.Fatalf("ReserveRoute after expiry: %+v, want a new claim", res)
+		t.Fatalf("Reserve with a route after expiry: %+v, want a new claim", res)
 	}
 	check("claim of an expired key", res.Record.Route, routeB)
 	check("Get after that claim", mustGet(t, b.store, exp).Route, routeB)
 	res = mustReserve(t, b.store, exp, fpA, b.base.Add(2*window+2*time.Second))
 	if !res.Claimed || res.Takeover {
-		t.Fatalf("Reserve after expiry: %+v, want a new claim", res)
+		t.Fatalf("Reserve without a route after expiry: %+v, want a new claim", res)
 	}
 	check("Reserve's claim of an expired key", res.Record.Route, "")
 	check("Get after Reserve's claim of an expired key", mustGet(t, b.store, exp).Route, "")
@@ -112,7 +108,7 @@ func (s suite) route(t *testing.T, b *bundle) {
 	}
 	res = reserve(rel, routeB, b.base.Add(time.Second))
 	if !res.Claimed || res.Takeover {
-		t.Fatalf("ReserveRoute after Release: %+v, want a new claim", res)
+		t.Fatalf("Reserve with a route after Release: %+v, want a new claim", res)
 	}
 	check("claim of a released key", res.Record.Route, routeB)
 

@@ -20,8 +20,7 @@
 // idem.CheckKey refuses refused with idem.ErrInvalidInput, cancelled contexts, Complete racing a
 // takeover, Attempts and CreatedAt carried across releases and takeovers (not replays), every
 // method of a closed store returning idem.ErrClosed, the route a claim stores
-// (idem.RouteReserver: kept by a takeover, replaced by a new claim, listed; skipped, visibly,
-// for a store without it), and a porcupine check that concurrent histories of all operations
+// (idem.ReserveRequest.Route: kept by a takeover, replaced by a new claim, listed), and a porcupine check that concurrent histories of all operations
 // are linearizable with respect to the contract (see CheckLinearizable).
 package storetest
 
@@ -133,7 +132,7 @@ var (
 
 func mustReserve(t *testing.T, st idem.Store, key, fp string, now time.Time) idem.Reservation {
 	t.Helper()
-	res, err := st.Reserve(ctx(t), key, fp, now, lease, window)
+	res, err := st.Reserve(ctx(t), idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: lease, TTL: window})
 	if err != nil {
 		t.Fatalf("Reserve(%q): %v", key, err)
 	}

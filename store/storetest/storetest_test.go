@@ -28,19 +28,19 @@ type readThenWrite struct {
 	mu sync.Mutex
 }
 
-func (s *readThenWrite) Reserve(ctx context.Context, key, fp string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	rec, err := s.Get(ctx, key)
+func (s *readThenWrite) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	rec, err := s.Get(ctx, req.Key)
 	time.Sleep(50 * time.Microsecond) // the window where another reader sees the same state
-	if err == nil && !rec.Expired(now) && !(rec.LeaseExpired(now) && rec.Fingerprint == fp) {
+	if err == nil && !rec.Expired(req.Now) && !(rec.LeaseExpired(req.Now) && rec.Fingerprint == req.Fingerprint) {
 		return idem.Reservation{Record: rec}, nil
 	}
 	// Write unconditionally: release the old record's claim by force, then claim.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil {
-		_ = s.Store.Release(ctx, key, rec.Token)
+		_ = s.Store.Release(ctx, req.Key, rec.Token)
 	}
-	return s.Store.Reserve(ctx, key, fp, now, lease, window)
+	return s.Store.Reserve(ctx, req)
 }
 
 // The checker must catch a store that is not atomic.

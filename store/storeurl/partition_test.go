@@ -39,7 +39,7 @@ func TestPostgresPartitionWidth(t *testing.T) {
 	if ps.GroupCommit() != storeurl.PostgresGroupCommit {
 		t.Fatalf("GroupCommit %d with partition_width, want %d", ps.GroupCommit(), storeurl.PostgresGroupCommit)
 	}
-	res, err := st.Reserve(context.Background(), "k", idem.Fingerprint([]byte("k")), time.Now(), time.Minute, time.Hour)
+	res, err := st.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: idem.Fingerprint([]byte("k")), Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}

@@ -39,7 +39,7 @@ func roundTrip(t *testing.T, raw string) {
 	key := fmt.Sprintf("storeurl-%d", time.Now().UnixNano())
 	now := time.Now()
 	fp := idem.Fingerprint([]byte("x"))
-	res, err := st.Reserve(ctx, key, fp, now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}

@@ -16,7 +16,7 @@ func ExampleSweep() {
 	ctx := context.Background()
 	now := time.Now()
 	for _, k := range []string{"a", "b", "c"} {
-		_, _ = st.Reserve(ctx, k, idem.Fingerprint(nil), now, time.Second, time.Minute)
+		_, _ = st.Reserve(ctx, idem.ReserveRequest{Key: k, Fingerprint: idem.Fingerprint(nil), Now: now, Lease: time.Second, TTL: time.Minute})
 	}
 	n, err := sweeper.Sweep(ctx, st, now.Add(time.Hour), 2, 10, time.Second)
 	fmt.Println(n, err, st.Len())
@@ -30,7 +30,7 @@ func ExampleDrain() {
 	ctx := context.Background()
 	now := time.Now()
 	for i := range 2500 {
-		_, _ = st.Reserve(ctx, fmt.Sprint("k", i), idem.Fingerprint(nil), now, time.Second, time.Minute)
+		_, _ = st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("k", i), Fingerprint: idem.Fingerprint(nil), Now: now, Lease: time.Second, TTL: time.Minute})
 	}
 	r, err := sweeper.Drain(ctx, st, sweeper.Options{
 		Batch: 1000, MaxShare: 0.5, Now: func() time.Time { return now.Add(time.Hour) },

@@ -136,7 +136,7 @@ func sweptWhileClaiming(t *testing.T, st idem.Store) {
 			defer wg.Done()
 			for i := w; i < backlog; i += workers {
 				key := fmt.Sprintf("old-%d", i)
-				res, err := st.Reserve(ctx, key, fp, past, time.Second, 5*time.Second)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: past, Lease: time.Second, TTL: 5 * time.Second})
 				if err != nil || !res.Claimed {
 					errs <- fmt.Errorf("backlog Reserve(%s) = %+v, %v", key, res, err)
 					return
@@ -205,7 +205,7 @@ func sweptWhileClaiming(t *testing.T, st idem.Store) {
 					key = fmt.Sprintf("old-%d", j)
 				}
 				now := time.Now()
-				res, err := st.Reserve(ctx, key, fp, now, 30*time.Second, time.Hour)
+				res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: fp, Now: now, Lease: 30 * time.Second, TTL: time.Hour})
 				if err != nil || !res.Claimed {
 					errs <- fmt.Errorf("live Reserve(%s) = %+v, %v", key, res, err)
 					return
@@ -306,7 +306,7 @@ func TestStoresCountExpired(t *testing.T) {
 				if i >= 20 {
 					exp = now.Add(time.Hour)
 				}
-				if _, err := st.Reserve(ctx, fmt.Sprint("k", i), idem.Fingerprint(nil), exp.Add(-time.Minute), time.Second, time.Minute); err != nil {
+				if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: fmt.Sprint("k", i), Fingerprint: idem.Fingerprint(nil), Now: exp.Add(-time.Minute), Lease: time.Second, TTL: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -85,8 +85,9 @@ func (s plantedStore) currentToken(ctx context.Context, key string, token int64)
 	return token
 }
 
-func (s plantedStore) Reserve(ctx context.Context, key, fingerprint string, now time.Time, lease, window time.Duration) (idem.Reservation, error) {
-	return s.Store.Reserve(ctx, s.key(key), fingerprint, now, lease, window)
+func (s plantedStore) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
+	req.Key = s.key(req.Key)
+	return s.Store.Reserve(ctx, req)
 }
 
 func (s plantedStore) Complete(ctx context.Context, key string, token int64, resp idem.Response, now, expiresAt time.Time) error {

@@ -1,11 +1,14 @@
 package shardmerge
 
-import "github.com/idemkit/idem"
+import (
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
+)
 
 // Page gathers one listing page from the records whose keys a merge hands out, in key order:
 // those that match the listing's bounds, up to Need of them.
 type Page struct {
-	bounds idem.ListBounds
+	bounds storekit.ListBounds
 	// Need is how many records the page takes: Limit+1, the one past Limit telling that a
 	// next page exists.
 	Need int
@@ -13,7 +16,7 @@ type Page struct {
 }
 
 // NewPage returns an empty page of a listing with bounds b.
-func NewPage(b idem.ListBounds) *Page {
+func NewPage(b storekit.ListBounds) *Page {
 	return &Page{bounds: b, Need: b.Limit + 1}
 }
 
@@ -27,5 +30,5 @@ func (p *Page) Keep(key string, rec idem.Record) {
 	}
 }
 
-// Result returns the page of what was kept (idem.ListBounds.Page).
+// Result returns the page of what was kept (storekit.ListBounds.Page).
 func (p *Page) Result() idem.ListPage { return p.bounds.Page(p.recs) }

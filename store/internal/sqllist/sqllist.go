@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Dialect is what differs between the SQL stores' listing queries.
@@ -39,7 +40,7 @@ func Dollar(i int) string { return "$" + strconv.Itoa(i) }
 func Question(int) string { return "?" }
 
 // Query returns the SELECT of a listing page of table (already quoted) and its arguments.
-func Query(d Dialect, table string, b idem.ListBounds) (string, []any) {
+func Query(d Dialect, table string, b storekit.ListBounds) (string, []any) {
 	var sb strings.Builder
 	var args []any
 	key := func(k string) any {
@@ -56,7 +57,7 @@ func Query(d Dialect, table string, b idem.ListBounds) (string, []any) {
 		sb.WriteString(cond + " " + d.Param(len(args)))
 	}
 	sb.WriteString("SELECT " + d.Key + ", fingerprint, state, token, lease_until, attempts, " +
-		d.Head(idem.ListResponseHeadLen) + ", created_at, completed_at, expires_at, route, " + cmp.Or(d.Starts, "0") + " FROM " + table + " WHERE ")
+		d.Head(storekit.ListResponseHeadLen) + ", created_at, completed_at, expires_at, route, " + cmp.Or(d.Starts, "0") + " FROM " + table + " WHERE ")
 	add(d.Key+" >=", key(b.From))
 	if b.To != "" {
 		add(d.Key+" <", key(b.To))
@@ -85,7 +86,7 @@ type Rows interface {
 // Read reads the rows of Query into a page. storeErr wraps an error of the database (the
 // store's usual error for an operation that failed); a stored record that does not decode
 // fails with an error prefixed by pkg ("pgstore: list: …").
-func Read(rows Rows, b idem.ListBounds, pkg string, storeErr func(error) error) (idem.ListPage, error) {
+func Read(rows Rows, b storekit.ListBounds, pkg string, storeErr func(error) error) (idem.ListPage, error) {
 	recs := make([]idem.Record, 0, min(b.Limit+1, 64))
 	for rows.Next() {
 		var r idem.Record
@@ -97,7 +98,7 @@ func Read(rows Rows, b idem.ListBounds, pkg string, storeErr func(error) error) 
 		}
 		r.State, r.Attempts, r.Starts = idem.State(state), int(attempts), int(max(starts, attempts))
 		r.LeaseUntil, r.CreatedAt, r.ExpiresAt = time.UnixMicro(lease), time.UnixMicro(created), time.UnixMicro(expires)
-		if err := idem.ListedRecord(&r, head, completed.Int64); err != nil {
+		if err := storekit.FillListed(&r, head, completed.Int64); err != nil {
 			return idem.ListPage{}, fmt.Errorf("%s: list: %w", pkg, err)
 		}
 		recs = append(recs, r)
@@ -142,7 +143,7 @@ func SQL(db *sql.DB) QueryFunc {
 
 // List returns the page of src's records that q asks for: one query (Query), read by Read.
 func List(ctx context.Context, src Source, q idem.ListQuery) (idem.ListPage, error) {
-	b, err := q.Bounds()
+	b, err := storekit.Bounds(q)
 	if err != nil {
 		return idem.ListPage{}, err
 	}

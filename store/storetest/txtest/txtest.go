@@ -612,7 +612,7 @@ func (s suite) sharedWithEngine(t *testing.T) {
 	if err != nil || !r.Replayed || !r.Response.Equal(first.Response) {
 		t.Fatalf("engine after the runner: %+v, %v; want the runner's answer replayed", r, err)
 	}
-	if res, err := h.Store.Reserve(ctx, "held", fpA, time.Now(), time.Minute, time.Hour); err != nil || !res.Claimed {
+	if res, err := h.Store.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fpA, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("engine's claim: %+v, %v", res, err)
 	}
 	if _, err := h.Runner.Do(ctx, "held", fpA, order(h, 0)); !errors.Is(err, idem.ErrInFlight) {

@@ -1,4 +1,4 @@
-package idem_test
+package storekit_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 func TestResponseCodecRoundTrip(t *testing.T) {
@@ -23,15 +24,15 @@ func TestResponseCodecRoundTrip(t *testing.T) {
 		{Status: 999, Body: bytes.Repeat([]byte("x"), 1<<16)},
 	}
 	for _, r := range cases {
-		b := idem.EncodeResponse(r)
-		got, err := idem.DecodeResponse(b)
+		b := storekit.EncodeResponse(r)
+		got, err := storekit.DecodeResponse(b)
 		if err != nil {
 			t.Fatalf("%+v: %v", r, err)
 		}
 		if !got.Equal(r) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", got, r)
 		}
-		if !bytes.Equal(idem.EncodeResponse(got), b) {
+		if !bytes.Equal(storekit.EncodeResponse(got), b) {
 			t.Fatal("encoding is not stable")
 		}
 	}
@@ -41,7 +42,7 @@ func TestResponseCodecRoundTrip(t *testing.T) {
 func TestResponseCodecReadsVersion1(t *testing.T) {
 	t.Parallel()
 	v1 := []byte("\x01\x00\xc9\x01\x01\x0cContent-Type\x01\x10application/json{\"id\":1}")
-	got, err := idem.DecodeResponse(v1)
+	got, err := storekit.DecodeResponse(v1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,23 +58,23 @@ func TestResponseCodecRejectsCorruption(t *testing.T) {
 		nil, {1}, {2, 0}, {1, 2}, {1, 0, 0xff}, {1, 0, 0xc8, 0x01, 5, 'a'}, {1, 0, 0xe8, 0x07},
 		[]byte("\x01\x00\x01\x02\x01a\x00\x01a\x00"), // duplicate header name
 	} {
-		if _, err := idem.DecodeResponse(b); !errors.Is(err, idem.ErrCorruptRecord) || !errors.Is(err, idem.ErrInvalidInput) {
+		if _, err := storekit.DecodeResponse(b); !errors.Is(err, idem.ErrCorruptRecord) || !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%q: err = %v, want ErrCorruptRecord", b, err)
 		}
 	}
 }
 
 func FuzzDecodeResponse(f *testing.F) {
-	f.Add(idem.EncodeResponse(idem.Response{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: []byte("x")}))
+	f.Add(storekit.EncodeResponse(idem.Response{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: []byte("x")}))
 	f.Add([]byte{1, 1, 0, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := idem.DecodeResponse(b)
+		r, err := storekit.DecodeResponse(b)
 		if err != nil {
 			return
 		}
 		// Whatever decodes must re-encode to something that decodes to the same response.
-		r2, err := idem.DecodeResponse(idem.EncodeResponse(r))
+		r2, err := storekit.DecodeResponse(storekit.EncodeResponse(r))
 		if err != nil || !r2.Equal(r) {
 			t.Fatalf("re-decode: %v %+v vs %+v", err, r2, r)
 		}
@@ -99,7 +100,7 @@ func TestFingerprint(t *testing.T) {
 func TestEncodeResponseLayout(t *testing.T) {
 	t.Parallel()
 	golden := idem.Response{Status: 201, Header: map[string][]string{"B": {"2"}, "A": {"1", "x"}}, Body: []byte("hi")}
-	if got, want := idem.EncodeResponse(golden), []byte("\x01\x00\xc9\x01\x02\x01A\x02\x011\x01x\x01B\x01\x012hi"); !bytes.Equal(got, want) {
+	if got, want := storekit.EncodeResponse(golden), []byte("\x01\x00\xc9\x01\x02\x01A\x02\x011\x01x\x01B\x01\x012hi"); !bytes.Equal(got, want) {
 		t.Fatalf("EncodeResponse = %q, want %q", got, want)
 	}
 	for n := range 40 {
@@ -113,7 +114,7 @@ func TestEncodeResponseLayout(t *testing.T) {
 			h[name] = vals
 		}
 		r := idem.Response{Status: 100 + n*20, Header: h, Body: bytes.Repeat([]byte{7}, n*13), BodyOmitted: n%2 == 1}
-		got := idem.EncodeResponse(r)
+		got := storekit.EncodeResponse(r)
 		if want := referenceEncoding(r); !bytes.Equal(got, want) {
 			t.Fatalf("%d headers: EncodeResponse = %q, want %q", n, got, want)
 		}
@@ -169,33 +170,33 @@ func TestValidFingerprintEveryByte(t *testing.T) {
 func TestAppendResponse(t *testing.T) {
 	r := idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "A": {"1", "2"}},
 		Body: []byte(`{"id":"ch_1"}`)}
-	enc := idem.EncodeResponse(r)
+	enc := storekit.EncodeResponse(r)
 	prefix := []byte("key|fingerprint")
 	small := append([]byte(nil), prefix...)
 	small = small[:len(small):len(small)]
-	got := idem.AppendResponse(small, r)
+	got := storekit.AppendResponse(small, r)
 	if !bytes.Equal(got, append(append([]byte(nil), prefix...), enc...)) || cap(got) != len(got) {
 		t.Fatalf("AppendResponse to a full slice = %q (cap %d), want %q then %q, exactly", got, cap(got), prefix, enc)
 	}
 	// Some room, not enough: still one allocation of the exact size, not append's growth.
 	short := make([]byte, len(prefix), len(prefix)+len(enc)-1)
 	copy(short, prefix)
-	got = idem.AppendResponse(short, r)
+	got = storekit.AppendResponse(short, r)
 	if !bytes.Equal(got, append(append([]byte(nil), prefix...), enc...)) || cap(got) != len(got) {
 		t.Fatalf("AppendResponse to a slice one byte short = %q (cap %d), want %q then %q, exactly", got, cap(got), prefix, enc)
 	}
-	if n := testing.AllocsPerRun(20, func() { got = idem.AppendResponse(short, r) }); n != 1 {
+	if n := testing.AllocsPerRun(20, func() { got = storekit.AppendResponse(short, r) }); n != 1 {
 		t.Fatalf("AppendResponse to a slice one byte short allocates %v times, want 1", n)
 	}
 	roomy := make([]byte, len(prefix), len(prefix)+len(enc))
 	copy(roomy, prefix)
-	if n := testing.AllocsPerRun(20, func() { got = idem.AppendResponse(roomy, r) }); n != 0 {
+	if n := testing.AllocsPerRun(20, func() { got = storekit.AppendResponse(roomy, r) }); n != 0 {
 		t.Fatalf("AppendResponse with room allocates %v times, want 0", n)
 	}
 	if &got[0] != &roomy[0] || !bytes.Equal(got[len(prefix):], enc) || !bytes.Equal(got[:len(prefix)], prefix) {
 		t.Fatalf("AppendResponse with room = %q, want %q then %q in place", got, prefix, enc)
 	}
-	if back, err := idem.DecodeResponse(got[len(prefix):]); err != nil || !back.Equal(r) {
+	if back, err := storekit.DecodeResponse(got[len(prefix):]); err != nil || !back.Equal(r) {
 		t.Fatalf("DecodeResponse = %+v, %v; want %+v", back, err, r)
 	}
 }

@@ -1,4 +1,4 @@
-package idem
+package storekit
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+
+	"github.com/idemkit/idem"
 )
 
 // The response encoding: stores that keep a response as one blob use EncodeResponse and
@@ -17,17 +19,14 @@ import (
 //	           uvarint len, value · the body bytes (the rest)
 const codecV1 = 1
 
-// ErrCorruptRecord: a stored response could not be decoded. It wraps ErrInvalidInput.
-var ErrCorruptRecord = fmt.Errorf("%w: corrupt stored response", ErrInvalidInput)
-
 // EncodeResponse returns the versioned binary encoding of r. Header names are written in
 // sorted order, so equal responses encode to equal bytes.
-func EncodeResponse(r Response) []byte { return AppendResponse(nil, r) }
+func EncodeResponse(r idem.Response) []byte { return AppendResponse(nil, r) }
 
 // AppendResponse appends the encoding EncodeResponse returns to b and returns the extended
 // slice. If b has not the room, it is copied once to an allocation of the exact size needed,
 // so a store that keeps the encoding behind other bytes (its key) makes one allocation for both.
-func AppendResponse(b []byte, r Response) []byte {
+func AppendResponse(b []byte, r idem.Response) []byte {
 	// One pass over the map collects the headers (no second lookup per name) and the exact
 	// size, so the result is one allocation of the right size. Responses rarely carry more
 	// than a few headers: those sort on the stack.
@@ -90,9 +89,9 @@ func sortHeaders(hs []header) {
 func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 // DecodeResponse decodes what EncodeResponse wrote, of any version this release knows. Bad
-// input returns an error wrapping ErrCorruptRecord, never a panic. The body is copied out of b.
-func DecodeResponse(b []byte) (Response, error) {
-	var r Response
+// input returns an error wrapping idem.ErrCorruptRecord, never a panic. The body is copied out of b.
+func DecodeResponse(b []byte) (idem.Response, error) {
+	var r idem.Response
 	if len(b) < 2 {
 		return r, corrupt("too short")
 	}
@@ -128,7 +127,7 @@ func DecodeResponse(b []byte) (Response, error) {
 	if d.why != "" {
 		// A copy, so that the error holds nothing of d: then b does not escape, and a caller
 		// may pass a []byte converted from a string without a copy.
-		return Response{}, corrupt(strings.Clone(d.why))
+		return idem.Response{}, corrupt(strings.Clone(d.why))
 	}
 	if len(d.b) > 0 {
 		r.Body = append([]byte(nil), d.b...)
@@ -136,7 +135,7 @@ func DecodeResponse(b []byte) (Response, error) {
 	return r, nil
 }
 
-func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, why) }
+func corrupt(why string) error { return fmt.Errorf("%w: %s", idem.ErrCorruptRecord, why) }
 
 type decoder struct {
 	b   []byte
