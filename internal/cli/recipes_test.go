@@ -50,7 +50,7 @@ func seedStates(t *testing.T) (string, bool) {
 	}
 	reserve := func(k string, at time.Time, lease, window time.Duration) idem.Record {
 		t.Helper()
-		res, err := st.Reserve(ctx, key(tenant, k), fp, at, lease, window)
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: key(tenant, k), Fingerprint: fp, Now: at, Lease: lease, TTL: window})
 		must(err)
 		return res.Record
 	}
@@ -65,7 +65,7 @@ func seedStates(t *testing.T) (string, bool) {
 	must(st.Release(ctx, r.Key, r.Token))                                    //
 	r = reserve("order-1007", now.Add(-3*time.Hour), time.Minute, time.Hour) // expired
 	must(st.Complete(ctx, r.Key, r.Token, idem.Response{Status: 200}, now.Add(-3*time.Hour), now.Add(-time.Second)))
-	_, err = st.Reserve(ctx, key("sk_live_other", "order-1001"), fp, now.Add(-2*time.Minute), time.Minute, time.Hour) // another tenant's stale claim
+	_, err = st.Reserve(ctx, idem.ReserveRequest{Key: key("sk_live_other", "order-1001"), Fingerprint: fp, Now: now.Add(-2 * time.Minute), Lease: time.Minute, TTL: time.Hour}) // another tenant's stale claim
 	must(err)
 	_, err = st.Get(ctx, key(tenant, "order-1006"))
 	kept := err == nil

@@ -31,7 +31,7 @@ func TestScopeFaceGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	res, err := st.Reserve(ctx, idem.ScopedKey(scope, "order-7"), idem.Fingerprint([]byte("x")), now, time.Minute, time.Hour)
+	res, err := st.Reserve(ctx, idem.ReserveRequest{Key: idem.ScopedKey(scope, "order-7"), Fingerprint: idem.Fingerprint([]byte("x")), Now: now, Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
