@@ -51,6 +51,9 @@ type Options struct {
 	// StuckAfter is the age from which a running claim is shown as stuck (default 5m). Held
 	// and stale claims are always stuck: they wait for their lease or an operator.
 	StuckAfter time.Duration
+	// Refresh is how often the front page refreshes its list of records while an operator
+	// has not paused it (default 5s).
+	Refresh time.Duration
 	// Logger receives a line for every release, with who asked and from where. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -81,8 +84,8 @@ func New(opt Options) (*Console, error) {
 		return nil, fmt.Errorf("%w: console: Options.Password is set without Options.User", idem.ErrInvalidInput)
 	case opt.User != "" && opt.Password == "":
 		return nil, fmt.Errorf("%w: console: Options.User is set without Options.Password: a user is never let in without a password", idem.ErrInvalidInput)
-	case opt.RateStep < 0 || opt.RateWindow < 0 || opt.StuckAfter < 0:
-		return nil, fmt.Errorf("%w: console: Options.RateStep, RateWindow and StuckAfter must not be negative", idem.ErrInvalidInput)
+	case opt.RateStep < 0 || opt.RateWindow < 0 || opt.StuckAfter < 0 || opt.Refresh < 0:
+		return nil, fmt.Errorf("%w: console: Options.RateStep, RateWindow, StuckAfter and Refresh must not be negative", idem.ErrInvalidInput)
 	}
 	if opt.Token != "" {
 		if err := CheckSecret(opt.Token); err != nil {
@@ -97,6 +100,7 @@ func New(opt Options) (*Console, error) {
 	opt.RateStep = cmp.Or(opt.RateStep, 5*time.Second)
 	opt.RateWindow = max(cmp.Or(opt.RateWindow, 15*time.Minute), 2*opt.RateStep)
 	opt.StuckAfter = cmp.Or(opt.StuckAfter, 5*time.Minute)
+	opt.Refresh = cmp.Or(opt.Refresh, 5*time.Second)
 	c := &Console{opt: opt, log: cmp.Or(opt.Logger, slog.Default()), cross: http.NewCrossOriginProtection(), hidden: map[string]bool{}}
 	if _, err := rand.Read(c.key[:]); err != nil {
 		return nil, err

@@ -38,10 +38,29 @@ var states = []string{anyState, stuckState, string(Running), string(Held), strin
 type filter struct {
 	State     string
 	OlderThan string
+	Since     string // created at or after: a time, or a duration back from now
+	Until     string // created before: a time, or a duration back from now
+	Route     string // the route, exactly
+	Status    string // the response status
 	Key       string // the start of a client's key
 	Tenant    string // the start of a scope (a tenant's hash)
 	Cursor    string
 	older     time.Duration
+	since     time.Time
+	until     time.Time
+	status    int
+}
+
+// values returns f as a list URL's query, without its cursor.
+func (f filter) values() url.Values {
+	q := url.Values{}
+	for _, p := range [][2]string{{"state", f.State}, {"older", f.OlderThan}, {"since", f.Since}, {"until", f.Until},
+		{"route", f.Route}, {"status", f.Status}, {"key", f.Key}, {"tenant", f.Tenant}} {
+		if p[1] != "" && !(p[0] == "state" && p[1] == anyState) {
+			q.Set(p[0], p[1])
+		}
+	}
+	return q
 }
 
 // row is one listed record.
@@ -57,14 +76,17 @@ type row struct {
 
 type listView struct {
 	page
-	Filter    filter
-	States    []string
-	Rows      []row
-	CanList   bool
-	Scanned   int
-	Next      string
-	Err       string
-	HasSecret bool
+	Filter   filter
+	States   []string
+	Rows     []row
+	CanList  bool
+	Scanned  int
+	Next     string // the URL of the next page, "" for none
+	KeyOrder bool   // the store lists in key order only: rows are the newest of those read
+	// RefreshMillis is how often the page refreshes its list, in milliseconds.
+	RefreshMillis int64
+	Err           string
+	HasSecret     bool
 }
 
 // splitKey splits a storage key into its scope and client key; a key that idem.ScopedKey did
@@ -145,10 +167,48 @@ func age(d time.Duration) string {
 	return fmt.Sprintf("%dd%s", int(d/(24*time.Hour)), (d % (24 * time.Hour)).Round(time.Hour))
 }
 
-func readFilter(r *http.Request) (filter, error) {
+// timeLayouts are the forms a time filter takes besides a duration back from now: RFC 3339,
+// and what a browser's datetime-local input sends (read as UTC).
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
+
+// parseWhen reads a time filter: a duration back from now ("15m") or a time.
+func parseWhen(s string, now time.Time) (time.Time, bool) {
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), true
+	}
+	for _, l := range timeLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func readFilter(r *http.Request, now time.Time) (filter, error) {
 	q := r.URL.Query()
 	f := filter{State: q.Get("state"), OlderThan: strings.TrimSpace(q.Get("older")), Key: q.Get("key"),
-		Tenant: strings.TrimSpace(q.Get("tenant")), Cursor: q.Get("cursor")}
+		Tenant: strings.TrimSpace(q.Get("tenant")), Cursor: q.Get("cursor"), Since: strings.TrimSpace(q.Get("since")),
+		Until: strings.TrimSpace(q.Get("until")), Route: q.Get("route"), Status: strings.TrimSpace(q.Get("status"))}
+	for _, w := range []struct {
+		name, v string
+		t       *time.Time
+	}{{"since", f.Since, &f.since}, {"until", f.Until, &f.until}} {
+		if w.v == "" {
+			continue
+		}
+		t, ok := parseWhen(w.v, now)
+		if !ok {
+			return f, fmt.Errorf("%s %q: want a duration back from now (15m, 2h) or a time (2006-01-02T15:04, RFC 3339)", w.name, w.v)
+		}
+		*w.t = t
+	}
+	if f.Status != "" {
+		st, err := strconv.Atoi(f.Status)
+		if err != nil || st < 100 || st > 999 {
+			return f, fmt.Errorf("status %q: want an HTTP status such as 201", f.Status)
+		}
+		f.status = st
+	}
 	if f.State == "" {
 		f.State = anyState
 	}
@@ -178,8 +238,9 @@ func fullScope(s string) bool {
 }
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
-	v := listView{page: c.page(w, r, "Records"), States: states, HasSecret: c.opt.ScopeSecret != nil}
-	f, err := readFilter(r)
+	v := listView{page: c.page(w, r, "Records"), States: states, HasSecret: c.opt.ScopeSecret != nil, RefreshMillis: c.opt.Refresh.Milliseconds()}
+	now := time.Now()
+	f, err := readFilter(r, now)
 	v.Filter = f
 	lister, ok := c.opt.Store.(idem.Lister)
 	v.CanList = ok
@@ -192,7 +253,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusOK, "list", v)
 		return
 	}
-	v.Rows, v.Next, v.Scanned, err = c.scan(r.Context(), lister, f, time.Now())
+	var next string
+	v.Rows, next, v.Scanned, v.KeyOrder, err = c.scan(r.Context(), lister, f, now)
+	if next != "" {
+		q := f.values()
+		q.Set("cursor", next)
+		v.Next = "/?" + q.Encode()
+	}
 	if err != nil {
 		v.Err = "listing failed: " + err.Error()
 		c.render(w, http.StatusBadGateway, "list", v)
@@ -201,18 +268,23 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	c.render(w, http.StatusOK, "list", v)
 }
 
-// scan reads at most maxScan records from the listing f selects, and returns the (at most
-// maxRows) that match f, newest first, with the cursor after the last record read when the
-// listing goes on.
-func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Time) ([]row, string, int, error) {
-	q := idem.ListQuery{Cursor: f.Cursor, Limit: idem.MaxListLimit}
+// scan reads at most maxScan records from the listing f selects, newest first across the
+// store, and returns the (at most maxRows) that match f, with the cursor after the last
+// record read when the listing goes on. A store that lists in key order only is read in key
+// order, and the rows read are sorted newest first (keyOrder).
+func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Time) (rows []row, next string, scanned int, keyOrder bool, err error) {
+	q := idem.ListQuery{Order: idem.ListNewestFirst, Cursor: f.Cursor, Limit: idem.MaxListLimit,
+		CreatedSince: f.since, CreatedBefore: f.until, Route: f.Route, Status: f.status}
 	switch f.State {
 	case string(Completed):
 		q.State = idem.StateCompleted
 	case stuckState, string(Running), string(Held), string(Stale), string(Released):
 		q.State = idem.StateInProgress
 	}
-	if f.older > 0 {
+	if f.status != 0 {
+		q.State = idem.StateCompleted
+	}
+	if f.older > 0 && (q.CreatedBefore.IsZero() || now.Add(-f.older).Before(q.CreatedBefore)) {
 		q.CreatedBefore = now.Add(-f.older)
 	}
 	// The storage key is SCOPE|KEY: a whole scope and a key's start are one key range; the
@@ -223,12 +295,16 @@ func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Ti
 	case f.Tenant != "":
 		q.Prefix = f.Tenant
 	}
-	var rows []row
-	scanned, next := 0, ""
+	cursor := func(rec idem.Record) string { return storekit.NewestCursor(rec.Key, rec.CreatedAt) }
 	for {
 		page, err := l.List(ctx, q)
+		if errors.Is(err, errors.ErrUnsupported) && q.Order == idem.ListNewestFirst {
+			// A store that lists in key order only (a key-order cursor, if any, still works).
+			q.Order, keyOrder, cursor = idem.ListByKey, true, func(rec idem.Record) string { return storekit.ListCursor(rec.Key) }
+			continue
+		}
 		if err != nil {
-			return nil, "", scanned, err
+			return nil, "", scanned, keyOrder, err
 		}
 		for i, rec := range page.Records {
 			scanned++
@@ -237,26 +313,31 @@ func (c *Console) scan(ctx context.Context, l idem.Lister, f filter, now time.Ti
 			}
 			if len(rows) >= maxRows || scanned >= maxScan {
 				if i < len(page.Records)-1 || page.Next != "" {
-					next = storekit.ListCursor(rec.Key)
+					next = cursor(rec)
 				}
-				return sortRows(rows), next, scanned, nil
+				return sortRows(rows, keyOrder), next, scanned, keyOrder, nil
 			}
 		}
 		if page.Next == "" {
-			return sortRows(rows), "", scanned, nil
+			return sortRows(rows, keyOrder), "", scanned, keyOrder, nil
 		}
 		q.Cursor = page.Next
 	}
 }
 
-func sortRows(rows []row) []row {
-	slices.SortStableFunc(rows, func(a, b row) int { return b.created.Compare(a.created) })
+// sortRows sorts rows read in key order newest first; rows read newest first are left as they
+// came.
+func sortRows(rows []row, keyOrder bool) []row {
+	if keyOrder {
+		slices.SortStableFunc(rows, func(a, b row) int { return b.created.Compare(a.created) })
+	}
 	return rows
 }
 
 func (c *Console) matches(rec idem.Record, f filter, now time.Time) bool {
 	scope, client, scoped := splitKey(rec.Key)
-	if f.Tenant != "" && (!scoped || !strings.HasPrefix(scope, f.Tenant)) || !strings.HasPrefix(client, f.Key) {
+	if f.Tenant != "" && (!scoped || !strings.HasPrefix(scope, f.Tenant)) || !strings.HasPrefix(client, f.Key) ||
+		f.Route != "" && rec.Route != f.Route || f.status != 0 && (rec.Response == nil || rec.Response.Status != f.status) {
 		return false
 	}
 	cond := ConditionOf(rec, now)
@@ -471,7 +552,7 @@ func (c *Console) tenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := url.Values{"tenant": {idemhttp.KeyedHashScope(c.opt.ScopeSecret, r.PostFormValue("identity"))}}
-	for _, p := range []string{"key", "state", "older"} {
+	for _, p := range []string{"key", "state", "older", "since", "until", "route", "status"} {
 		if v := r.PostFormValue(p); v != "" {
 			q.Set(p, v)
 		}

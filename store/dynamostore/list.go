@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,7 +23,8 @@ type QueryAPI interface {
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
-// List returns a page of records in key order (idem.Lister), for operators, through the
+// List returns a page of records in key order (idem.Lister), for operators (newest first is
+// not supported: it fails with an error wrapping errors.ErrUnsupported), through the
 // table's listing index (ListIndex, which CreateTable creates or adds): never a Scan.
 //
 // The index keeps every record's key, sorted, in each of ListShards partitions. A page reads
@@ -42,6 +44,9 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	b, err := storekit.Bounds(q)
 	if err != nil {
 		return idem.ListPage{}, err
+	}
+	if b.Newest {
+		return idem.ListPage{}, fmt.Errorf("%s: list: newest first: %w", "dynamostore", errors.ErrUnsupported)
 	}
 	if err := s.ready(ctx); err != nil {
 		return idem.ListPage{}, err

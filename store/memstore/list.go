@@ -12,10 +12,10 @@ import (
 
 var _ idem.Lister = (*Store)(nil)
 
-// List returns a page of the store's records in key order (idem.Lister), for operators. It
-// scans every record under the store's lock, keeping the Limit+1 smallest matching keys, so
-// a call costs a pass over the store and holds the lock for it: fine for tests and small
-// stores, which is what memstore is for.
+// List returns a page of the store's records in key order or newest first (idem.Lister), for
+// operators. It scans every record under the store's lock, keeping the Limit+1 first matching
+// records in the listing's order, so a call costs a pass over the store and holds the lock
+// for it: fine for tests and small stores, which is what memstore is for.
 func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, error) {
 	b, err := storekit.Bounds(q)
 	if err != nil {
@@ -25,28 +25,39 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 		return idem.ListPage{}, err
 	}
 	defer s.mu.Unlock()
-	// The best Limit+1 positions so far, sorted by key: a bounded insertion, never the whole
-	// store sorted or copied.
-	best := make([]int32, 0, b.Limit+1)
+	// The best Limit+1 records so far, in the listing's order: a bounded insertion, never the
+	// whole store sorted or copied.
+	best := make([]idem.Record, 0, b.Limit+1)
 	for i := range s.n {
 		h, k := s.head(i), s.key(i)
 		if !b.Match(k, h.state, h.created) {
 			continue
 		}
-		if len(best) == b.Limit+1 && k >= s.key(best[b.Limit]) {
+		if len(best) == b.Limit+1 && !b.Before(k, h.created, best[b.Limit].Key, best[b.Limit].CreatedAt.UnixMicro()) {
 			continue
 		}
-		at, _ := slices.BinarySearchFunc(best, k, func(j int32, k string) int { return strings.Compare(s.key(j), k) })
+		if b.Route != "" && s.route(i) != b.Route {
+			continue
+		}
+		r := s.light(i)
+		if !b.MatchRecord(&r) {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(best, r, func(x, r idem.Record) int {
+			switch {
+			case b.Before(x.Key, x.CreatedAt.UnixMicro(), r.Key, r.CreatedAt.UnixMicro()):
+				return -1
+			case x.Key == r.Key:
+				return 0
+			}
+			return 1
+		})
 		if len(best) == b.Limit+1 {
 			best = best[:b.Limit]
 		}
-		best = slices.Insert(best, at, i)
+		best = slices.Insert(best, at, r)
 	}
-	recs := make([]idem.Record, len(best))
-	for n, i := range best {
-		recs[n] = s.light(i)
-	}
-	return b.Page(recs), nil
+	return b.Page(best), nil
 }
 
 // light returns record i without its response's headers and body.

@@ -127,13 +127,15 @@ func (t *myTarget) Version(ctx context.Context) (int, error) {
 
 func (t *myTarget) Apply(ctx context.Context, m sqlmigrate.Migration) error {
 	sql := sqlmigrate.Expand(m.SQL, map[string]string{
-		"table": t.s.name,
-		"index": quote(t.s.opt.Table + "_expires_at"),
+		"table":         t.s.name,
+		"index":         quote(t.s.opt.Table + "_expires_at"),
+		"created_index": quote(t.s.opt.Table + "_created_at"),
 	})
 	for _, stmt := range sqlmigrate.Statements(sql) {
 		// MySQL DDL is not transactional, and MySQL has no ADD COLUMN IF NOT EXISTS: a
-		// column that exists was added by this step in a run that stopped before recording it.
-		if _, err := t.conn.ExecContext(ctx, stmt); err != nil && !isMySQLError(err, errDupFieldName) {
+		// column or an index that exists was added by this step in a run that stopped before
+		// recording it.
+		if _, err := t.conn.ExecContext(ctx, stmt); err != nil && !isMySQLError(err, errDupFieldName) && !isMySQLError(err, errDupKeyName) {
 			return err
 		}
 	}

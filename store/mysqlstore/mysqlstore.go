@@ -238,6 +238,7 @@ const (
 	errDeadlock     = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the transaction back
 	errLockWait     = 1205 // ER_LOCK_WAIT_TIMEOUT: innodb_lock_wait_timeout ran out
 	errDupFieldName = 1060 // ER_DUP_FIELDNAME: a migration's column exists already
+	errDupKeyName   = 1061 // ER_DUP_KEYNAME: a migration's index exists already
 )
 
 func isMySQLError(err error, number uint16) bool {

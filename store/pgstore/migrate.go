@@ -125,8 +125,9 @@ func (t *pgTarget) Apply(ctx context.Context, m sqlmigrate.Migration) error {
 	// PostgreSQL DDL is transactional: the step and its record commit together or not at all.
 	return pgx.BeginFunc(ctx, t.conn, func(tx pgx.Tx) error {
 		sql := sqlmigrate.Expand(m.SQL, map[string]string{
-			"table": t.s.name,
-			"index": pgx.Identifier{t.s.opt.Table + "_expires_at"}.Sanitize(),
+			"table":         t.s.name,
+			"index":         pgx.Identifier{t.s.opt.Table + "_expires_at"}.Sanitize(),
+			"created_index": pgx.Identifier{t.s.opt.Table + "_created_at"}.Sanitize(),
 		})
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return err

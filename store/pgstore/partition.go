@@ -243,7 +243,8 @@ func (p *partitioning) ensureKnown(ctx context.Context, b int64) error {
 }
 
 // ensure creates bucket b's partition if it does not exist: a table like the parent, with
-// its primary key on key and its index on expires_at, then attached to the parent. ATTACH
+// its primary key on key and its indexes on expires_at and (created_at, key), then attached
+// to the parent (whose index of newest-first listings takes the partition's). ATTACH
 // PARTITION takes a SHARE UPDATE EXCLUSIVE lock on the parent, which claims do not wait for,
 // and a CHECK constraint matching the range spares it the scan of the new table.
 func (p *partitioning) ensure(ctx context.Context, b int64) error {
@@ -265,6 +266,7 @@ func (p *partitioning) ensure(ctx context.Context, b int64) error {
 			`CREATE TABLE ` + part + ` (LIKE ` + p.s.name + ` INCLUDING DEFAULTS)`,
 			`ALTER TABLE ` + part + ` ADD PRIMARY KEY (key)`,
 			`CREATE INDEX ON ` + part + ` (expires_at)`,
+			`CREATE INDEX ON ` + part + ` (created_at, key)`,
 			`ALTER TABLE ` + part + ` ADD CHECK (born >= ` + lo + ` AND born < ` + hi + `)`,
 			`ALTER TABLE ` + p.s.name + ` ATTACH PARTITION ` + part + ` FOR VALUES FROM (` + lo + `) TO (` + hi + `)`,
 		} {

@@ -115,8 +115,9 @@ func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) (res sql
 
 func (p *partitioning) applyPartitioned(ctx context.Context, tx pgx.Tx, m sqlmigrate.Migration) error {
 	_, err := tx.Exec(ctx, sqlmigrate.Expand(m.SQL, map[string]string{
-		"table":   p.s.name,
-		"comment": "'" + widthComment(p.width) + "'",
+		"table":         p.s.name,
+		"comment":       "'" + widthComment(p.width) + "'",
+		"created_index": pgx.Identifier{p.s.opt.Table + "_newest"}.Sanitize(),
 	}))
 	return err
 }

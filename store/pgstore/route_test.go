@@ -65,7 +65,7 @@ func TestMigrateAddsRoute(t *testing.T) {
 			if tc.opt.PartitionWidth > 0 {
 				version = pgstore.PartitionedSchemaVersion
 			}
-			toPreviousSchema(t, st, opt.Table, version-1) // version 2 added routes, 3 starts
+			toPreviousSchema(t, st, opt.Table, version-2) // version 2 added routes, 3 starts, 4 the newest-first index
 
 			if tc.convert {
 				var err error

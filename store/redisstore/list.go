@@ -18,7 +18,8 @@ var _ idem.Lister = (*Store)(nil)
 // fingerprint, a fingerprint of up to a few hundred bytes and the head of the response.
 const listHead = 512
 
-// List returns a page of records in key order (idem.Lister), for operators, through the
+// List returns a page of records in key order (idem.Lister), for operators (newest first is
+// not supported: it fails with an error wrapping errors.ErrUnsupported), through the
 // store's index: never KEYS or a SCAN of the key space.
 //
 // Every shard (Shards of them) keeps the keys of its records in a sorted set that the scripts
@@ -39,6 +40,9 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	b, err := storekit.Bounds(q)
 	if err != nil {
 		return idem.ListPage{}, err
+	}
+	if b.Newest {
+		return idem.ListPage{}, fmt.Errorf("%s: list: newest first: %w", "redisstore", errors.ErrUnsupported)
 	}
 	if err := s.ready(ctx); err != nil {
 		return idem.ListPage{}, err

@@ -87,6 +87,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"InvalidKeys", s.invalidKeys},
 		{"Delete", s.delete},
 		{"List", s.list},
+		{"ListNewestFirst", s.newest},
 		{"Route", s.route},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},

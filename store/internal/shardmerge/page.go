@@ -25,7 +25,7 @@ func (p *Page) Want() int { return p.Need - len(p.recs) }
 
 // Keep adds rec, the record of key, if it matches the bounds and the page takes more.
 func (p *Page) Keep(key string, rec idem.Record) {
-	if p.bounds.Match(key, rec.State, rec.CreatedAt.UnixMicro()) && len(p.recs) < p.Need {
+	if p.bounds.MatchRecord(&rec) && len(p.recs) < p.Need {
 		p.recs = append(p.recs, rec)
 	}
 }

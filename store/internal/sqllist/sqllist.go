@@ -1,13 +1,16 @@
 // Package sqllist builds and reads the listing query of the SQL stores (pgstore, mysqlstore,
-// sqlitestore): one range scan of the key's primary index, bounded by the prefix and the
-// cursor, filtered by state and age, stopped after Limit+1 rows so that a page knows whether
-// another follows. Each store gives its dialect; the logic is written once.
+// sqlitestore): in key order, one range scan of the key's primary index, bounded by the prefix
+// and the cursor; newest first, one backward range scan of the (created_at, key) index,
+// bounded by the time range and the cursor; either filtered by the other conditions and
+// stopped after Limit+1 rows so that a page knows whether another follows. Each store gives
+// its dialect; the logic is written once.
 package sqllist
 
 import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -51,7 +54,7 @@ func Query(d Dialect, table string, b storekit.ListBounds) (string, []any) {
 	}
 	add := func(cond string, v any) {
 		args = append(args, v)
-		if len(args) > 1 {
+		if len(args) > 1 && !strings.HasPrefix(cond, " ") {
 			sb.WriteString(" AND ")
 		}
 		sb.WriteString(cond + " " + d.Param(len(args)))
@@ -71,9 +74,43 @@ func Query(d Dialect, table string, b storekit.ListBounds) (string, []any) {
 	if b.CreatedBefore != 0 {
 		add("created_at <", b.CreatedBefore)
 	}
+	if b.HasSince {
+		add("created_at >=", b.CreatedSince)
+	}
+	if b.Route != "" {
+		add("route =", b.Route)
+	}
+	if b.Status != 0 {
+		// A completed record's response starts with the codec's version, a flags byte and
+		// the status as a uvarint (see storekit.EncodeResponse); a uvarint is prefix-free, so
+		// these bytes, with either flag, are exactly the records with this status.
+		head := d.Head(2 + len(binary.AppendUvarint(nil, uint64(b.Status))))
+		add("state =", int64(idem.StateCompleted))
+		add("("+head+" =", statusHead(false, b.Status))
+		add(" OR "+head+" =", statusHead(true, b.Status))
+		sb.WriteString(")")
+	}
+	if b.Newest {
+		if b.HasAfter {
+			add("(created_at <", b.AfterCreated)
+			add(" OR created_at =", b.AfterCreated)
+			add(" AND "+d.Key+" <", key(b.After))
+			sb.WriteString(")")
+		}
+		args = append(args, b.Limit+1)
+		sb.WriteString(" ORDER BY created_at DESC, " + d.Key + " DESC LIMIT " + d.Param(len(args)))
+		return sb.String(), args
+	}
 	args = append(args, b.Limit+1)
 	sb.WriteString(" ORDER BY " + d.Key + " LIMIT " + d.Param(len(args)))
 	return sb.String(), args
+}
+
+// statusHead returns the first bytes of a stored response with this status, its body omitted
+// or not: the version, the flags and the status.
+func statusHead(omitted bool, status int) []byte {
+	b := storekit.EncodeResponse(idem.Response{Status: status, BodyOmitted: omitted})
+	return b[:2+len(binary.AppendUvarint(nil, uint64(status)))]
 }
 
 // Rows is what Read needs of a result set: *sql.Rows and pgx.Rows both have it.

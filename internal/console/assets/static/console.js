@@ -71,3 +71,52 @@
   load();
   setInterval(load, 5000);
 })();
+
+// The list of records refreshes itself: every few seconds the page's own URL (so its filters
+// and cursor) is read again and its list replaced, until the operator pauses it. Paused stays
+// paused across reloads of this tab. Nothing is read while the tab is hidden.
+(function () {
+  "use strict";
+  var button = document.getElementById("live");
+  var box = document.getElementById("records");
+  if (!button || !box) { return; }
+  var state = document.getElementById("live-state");
+  var every = parseInt(button.getAttribute("data-interval"), 10) || 5000;
+  var KEY = "idem-console-paused";
+  var paused = false;
+  try { paused = window.sessionStorage.getItem(KEY) === "1"; } catch (e) { /* storage off */ }
+
+  function show() {
+    button.textContent = paused ? "Resume updates" : "Pause updates";
+    button.setAttribute("aria-pressed", paused ? "true" : "false");
+    state.textContent = paused ? "Updates paused." : "The list refreshes every " + Math.round(every / 1000) + "s.";
+  }
+
+  function refresh() {
+    if (paused || document.hidden) { return; }
+    fetch(window.location.href, { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) {
+        if (!r.ok) { throw new Error(String(r.status)); }
+        return r.text();
+      })
+      .then(function (html) {
+        if (paused) { return; }
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.getElementById("records");
+        if (fresh) {
+          box.replaceChildren.apply(box, Array.prototype.slice.call(fresh.childNodes).map(function (n) { return document.importNode(n, true); }));
+          box.setAttribute("data-refreshed", String(Date.now()));
+        }
+      })
+      .catch(function (e) { state.textContent = "Refresh failed (" + e.message + "); retrying."; });
+  }
+
+  button.addEventListener("click", function () {
+    paused = !paused;
+    try { window.sessionStorage.setItem(KEY, paused ? "1" : "0"); } catch (e) { /* storage off */ }
+    show();
+    if (!paused) { refresh(); }
+  });
+  show();
+  setInterval(refresh, every);
+})();
