@@ -134,27 +134,33 @@ type Consumer struct {
 }
 
 // New returns a Consumer that runs h once per key through engine: an *idem.Engine, or a
-// transactional runner such as pgstore.NewTxRunner (see Runner). It fails with an error
-// matching idem.ErrInvalidInput, naming the field, when an argument or option is invalid.
+// transactional runner such as pgstore.NewTxRunner (see Runner). It fails with an
+// *idem.OptionError (matching idem.ErrInvalidInput) naming the field when an argument or
+// option is invalid.
 func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
 	switch {
 	case engine == nil || engine == (*idem.Engine)(nil):
-		return nil, fmt.Errorf("%w: consumer.New: engine is nil", idem.ErrInvalidInput)
+		return nil, optionError("runner", "is nil")
 	case h == nil:
-		return nil, fmt.Errorf("%w: consumer.New: handler is nil", idem.ErrInvalidInput)
+		return nil, optionError("handler", "is nil")
 	case opt.Key == nil:
-		return nil, fmt.Errorf("%w: consumer.Options.Key is required", idem.ErrInvalidInput)
+		return nil, optionError("Options.Key", "is required")
 	case opt.RetryDelay < 0:
-		return nil, fmt.Errorf("%w: consumer.Options.RetryDelay %s is negative", idem.ErrInvalidInput, opt.RetryDelay)
+		return nil, optionError("Options.RetryDelay", "%s is negative", opt.RetryDelay)
 	case opt.InFlightDelay < 0:
-		return nil, fmt.Errorf("%w: consumer.Options.InFlightDelay %s is negative", idem.ErrInvalidInput, opt.InFlightDelay)
+		return nil, optionError("Options.InFlightDelay", "%s is negative", opt.InFlightDelay)
 	}
 	if err := idem.CheckScope(opt.Scope); err != nil {
-		return nil, fmt.Errorf("consumer: invalid options: consumer.Options.Scope: %w", err)
+		return nil, optionError("Options.Scope", "%q: %v", opt.Scope, err)
 	}
 	opt.MaxResult = cmp.Or(opt.MaxResult, 64<<10)
 	opt.InFlightDelay = cmp.Or(opt.InFlightDelay, 2*time.Second)
 	return &Consumer{engine: engine, h: h, opt: opt, log: cmp.Or(opt.Logger, slog.Default())}, nil
+}
+
+// optionError reports an invalid option as an *idem.OptionError raised by consumer.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "consumer", Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // Options returns the consumer's options with defaults filled in.

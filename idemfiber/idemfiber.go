@@ -22,9 +22,10 @@ import (
 // DefaultMaxResponseBody is the default of Options.MaxResponseBody: 1 MiB.
 const DefaultMaxResponseBody = 1 << 20
 
-// ErrOptions reports invalid Options; the error says which field. It matches
-// idem.ErrInvalidInput too.
-var ErrOptions = fmt.Errorf("idemfiber: invalid options: %w", idem.ErrInvalidInput)
+// optionError reports an invalid option as an *idem.OptionError raised by idemfiber.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "idemfiber", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 // A ScopeFunc returns the tenant a request acts for (see idemhttp.ScopeFunc). It must return
 // the same scope for every retry of a request.
@@ -117,15 +118,18 @@ type middleware struct {
 // a single route.
 func New(opt Options) (fiber.Handler, error) {
 	if opt.Engine == nil {
-		return nil, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+		return nil, optionError("Options.Engine", "is required")
 	}
 	if opt.Scope == nil {
-		return nil, fmt.Errorf("%w: idemfiber.Options.Scope is required: a ScopeFunc that tells callers apart "+
+		return nil, optionError("Options.Scope", "is required: a ScopeFunc that tells callers apart "+
 			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+
-			"or SingleCaller() when one trusted caller is the only one to use the API", ErrOptions)
+			"or SingleCaller() when one trusted caller is the only one to use the API")
 	}
-	if opt.MaxResponseBody < 0 || opt.StoreRetryAfter < 0 {
-		return nil, fmt.Errorf("%w: Options.MaxResponseBody and Options.StoreRetryAfter must not be negative", ErrOptions)
+	if opt.MaxResponseBody < 0 {
+		return nil, optionError("Options.MaxResponseBody", "%d is negative", opt.MaxResponseBody)
+	}
+	if opt.StoreRetryAfter < 0 {
+		return nil, optionError("Options.StoreRetryAfter", "%s is negative", opt.StoreRetryAfter)
 	}
 	m := &middleware{
 		eng:        opt.Engine,

@@ -356,7 +356,7 @@ func TestResponseNotRetained(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	t.Parallel()
-	if _, err := idemfiber.New(idemfiber.Options{Scope: idemfiber.SingleCaller()}); !errors.Is(err, idemfiber.ErrOptions) {
+	if _, err := idemfiber.New(idemfiber.Options{Scope: idemfiber.SingleCaller()}); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("no engine: %v", err)
 	}
 	// No scope decision: one scope for every caller would hand one caller's stored response
@@ -366,8 +366,8 @@ func TestOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = idemfiber.New(idemfiber.Options{Engine: eng})
-	if !errors.Is(err, idemfiber.ErrOptions) || !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "idemfiber.Options.Scope") {
-		t.Fatalf("no scope: %v, want ErrOptions (idem.ErrInvalidInput) naming idemfiber.Options.Scope", err)
+	if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "idemfiber: invalid options: Options.Scope") {
+		t.Fatalf("no scope: %v, want idem.ErrInvalidInput naming idemfiber: invalid options: Options.Scope", err)
 	}
 	if _, err := idemfiber.New(idemfiber.Options{Engine: eng, Scope: idemfiber.SingleCaller()}); err != nil {
 		t.Fatalf("SingleCaller: %v", err)

@@ -402,9 +402,9 @@ func TestScopeRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng})
-	if !errors.Is(err, idem.ErrInvalidInput) || !errors.Is(err, idemgrpc.ErrOptions) ||
-		!strings.Contains(err.Error(), "idemgrpc.ServerOptions.Scope") {
-		t.Fatalf("no scope: err %v, want ErrOptions (idem.ErrInvalidInput) naming idemgrpc.ServerOptions.Scope", err)
+	if !errors.Is(err, idem.ErrInvalidInput) ||
+		!strings.Contains(err.Error(), "idemgrpc: invalid options: ServerOptions.Scope") {
+		t.Fatalf("no scope: err %v, want idem.ErrInvalidInput naming idemgrpc: invalid options: ServerOptions.Scope", err)
 	}
 	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()}); err != nil {
 		t.Fatalf("SingleCaller: %v", err)

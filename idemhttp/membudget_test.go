@@ -381,7 +381,7 @@ func TestSharedBudget(t *testing.T) {
 	}
 	a.srv.CloseClientConnections()
 	b.waitHeld(t, "the shared budget to come back to 0", func(n int64) bool { return n == 0 && shared.InUse() == 0 })
-	if _, err := idemhttp.New(idemhttp.Options{Engine: a.eng, Budget: shared, MemoryBudget: 1, Scope: idemhttp.SingleCaller()}); !errors.Is(err, idemhttp.ErrOptions) {
-		t.Fatalf("MemoryBudget and Budget both set: %v, want ErrOptions", err)
+	if _, err := idemhttp.New(idemhttp.Options{Engine: a.eng, Budget: shared, MemoryBudget: 1, Scope: idemhttp.SingleCaller()}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Fatalf("MemoryBudget and Budget both set: %v, want idem.ErrInvalidInput", err)
 	}
 }

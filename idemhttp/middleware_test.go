@@ -667,7 +667,7 @@ func TestOptionsValidation(t *testing.T) {
 		{idemhttp.Options{Engine: eng, StoreRetryAfter: -time.Second, Scope: idemhttp.SingleCaller()}, "Options.StoreRetryAfter"},
 	} {
 		_, err := idemhttp.New(tc.opt)
-		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %s", tc.opt, err, tc.want)
 		}
 	}

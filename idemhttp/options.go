@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -147,20 +146,21 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// ErrOptions reports an invalid option; the message names the field. It matches
-// idem.ErrInvalidInput too.
-var ErrOptions = fmt.Errorf("idemhttp: invalid options: %w", idem.ErrInvalidInput)
+// optionError reports an invalid option as an *idem.OptionError raised by idemhttp.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "idemhttp", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.Engine == nil && o.Runner == nil:
-		return o, fmt.Errorf("%w: Options.Engine or Options.Runner is required", ErrOptions)
+		return o, optionError("Options.Engine", "or Options.Runner is required")
 	case o.Engine != nil && o.Runner != nil:
-		return o, fmt.Errorf("%w: Options.Engine and Options.Runner are both set", ErrOptions)
+		return o, optionError("Options.Engine", "and Options.Runner are both set")
 	case o.Scope == nil:
-		return o, fmt.Errorf("%w: idemhttp.Options.Scope is required: a ScopeFunc that tells callers apart "+
+		return o, optionError("Options.Scope", "is required: a ScopeFunc that tells callers apart "+
 			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+
-			"or SingleCaller() when one trusted caller is the only one to use the API", ErrOptions)
+			"or SingleCaller() when one trusted caller is the only one to use the API")
 	}
 	if len(o.Methods) == 0 {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -169,13 +169,13 @@ func (o Options) withDefaults() (Options, error) {
 		for i, m := range o.Methods {
 			ms[i] = strings.ToUpper(m)
 			if !validToken(ms[i]) {
-				return o, fmt.Errorf("%w: Options.Methods: %q is not a method", ErrOptions, m)
+				return o, optionError("Options.Methods", "%q is not a method", m)
 			}
 		}
 		o.Methods = ms
 	}
 	if err := o.Key.validate(); err != nil {
-		return o, errors.Join(ErrOptions, err)
+		return o, err
 	}
 	if o.Fingerprint == nil {
 		o.Fingerprint = RawFingerprint
@@ -187,7 +187,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxResponseBody = cmp.Or(o.MaxResponseBody, DefaultMaxResponseBody)
 	o.StoreRetryAfter = cmp.Or(o.StoreRetryAfter, time.Second)
 	if o.Budget != nil && o.MemoryBudget != 0 {
-		return o, fmt.Errorf("%w: Options.MemoryBudget and Options.Budget are both set", ErrOptions)
+		return o, optionError("Options.MemoryBudget", "and Options.Budget are both set")
 	}
 	if o.MemoryBudget == 0 && o.Budget == nil {
 		o.MemoryBudget = DefaultMemoryBudget
@@ -202,18 +202,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.MaxRequestBody < 0:
-		return o, fmt.Errorf("%w: Options.MaxRequestBody %d is negative", ErrOptions, o.MaxRequestBody)
+		return o, optionError("Options.MaxRequestBody", "%d is negative", o.MaxRequestBody)
 	case o.MaxResponseBody < 0:
-		return o, fmt.Errorf("%w: Options.MaxResponseBody %d is negative", ErrOptions, o.MaxResponseBody)
+		return o, optionError("Options.MaxResponseBody", "%d is negative", o.MaxResponseBody)
 	case o.StoreRetryAfter < 0:
-		return o, fmt.Errorf("%w: Options.StoreRetryAfter %s is negative", ErrOptions, o.StoreRetryAfter)
+		return o, optionError("Options.StoreRetryAfter", "%s is negative", o.StoreRetryAfter)
 	}
 	if o.DenyHeaders == nil {
 		o.DenyHeaders = []string{"Set-Cookie"}
 	}
 	for _, h := range o.DenyHeaders {
 		if !validToken(h) {
-			return o, fmt.Errorf("%w: Options.DenyHeaders: %q is not a header name", ErrOptions, h)
+			return o, optionError("Options.DenyHeaders", "%q is not a header name", h)
 		}
 	}
 	return o, nil

@@ -27,7 +27,7 @@ func TestOptionsRunnerValidation(t *testing.T) {
 		{idemhttp.Options{Engine: eng, Runner: eng, Scope: idemhttp.SingleCaller()}, "Options.Engine and Options.Runner are both set"},
 	} {
 		_, err := idemhttp.New(tc.opt)
-		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %s", tc.opt, err, tc.want)
 		}
 	}

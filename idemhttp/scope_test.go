@@ -107,9 +107,9 @@ func TestScopeRequired(t *testing.T) {
 		"Runner": {Runner: eng},
 	} {
 		_, err := idemhttp.New(opt)
-		if !errors.Is(err, idem.ErrInvalidInput) || !errors.Is(err, idemhttp.ErrOptions) ||
-			!strings.Contains(err.Error(), "idemhttp.Options.Scope") {
-			t.Errorf("%s without Scope: err %v, want ErrOptions (idem.ErrInvalidInput) naming idemhttp.Options.Scope", name, err)
+		if !errors.Is(err, idem.ErrInvalidInput) ||
+			!strings.Contains(err.Error(), "idemhttp: invalid options: Options.Scope") {
+			t.Errorf("%s without Scope: err %v, want idem.ErrInvalidInput naming idemhttp: invalid options: Options.Scope", name, err)
 		}
 		opt.Scope = idemhttp.SingleCaller()
 		if _, err := idemhttp.New(opt); err != nil {

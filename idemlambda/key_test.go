@@ -127,11 +127,11 @@ func TestKeyPathsTuple(t *testing.T) {
 		}
 	}
 	if _, err := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPath: "a", KeyPaths: []string{"b"}},
-		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idemlambda.ErrOptions) {
+		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("KeyPath and KeyPaths: %v", err)
 	}
 	if _, err := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPaths: []string{"a", ""}},
-		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idemlambda.ErrOptions) {
+		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("an empty path in KeyPaths: %v", err)
 	}
 }

@@ -241,11 +241,11 @@ func TestOptions(t *testing.T) {
 		{Engine: eng, KeyPath: "id", FingerprintPath: "x."},
 		{Engine: eng, KeyPath: "id", Name: "a|b"},
 	} {
-		if _, err := idemlambda.Wrap(opt, h); !errors.Is(err, idemlambda.ErrOptions) {
+		if _, err := idemlambda.Wrap(opt, h); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%+v: %v", opt, err)
 		}
 	}
-	if _, err := idemlambda.Wrap[string, string](idemlambda.Options{Engine: eng, KeyPath: "id"}, nil); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.Wrap[string, string](idemlambda.Options{Engine: eng, KeyPath: "id"}, nil); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Errorf("nil handler: %v", err)
 	}
 }

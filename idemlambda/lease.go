@@ -115,7 +115,7 @@ func newLeaser(eng *idem.Engine, margin time.Duration) (*leaser, error) {
 	opt.CacheOnComplete = true // a function instance that stored a result answers its duplicates
 	inner, err := idem.New(boundedStore{eng.Store()}, opt)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Options.Engine: %v", ErrOptions, err)
+		return nil, optionError("Options.Engine", "cannot be bounded by the invocation deadline: %v", err)
 	}
 	return &leaser{eng: inner, margin: margin}, nil
 }

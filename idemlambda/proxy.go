@@ -64,7 +64,7 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 	case err != nil:
 		return nil, err
 	case opt.Engine == nil && !off:
-		return nil, fmt.Errorf("%w: ProxyOptions.Engine is required", ErrOptions)
+		return nil, optionError("ProxyOptions.Engine", "is required")
 	}
 	if opt.Methods == nil {
 		opt.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -72,7 +72,7 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 	p := &proxy{opt: opt, methods: map[string]bool{}}
 	for _, m := range opt.Methods {
 		if m == "" || strings.ToUpper(m) != m {
-			return nil, fmt.Errorf("%w: ProxyOptions.Methods: %q is not an upper-case method name", ErrOptions, m)
+			return nil, optionError("ProxyOptions.Methods", "%q is not an upper-case method name", m)
 		}
 		p.methods[m] = true
 	}
@@ -221,13 +221,13 @@ func serve[Resp any](ctx context.Context, p *proxy, a answer, status func(Resp) 
 // payload format 1.0), with Idempotency-Key semantics: a request retried with the same key runs
 // the handler once, and every retry gets the first response, with Idempotent-Replayed: true.
 // See the package documentation for keys, scopes, fingerprints and refusals. It fails with an
-// error wrapping ErrOptions, naming the field, if an option is invalid.
+// *idem.OptionError (matching idem.ErrInvalidInput) naming the field if an option is invalid.
 //
 // An error from the handler is returned as it is and releases the key, so a retry runs the
 // handler again; so does a response the engine's Policy releases (5xx by default).
 func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)) (func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error), error) {
 	if handler == nil {
-		return nil, fmt.Errorf("%w: the handler is nil", ErrOptions)
+		return nil, optionError("handler", "is nil")
 	}
 	p, err := newProxy(opt)
 	if err != nil {
@@ -266,7 +266,7 @@ func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req even
 // Lambda function URLs that use the same event shape.
 func WrapHTTPAPI(opt ProxyOptions, handler func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)) (func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), error) {
 	if handler == nil {
-		return nil, fmt.Errorf("%w: the handler is nil", ErrOptions)
+		return nil, optionError("handler", "is nil")
 	}
 	p, err := newProxy(opt)
 	if err != nil {

@@ -23,11 +23,11 @@ func TestProxyOptions(t *testing.T) {
 		{Engine: eng, Methods: []string{"post"}},
 		{Engine: eng, Methods: []string{""}},
 	} {
-		if _, err := idemlambda.WrapAPIGateway(opt, h); !errors.Is(err, idemlambda.ErrOptions) {
+		if _, err := idemlambda.WrapAPIGateway(opt, h); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%+v: %v", opt, err)
 		}
 	}
-	if _, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng}, nil); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng}, nil); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Errorf("nil handler: %v", err)
 	}
 }
