@@ -64,6 +64,9 @@ type Handler func(ctx context.Context, m *Message) ([]byte, error)
 
 // Options configure a Consumer. Only Key is required.
 type Options struct {
+	// Runner runs the handler once per key: an *idem.Engine, or a transactional runner such
+	// as pgstore.NewTxRunner (see Runner). Required.
+	Runner Runner
 	// Key derives the idempotency key from the message's business fact. Required.
 	Key KeyFunc
 	// Fingerprint identifies the content of the message, so that a key reused for a
@@ -133,14 +136,15 @@ type Consumer struct {
 	log    *slog.Logger
 }
 
-// New returns a Consumer that runs h once per key through engine: an *idem.Engine, or a
+// New returns a Consumer that runs h once per key through opt.Runner: an *idem.Engine, or a
 // transactional runner such as pgstore.NewTxRunner (see Runner). It fails with an
 // *idem.OptionError (matching idem.ErrInvalidInput) naming the field when an argument or
 // option is invalid.
-func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
+func New(opt Options, h Handler) (*Consumer, error) {
+	engine := opt.Runner
 	switch {
 	case engine == nil || engine == (*idem.Engine)(nil):
-		return nil, optionError("runner", "is nil")
+		return nil, optionError("Options.Runner", "is required")
 	case h == nil:
 		return nil, optionError("handler", "is nil")
 	case opt.Key == nil:
@@ -165,10 +169,6 @@ func optionError(field, format string, args ...any) error {
 
 // Options returns the consumer's options with defaults filled in.
 func (c *Consumer) Options() Options { return c.opt }
-
-// Runner returns the runner (an *idem.Engine or a transactional runner) the consumer was
-// made with.
-func (c *Consumer) Runner() Runner { return c.engine }
 
 // Handle derives the message's key and runs the handler once for it through the engine. With
 // an *idem.Engine it costs one store round trip for a duplicate (the claim attempt finds the

@@ -292,7 +292,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	}
 	g.engines = append(g.engines, eng)
 	opt := idemhttp.Options{
-		Engine:          eng,
+		Runner:          eng,
 		Methods:         g.cfg.Methods,
 		RequireKey:      g.cfg.RequireKey,
 		MaxRequestBody:  int64(g.cfg.MaxBody),

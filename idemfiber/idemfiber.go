@@ -77,10 +77,12 @@ func headerScope(name string, hash func(...string) string) ScopeFunc {
 	}
 }
 
-// Options configure New. Engine and Scope are required.
+// Options configure New. Runner and Scope are required.
 type Options struct {
-	// Engine claims keys, stores and replays responses. Required.
-	Engine *idem.Engine
+	// Runner claims keys, stores and replays responses: an *idem.Engine, or a transactional
+	// runner (pgstore.TxRunner, …) that runs each handler in the same database transaction as
+	// the claim and the stored response. Required.
+	Runner idem.Runner
 	// Methods are the request methods processed; others pass through. Default POST and PATCH.
 	Methods []string
 	// RequireKey answers 400 (idemhttp.ProblemMissingKey) to a processed request without a
@@ -104,7 +106,7 @@ type Options struct {
 }
 
 type middleware struct {
-	eng        *idem.Engine
+	eng        idem.Runner
 	methods    []string
 	requireKey bool
 	scope      ScopeFunc
@@ -117,8 +119,8 @@ type middleware struct {
 // New returns the middleware. Put it in front of the routes it protects: app.Use, a group, or
 // a single route.
 func New(opt Options) (fiber.Handler, error) {
-	if opt.Engine == nil {
-		return nil, optionError("Options.Engine", "is required")
+	if opt.Runner == nil || opt.Runner == (*idem.Engine)(nil) {
+		return nil, optionError("Options.Runner", "is required")
 	}
 	if opt.Scope == nil {
 		return nil, optionError("Options.Scope", "is required: a ScopeFunc that tells callers apart "+
@@ -132,7 +134,7 @@ func New(opt Options) (fiber.Handler, error) {
 		return nil, optionError("Options.StoreRetryAfter", "%s is negative", opt.StoreRetryAfter)
 	}
 	m := &middleware{
-		eng:        opt.Engine,
+		eng:        opt.Runner,
 		methods:    opt.Methods,
 		requireKey: opt.RequireKey,
 		scope:      opt.Scope,

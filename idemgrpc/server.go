@@ -125,13 +125,14 @@ func hashValues(h hash.Hash, vs []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// ServerOptions configure the server interceptor. Engine and Scope are required.
+// ServerOptions configure the server interceptor. Runner and Scope are required.
 type ServerOptions struct {
-	// Engine runs handlers at most once per key and stores their replies. Its Policy decides
-	// which replies are kept, seen through HTTPStatus (see the package documentation); its
-	// Wait, whether a duplicate in flight waits for the reply or gets Aborted at once.
-	// Required.
-	Engine *idem.Engine
+	// Runner runs handlers at most once per key and stores their replies: an *idem.Engine, or
+	// a transactional runner (pgstore.TxRunner, …) that runs each handler in the same database
+	// transaction as the claim and the stored reply. Its Policy decides which replies are
+	// kept, seen through HTTPStatus (see the package documentation); its Wait, whether a
+	// duplicate in flight waits for the reply or gets Aborted at once. Required.
+	Runner idem.Runner
 	// Methods are the full method names processed ("/pkg.Service/Method"); calls to other
 	// methods pass through untouched. Default: every unary method.
 	Methods []string
@@ -176,8 +177,8 @@ type server struct {
 // (matching idem.ErrInvalidInput) naming the field if an option is invalid. See the package documentation for
 // what it answers.
 func UnaryServerInterceptor(opt ServerOptions) (grpc.UnaryServerInterceptor, error) {
-	if opt.Engine == nil {
-		return nil, optionError("ServerOptions.Engine", "is required")
+	if opt.Runner == nil || opt.Runner == (*idem.Engine)(nil) {
+		return nil, optionError("ServerOptions.Runner", "is required")
 	}
 	if opt.Scope == nil {
 		return nil, optionError("ServerOptions.Scope", "is required: a ScopeFunc that tells callers apart "+
@@ -251,7 +252,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		reply    any
 		replyErr error
 	)
-	res, err := s.opt.Engine.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
+	res, err := s.opt.Runner.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
 		cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 		if cs.ServerTransportStream != nil {
 			ctx = grpc.NewContextWithServerTransportStream(ctx, cs)

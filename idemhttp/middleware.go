@@ -62,14 +62,8 @@ func newMiddleware(opt Options) (*middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	var eng idem.Runner = opt.Engine
-	if opt.Engine == nil {
-		eng = opt.Runner
-	}
-	var eo idem.Options
-	if o, ok := eng.(interface{ Options() idem.Options }); ok {
-		eo = o.Options()
-	}
+	eng := opt.Runner
+	eo := eng.Options()
 	if eo.Policy == nil {
 		eo.Policy = idem.DefaultPolicy
 	}

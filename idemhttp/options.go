@@ -29,22 +29,19 @@ const (
 	DefaultMaxResponseBody = 1 << 20
 )
 
-// Options configure the middleware. Engine (or Runner) and Scope are required; the zero value of
-// every other field is a safe default.
+// Options configure the middleware. Runner and Scope are required; the zero value of every
+// other field is a safe default.
 type Options struct {
-	// Engine runs handlers at most once per key and stores their responses. Its options decide
-	// the lease, how long responses are kept (TTL), whether duplicates in flight wait (Wait) or
-	// get 409 at once, which statuses are kept (Policy: idem.DefaultPolicy releases 5xx, 401,
-	// 403, 408, 409, 425 and 429; idem.StoreServerErrors keeps 5xx too), what happens to an
-	// uncertain outcome (Uncertain), and a local cache of hot replays (CacheSize). Exactly one
-	// of Engine and Runner is required.
-	Engine *idem.Engine
-	// Runner, in place of Engine, runs handlers at most once per key: pgstore.TxRunner runs
-	// each handler in the same PostgreSQL transaction as the claim and the stored response,
-	// and hands the handler that transaction in the request's context. The middleware takes
-	// the Policy, TTL and Now from the Runner's Options method (func() idem.Options) if it has
-	// one; otherwise it uses idem.DefaultPolicy, time.Now and no TTL (ExpiresHeader is then
-	// only exact on replays). A Runner sets Result.Executed when the handler's response
+	// Runner runs handlers at most once per key and stores their responses: an *idem.Engine,
+	// or a transactional runner (pgstore.TxRunner, mysqlstore.TxRunner, sqlitestore.TxRunner)
+	// that runs each handler in the same database transaction as the claim and the stored
+	// response, and hands the handler that transaction in the request's context. Its options
+	// (Runner.Options) decide the lease, how long responses are kept (TTL), whether duplicates
+	// in flight wait (Wait) or get 409 at once, which statuses are kept (Policy:
+	// idem.DefaultPolicy releases 5xx, 401, 403, 408, 409, 425 and 429; idem.StoreServerErrors
+	// keeps 5xx too), what happens to an uncertain outcome (Uncertain), and a local cache of
+	// hot replays (CacheSize); the middleware reads Policy, TTL and Now from them. Required.
+	// A Runner sets Result.Executed when the handler's response
 	// stands; when it returns an error with Executed false after the handler ran (a failed
 	// commit), the handler's response is not sent unless it already began to stream: the
 	// client gets the problem for that error (503 for idem.ErrStoreUnavailable, never a fail
@@ -153,10 +150,8 @@ func optionError(field, format string, args ...any) error {
 
 func (o Options) withDefaults() (Options, error) {
 	switch {
-	case o.Engine == nil && o.Runner == nil:
-		return o, optionError("Options.Engine", "or Options.Runner is required")
-	case o.Engine != nil && o.Runner != nil:
-		return o, optionError("Options.Engine", "and Options.Runner are both set")
+	case o.Runner == nil || o.Runner == (*idem.Engine)(nil):
+		return o, optionError("Options.Runner", "is required")
 	case o.Scope == nil:
 		return o, optionError("Options.Scope", "is required: a ScopeFunc that tells callers apart "+
 			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+

@@ -103,7 +103,6 @@ func TestScopeRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, opt := range map[string]idemhttp.Options{
-		"Engine": {Engine: eng},
 		"Runner": {Runner: eng},
 	} {
 		_, err := idemhttp.New(opt)

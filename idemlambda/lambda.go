@@ -33,7 +33,7 @@ var ErrReleaseFailed = errors.New("idemlambda: the failed invocation's claim cou
 
 // DisabledEnv is the environment variable that turns idempotency off, for local runs and unit
 // tests without a store: set to 1 (or true), every wrapper runs its handler on every event, as
-// if the event had no key, and Options.Engine (ProxyOptions.Engine) may be nil. Keys are still
+// if the event had no key, and Options.Runner (ProxyOptions.Runner) may be nil. Keys are still
 // read, so RequireKey and malformed keys fail as they would with a store. Every Wrap,
 // WrapAPIGateway and WrapHTTPAPI logs a warning when it is set, once per cold start. It is
 // refused (the wrapper fails with an *idem.OptionError) inside AWS Lambda, where AWS_LAMBDA_FUNCTION_NAME
@@ -61,14 +61,16 @@ func disabled(logger *slog.Logger) (bool, error) {
 	return true, nil
 }
 
-// Options configure Wrap. Engine and KeyPath (or KeyPaths) are required.
+// Options configure Wrap. Runner and KeyPath (or KeyPaths) are required.
 type Options struct {
-	// Engine runs the handler at most once per key and stores its result. Its TTL is how long
+	// Runner runs the handler at most once per key and stores its result: an *idem.Engine, or
+	// a transactional runner (pgstore.TxRunner, …), whose claims are then not bounded by the
+	// invocation's deadline (LeaseMargin does not apply). Its TTL is how long
 	// results are replayed; its Wait lets a duplicate invocation wait for the first one's
 	// result instead of failing with idem.ErrInFlight; its CacheSize keeps results in the
 	// function instance's memory, filled as each result is stored, so a duplicate that reaches
 	// the same instance is answered without a store call. Required, unless DisabledEnv is set.
-	Engine *idem.Engine
+	Runner idem.Runner
 	// KeyPath says where the key is in the event: a path into the event's JSON encoding, its
 	// segments separated by dots ("detail.order_id", "body.order_id", "Records.0.messageId"),
 	// or "." for the whole event. A segment of digits indexes an array. A string that holds
@@ -134,8 +136,8 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	switch {
 	case err != nil:
 		return nil, err
-	case opt.Engine == nil && !off:
-		return nil, optionError("Options.Engine", "is required")
+	case (opt.Runner == nil || opt.Runner == (*idem.Engine)(nil)) && !off:
+		return nil, optionError("Options.Runner", "is required")
 	case handler == nil:
 		return nil, optionError("handler", "is nil")
 	case opt.KeyPath != "" && len(opt.KeyPaths) > 0:
@@ -169,7 +171,7 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	}
 	var lease *leaser
 	if !off {
-		if lease, err = newLeaser(opt.Engine, opt.LeaseMargin); err != nil {
+		if lease, err = newLeaser(opt.Runner, opt.LeaseMargin); err != nil {
 			return nil, err
 		}
 	}

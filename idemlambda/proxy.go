@@ -18,13 +18,15 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// ProxyOptions configure WrapAPIGateway and WrapHTTPAPI. Only Engine is required.
+// ProxyOptions configure WrapAPIGateway and WrapHTTPAPI. Only Runner is required.
 type ProxyOptions struct {
-	// Engine runs the handler at most once per (scope, key) and stores its response. Its TTL is
+	// Runner runs the handler at most once per (scope, key) and stores its response: an
+	// *idem.Engine, or a transactional runner (pgstore.TxRunner, …), whose claims are then not
+	// bounded by the invocation's deadline (LeaseMargin does not apply). Its TTL is
 	// how long responses are replayed, its Policy which responses are kept (by default 5xx,
 	// 401, 403, 408, 409, 425 and 429 release the key), its Wait whether a duplicate waits for
 	// the first request's response instead of getting 409. Required, unless DisabledEnv is set.
-	Engine *idem.Engine
+	Runner idem.Runner
 	// Methods are the HTTP methods processed, in upper case as API Gateway sends them;
 	// requests with other methods go to the handler untouched. Default POST and PATCH.
 	Methods []string
@@ -63,8 +65,8 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case opt.Engine == nil && !off:
-		return nil, optionError("ProxyOptions.Engine", "is required")
+	case (opt.Runner == nil || opt.Runner == (*idem.Engine)(nil)) && !off:
+		return nil, optionError("ProxyOptions.Runner", "is required")
 	}
 	if opt.Methods == nil {
 		opt.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -79,7 +81,7 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 	if off {
 		return p, nil
 	}
-	if p.lease, err = newLeaser(opt.Engine, opt.LeaseMargin); err != nil {
+	if p.lease, err = newLeaser(opt.Runner, opt.LeaseMargin); err != nil {
 		return nil, err
 	}
 	return p, nil
