@@ -83,11 +83,11 @@ type Engine struct {
 	wake  waiters
 }
 
-// New returns an Engine over store. It fails with an error wrapping ErrInvalidInput, naming the
-// field, if an option is out of range.
+// New returns an Engine over store. It fails with an *OptionError (matching ErrInvalidInput)
+// naming the field if an option is out of range.
 func New(store Store, opt Options) (*Engine, error) {
 	if store == nil {
-		return nil, invalid("store is nil")
+		return nil, optionError("store", "is nil")
 	}
 	opt.Lease = cmp.Or(opt.Lease, 30*time.Second)
 	opt.TTL = cmp.Or(opt.TTL, 24*time.Hour)
@@ -105,23 +105,23 @@ func New(store Store, opt Options) (*Engine, error) {
 	}
 	switch {
 	case opt.Lease < time.Millisecond:
-		return nil, invalid("Options.Lease %s is below 1ms", opt.Lease)
+		return nil, optionError("Options.Lease", "%s is below 1ms", opt.Lease)
 	case opt.TTL < opt.Lease:
-		return nil, invalid("Options.TTL %s is shorter than Options.Lease %s", opt.TTL, opt.Lease)
+		return nil, optionError("Options.TTL", "%s is shorter than Options.Lease %s", opt.TTL, opt.Lease)
 	case opt.Heartbeat >= opt.Lease:
-		return nil, invalid("Options.Heartbeat %s must be shorter than Options.Lease %s", opt.Heartbeat, opt.Lease)
+		return nil, optionError("Options.Heartbeat", "%s must be shorter than Options.Lease %s", opt.Heartbeat, opt.Lease)
 	case opt.Wait < 0:
-		return nil, invalid("Options.Wait %s is negative", opt.Wait)
+		return nil, optionError("Options.Wait", "%s is negative", opt.Wait)
 	case opt.PollInterval < 0:
-		return nil, invalid("Options.PollInterval %s is negative", opt.PollInterval)
+		return nil, optionError("Options.PollInterval", "%s is negative", opt.PollInterval)
 	case opt.StoreTimeout < 0:
-		return nil, invalid("Options.StoreTimeout %s is negative", opt.StoreTimeout)
+		return nil, optionError("Options.StoreTimeout", "%s is negative", opt.StoreTimeout)
 	case opt.CacheSize < 0:
-		return nil, invalid("Options.CacheSize %d is negative", opt.CacheSize)
+		return nil, optionError("Options.CacheSize", "%d is negative", opt.CacheSize)
 	case opt.CacheBytes < 0:
-		return nil, invalid("Options.CacheBytes %d is negative", opt.CacheBytes)
+		return nil, optionError("Options.CacheBytes", "%d is negative", opt.CacheBytes)
 	case opt.Uncertain > UncertainHold:
-		return nil, invalid("Options.Uncertain %d is not a known policy", opt.Uncertain)
+		return nil, optionError("Options.Uncertain", "%d is not a known policy", opt.Uncertain)
 	}
 	e := &Engine{store: store, opt: opt}
 	if opt.CacheSize > 0 {

@@ -124,6 +124,34 @@ func CheckKey(key string) error {
 	return nil
 }
 
+// OptionError reports an invalid option or argument given to a constructor (idem.New,
+// idemhttp.New, consumer.New, …). It matches ErrInvalidInput with errors.Is, and its text has
+// one shape everywhere: "<package>: invalid options: <field> <problem>", the package being the
+// one that raised it, so a caller can tell which constructor refused and why.
+type OptionError struct {
+	// Package is the package that raised the error: "idem", "idemhttp", "consumer", ….
+	Package string
+	// Field names the option or argument at fault, as a user writes it: "Options.Lease",
+	// "handler", or a configuration key such as "upstream".
+	Field string
+	// Problem says what is wrong with it, read after the field: "is required",
+	// "-1s is negative".
+	Problem string
+}
+
+// Error implements error.
+func (e *OptionError) Error() string {
+	return e.Package + ": invalid options: " + e.Field + " " + e.Problem
+}
+
+// Is makes an OptionError match ErrInvalidInput.
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidInput }
+
+// optionError returns an *OptionError raised by this package.
+func optionError(field, format string, args ...any) error {
+	return &OptionError{Package: "idem", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidInput}, args...)...)
 }

@@ -41,7 +41,7 @@ var ErrResultNotRetained = errors.New("idem: result not retained")
 //
 // Every other outcome (ErrInFlight, ErrStoreUnavailable, ErrLeaseLost after fn ran) is
 // Engine.Do's, with the zero T unless fn ran in this call.
-func DoJSON[T any](ctx context.Context, e *Engine, key string, input any, fn func(ctx context.Context) (T, error)) (T, Result, error) {
+func DoJSON[T any](ctx context.Context, e Runner, key string, input any, fn func(ctx context.Context) (T, error)) (T, Result, error) {
 	var zero T
 	if fn == nil {
 		return zero, Result{}, invalid("nil function")
@@ -100,7 +100,7 @@ func DoJSON[T any](ctx context.Context, e *Engine, key string, input any, fn fun
 //
 // An empty key, or an invalid name, makes the call fail with an error matching
 // ErrInvalidInput; fn does not run.
-func Wrap[In, Out any](e *Engine, name string, keyOf func(In) string, fn func(ctx context.Context, in In) (Out, error)) func(ctx context.Context, in In) (Out, error) {
+func Wrap[In, Out any](e Runner, name string, keyOf func(In) string, fn func(ctx context.Context, in In) (Out, error)) func(ctx context.Context, in In) (Out, error) {
 	return func(ctx context.Context, in In) (Out, error) {
 		var zero Out
 		switch {

@@ -64,6 +64,9 @@ type Handler func(ctx context.Context, m *Message) ([]byte, error)
 
 // Options configure a Consumer. Only Key is required.
 type Options struct {
+	// Runner runs the handler once per key: an *idem.Engine, or a transactional runner such
+	// as pgstore.NewTxRunner (see Runner). Required.
+	Runner Runner
 	// Key derives the idempotency key from the message's business fact. Required.
 	Key KeyFunc
 	// Fingerprint identifies the content of the message, so that a key reused for a
@@ -133,36 +136,39 @@ type Consumer struct {
 	log    *slog.Logger
 }
 
-// New returns a Consumer that runs h once per key through engine: an *idem.Engine, or a
-// transactional runner such as pgstore.NewTxRunner (see Runner). It fails with an error
-// matching idem.ErrInvalidInput, naming the field, when an argument or option is invalid.
-func New(engine Runner, h Handler, opt Options) (*Consumer, error) {
+// New returns a Consumer that runs h once per key through opt.Runner: an *idem.Engine, or a
+// transactional runner such as pgstore.NewTxRunner (see Runner). It fails with an
+// *idem.OptionError (matching idem.ErrInvalidInput) naming the field when an argument or
+// option is invalid.
+func New(opt Options, h Handler) (*Consumer, error) {
+	engine := opt.Runner
 	switch {
 	case engine == nil || engine == (*idem.Engine)(nil):
-		return nil, fmt.Errorf("%w: consumer.New: engine is nil", idem.ErrInvalidInput)
+		return nil, optionError("Options.Runner", "is required")
 	case h == nil:
-		return nil, fmt.Errorf("%w: consumer.New: handler is nil", idem.ErrInvalidInput)
+		return nil, optionError("handler", "is nil")
 	case opt.Key == nil:
-		return nil, fmt.Errorf("%w: consumer.Options.Key is required", idem.ErrInvalidInput)
+		return nil, optionError("Options.Key", "is required")
 	case opt.RetryDelay < 0:
-		return nil, fmt.Errorf("%w: consumer.Options.RetryDelay %s is negative", idem.ErrInvalidInput, opt.RetryDelay)
+		return nil, optionError("Options.RetryDelay", "%s is negative", opt.RetryDelay)
 	case opt.InFlightDelay < 0:
-		return nil, fmt.Errorf("%w: consumer.Options.InFlightDelay %s is negative", idem.ErrInvalidInput, opt.InFlightDelay)
+		return nil, optionError("Options.InFlightDelay", "%s is negative", opt.InFlightDelay)
 	}
 	if err := idem.CheckScope(opt.Scope); err != nil {
-		return nil, fmt.Errorf("consumer: invalid options: consumer.Options.Scope: %w", err)
+		return nil, optionError("Options.Scope", "%q: %v", opt.Scope, err)
 	}
 	opt.MaxResult = cmp.Or(opt.MaxResult, 64<<10)
 	opt.InFlightDelay = cmp.Or(opt.InFlightDelay, 2*time.Second)
 	return &Consumer{engine: engine, h: h, opt: opt, log: cmp.Or(opt.Logger, slog.Default())}, nil
 }
 
+// optionError reports an invalid option as an *idem.OptionError raised by consumer.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "consumer", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
 // Options returns the consumer's options with defaults filled in.
 func (c *Consumer) Options() Options { return c.opt }
-
-// Runner returns the runner (an *idem.Engine or a transactional runner) the consumer was
-// made with.
-func (c *Consumer) Runner() Runner { return c.engine }
 
 // Handle derives the message's key and runs the handler once for it through the engine. With
 // an *idem.Engine it costs one store round trip for a duplicate (the claim attempt finds the

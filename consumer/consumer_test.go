@@ -89,7 +89,8 @@ func newConsumer(t *testing.T, e *idem.Engine, h consumer.Handler, opt consumer.
 	if opt.Key == nil {
 		opt.Key = orderKey
 	}
-	c, err := consumer.New(e, h, opt)
+	opt.Runner = e
+	c, err := consumer.New(opt, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,19 +406,22 @@ func TestNewValidates(t *testing.T) {
 		opt   consumer.Options
 		field string
 	}{
-		{"nil engine", nil, h, consumer.Options{Key: orderKey}, "engine"},
+		{"nil runner", nil, h, consumer.Options{Key: orderKey}, "Options.Runner"},
 		{"nil handler", e, nil, consumer.Options{Key: orderKey}, "handler"},
 		{"no key", e, h, consumer.Options{}, "Options.Key"},
 		{"retry delay", e, h, consumer.Options{Key: orderKey, RetryDelay: -1}, "Options.RetryDelay"},
 		{"in-flight delay", e, h, consumer.Options{Key: orderKey, InFlightDelay: -1}, "Options.InFlightDelay"},
-		{"scope too long", e, h, consumer.Options{Key: orderKey, Scope: strings.Repeat("s", idem.MaxScopeLen+1)}, "consumer.Options.Scope"},
-		{"scope with the separator", e, h, consumer.Options{Key: orderKey, Scope: "billing|eu"}, "consumer.Options.Scope"},
-		{"scope with a control character", e, h, consumer.Options{Key: orderKey, Scope: "billing\n"}, "consumer.Options.Scope"},
-		{"scope not UTF-8", e, h, consumer.Options{Key: orderKey, Scope: "billing\xff"}, "consumer.Options.Scope"},
+		{"scope too long", e, h, consumer.Options{Key: orderKey, Scope: strings.Repeat("s", idem.MaxScopeLen+1)}, "Options.Scope"},
+		{"scope with the separator", e, h, consumer.Options{Key: orderKey, Scope: "billing|eu"}, "Options.Scope"},
+		{"scope with a control character", e, h, consumer.Options{Key: orderKey, Scope: "billing\n"}, "Options.Scope"},
+		{"scope not UTF-8", e, h, consumer.Options{Key: orderKey, Scope: "billing\xff"}, "Options.Scope"},
 	}
 	for _, tc := range cases {
-		_, err := consumer.New(tc.e, tc.h, tc.opt)
-		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.field) {
+		if tc.e != nil {
+			tc.opt.Runner = tc.e
+		}
+		_, err := consumer.New(tc.opt, tc.h)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.HasPrefix(err.Error(), "consumer: invalid options: "+tc.field) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 		if strings.HasPrefix(tc.name, "scope") && (err == nil || !strings.HasPrefix(err.Error(), "consumer: ")) {
@@ -425,11 +429,11 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 	for _, scope := range []string{"", "billing/eu", strings.Repeat("s", idem.MaxScopeLen), "ключ"} {
-		if _, err := consumer.New(e, h, consumer.Options{Key: orderKey, Scope: scope}); err != nil {
+		if _, err := consumer.New(consumer.Options{Runner: e, Key: orderKey, Scope: scope}, h); err != nil {
 			t.Errorf("scope %.20q: %v", scope, err)
 		}
 	}
-	c, _ := consumer.New(e, h, consumer.Options{Key: orderKey})
+	c, _ := consumer.New(consumer.Options{Runner: e, Key: orderKey}, h)
 	if r := c.Handle(context.Background(), nil); r.Outcome != consumer.Rejected {
 		t.Errorf("nil message: %v", r.Outcome)
 	}

@@ -23,7 +23,8 @@
 // published twice and fanned out to two queues arrives as four messages with four ids and one
 // order id; keyed on the order id, the charge happens once.
 //
-//	c, err := consumer.New(engine, charge, consumer.Options{
+//	c, err := consumer.New(consumer.Options{
+//		Runner: engine,
 //		Scope: "billing", // another service consuming the same events uses its own scope
 //		Key: func(m *consumer.Message) (string, error) {
 //			var o struct{ ID string `json:"order_id"` }
@@ -32,7 +33,7 @@
 //			}
 //			return "order/" + o.ID, nil
 //		},
-//	})
+//	}, charge)
 //
 // The content of the message is fingerprinted (idem.Fingerprint of the body by default, or
 // [Options.Fingerprint]): a key reused for a different event is rejected with
@@ -66,12 +67,12 @@
 // one database transaction, and the handler takes it from its context with the store's
 // TxFromContext:
 //
-//	c, err := consumer.New(pgstore.NewTxRunner(st, pgstore.TxOptions{}),
+//	c, err := consumer.New(consumer.Options{Runner: pgstore.NewTxRunner(st, pgstore.TxOptions{}), Key: orderKey},
 //		func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 //			tx := pgstore.TxFromContext(ctx)
 //			_, err := tx.Exec(ctx, "INSERT INTO charges (order_id) VALUES ($1)", orderID(m))
 //			return nil, err
-//		}, consumer.Options{Key: orderKey})
+//		})
 //
 // The adapters ack only after Handle returns Processed, which in this mode means after the
 // commit. A handler error, a panic, a process killed mid-effect or a failed COMMIT roll

@@ -16,11 +16,9 @@ import (
 func Example() {
 	engine, _ := idem.New(memstore.New(), idem.Options{})
 	charges := 0
-	c, err := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		charges++
-		return []byte("receipt-1"), nil
-	}, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		Key: func(m *consumer.Message) (string, error) {
 			var o struct {
 				ID string `json:"order_id"`
@@ -30,6 +28,9 @@ func Example() {
 			}
 			return "order/" + o.ID, nil
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		charges++
+		return []byte("receipt-1"), nil
 	})
 	if err != nil {
 		panic(err)

@@ -27,10 +27,11 @@ func TestTxRunnerSQLite(t *testing.T) {
 	// The business table lives in the store's file; create it in a transaction of the runner's.
 	run := sqlitestore.NewTxRunner(st, sqlitestore.TxOptions{})
 	setup := consumer.Options{Key: func(*consumer.Message) (string, error) { return "setup", nil }, Logger: discard()}
-	mk, err := consumer.New(run, func(ctx context.Context, _ *consumer.Message) ([]byte, error) {
+	setup.Runner = run
+	mk, err := consumer.New(setup, func(ctx context.Context, _ *consumer.Message) ([]byte, error) {
 		_, err := sqlitestore.TxFromContext(ctx).ExecContext(ctx, "CREATE TABLE charges (order_id TEXT NOT NULL)")
 		return nil, err
-	}, setup)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestTxRunnerSQLite(t *testing.T) {
 	boom := errors.New("declined")
 	var mu sync.Mutex
 	failOnce := map[string]bool{"order/1": true}
-	c, err := consumer.New(run, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: run, Key: orderKey, Logger: discard()}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		id := strings.SplitN(string(m.Body), ":", 3)[1]
 		if _, err := sqlitestore.TxFromContext(ctx).ExecContext(ctx, "INSERT INTO charges (order_id) VALUES (?)", id); err != nil {
 			return nil, err
@@ -53,7 +54,7 @@ func TestTxRunnerSQLite(t *testing.T) {
 			return nil, boom
 		}
 		return nil, nil
-	}, consumer.Options{Key: orderKey, Logger: discard()})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

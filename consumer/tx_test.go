@@ -17,7 +17,7 @@ import (
 // the message's order through the runner's transaction, then runs then (when set).
 func txConsumer(t *testing.T, env *pgtx.Env, then func(id string) error) *consumer.Consumer {
 	t.Helper()
-	c, err := consumer.New(env.Runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: env.Runner, Key: orderKey, Logger: discard()}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		id := strings.SplitN(string(m.Body), ":", 3)[1]
 		if err := env.Add(ctx, id); err != nil {
 			return nil, err
@@ -28,7 +28,7 @@ func txConsumer(t *testing.T, env *pgtx.Env, then func(id string) error) *consum
 			}
 		}
 		return []byte("charged " + id), nil
-	}, consumer.Options{Key: orderKey, Logger: discard()})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,13 +247,14 @@ func LoadFile(path string) (Config, error) {
 	return Parse(b)
 }
 
-// Parse reads a YAML config, expanding environment variables first.
+// Parse reads a YAML config, expanding environment variables first. A config that does not
+// parse is reported as an *idem.OptionError (matching idem.ErrInvalidInput).
 func Parse(b []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(strings.NewReader(os.ExpandEnv(string(b))))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, configError("config", "does not parse: %v", err)
 	}
 	return c, nil
 }
@@ -319,7 +320,14 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first problem in c (with defaults applied), naming the field.
+// configError reports an invalid configuration key as an *idem.OptionError raised by the
+// gateway; field is the YAML key.
+func configError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "gateway", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first problem in c (with defaults applied) as an *idem.OptionError
+// (matching idem.ErrInvalidInput) whose Field is the YAML key at fault.
 func (c Config) Validate() error {
 	if c.ErrorBody != nil {
 		if _, err := c.ErrorBody.formatter(); err != nil {
@@ -334,71 +342,71 @@ func (c Config) Validate() error {
 	u, err := url.Parse(c.Upstream)
 	switch {
 	case c.Upstream == "":
-		return errors.New("config: upstream is required (the URL of the API behind the gateway)")
+		return configError("upstream", "is required (the URL of the API behind the gateway)")
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Errorf("config: upstream %q is not an http:// or https:// URL", c.Upstream)
+		return configError("upstream", "%q is not an http:// or https:// URL", c.Upstream)
 	case time.Duration(c.Lease) < time.Second:
-		return fmt.Errorf("config: lease %s is below 1s", time.Duration(c.Lease))
+		return configError("lease", "%s is below 1s", time.Duration(c.Lease))
 	case c.TTL < c.Lease:
-		return fmt.Errorf("config: ttl %s is shorter than lease %s", time.Duration(c.TTL), time.Duration(c.Lease))
+		return configError("ttl", "%s is shorter than lease %s", time.Duration(c.TTL), time.Duration(c.Lease))
 	case c.Wait < 0:
-		return fmt.Errorf("config: wait %s is negative", time.Duration(c.Wait))
+		return configError("wait", "%s is negative", time.Duration(c.Wait))
 	case c.WaitForStore < 0:
-		return fmt.Errorf("config: wait_for_store %s is negative", time.Duration(c.WaitForStore))
+		return configError("wait_for_store", "%s is negative", time.Duration(c.WaitForStore))
 	case c.ShutdownDelay < 0:
-		return fmt.Errorf("config: shutdown_delay %s is negative", time.Duration(c.ShutdownDelay))
+		return configError("shutdown_delay", "%s is negative", time.Duration(c.ShutdownDelay))
 	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.UpstreamTimeout < 0 || c.ShutdownTimeout < 0:
-		return fmt.Errorf("config: a timeout is negative (read_timeout %s, write_timeout %s, idle_timeout %s, upstream_timeout %s, shutdown_timeout %s)",
+		return configError("read_timeout", "or another timeout is negative (read_timeout %s, write_timeout %s, idle_timeout %s, upstream_timeout %s, shutdown_timeout %s)",
 			time.Duration(c.ReadTimeout), time.Duration(c.WriteTimeout), time.Duration(c.IdleTimeout), time.Duration(c.UpstreamTimeout), time.Duration(c.ShutdownTimeout))
 	case c.Cache < -1:
-		return fmt.Errorf("config: cache %d is below -1", c.Cache)
+		return configError("cache", "%d is below -1", c.Cache)
 	case c.MemoryBudget < -1:
-		return fmt.Errorf("config: memory_budget %d is below -1", c.MemoryBudget)
+		return configError("memory_budget", "%d is below -1", c.MemoryBudget)
 	case c.MaxBody < 1:
-		return fmt.Errorf("config: max_body %d is below 1 byte", c.MaxBody)
+		return configError("max_body", "%d is below 1 byte", c.MaxBody)
 	case c.LogFormat != "text" && c.LogFormat != "json":
-		return fmt.Errorf("config: log_format %q is neither text nor json", c.LogFormat)
+		return configError("log_format", "%q is neither text nor json", c.LogFormat)
 	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
-		return fmt.Errorf("config: log_level %q is not debug, info, warn or error", c.LogLevel)
+		return configError("log_level", "%q is not debug, info, warn or error", c.LogLevel)
 	}
 	if err := c.uncertainPolicy(); err != nil {
-		return fmt.Errorf("config: uncertain: %w", err)
+		return configError("uncertain", "%v", err)
 	}
 	switch {
 	case c.Scope != "" && c.Scope != ScopeNone:
-		return fmt.Errorf("config: scope %q: the only value is none (to scope by a header, set scope_header)", c.Scope)
+		return configError("scope", "%q: the only value is none (to scope by a header, set scope_header)", c.Scope)
 	case c.Scope == ScopeNone && c.ScopeHeader != "":
-		return errors.New("config: scope none and scope_header exclude each other")
+		return configError("scope", "none and scope_header exclude each other")
 	case c.Scope == "" && c.ScopeHeader == "":
-		return errors.New("config: no scope: set scope_header (the header naming the caller, e.g. X-API-Key, with a scope_secret) " +
+		return configError("scope", "is not set: set scope_header (the header naming the caller, e.g. X-API-Key, with a scope_secret) "+
 			"so that one caller's key never returns another caller's stored response, or scope: none (--scope none) if one trusted caller uses this gateway")
 	case c.ScopeSecret != "" && c.ScopeSecretFile != "":
-		return errors.New("config: scope_secret and scope_secret_file exclude each other")
+		return configError("scope_secret", "and scope_secret_file exclude each other")
 	case c.ScopeSecret != "" && len(c.ScopeSecret) < MinScopeSecret:
-		return fmt.Errorf("config: scope_secret has %d bytes, fewer than %d", len(c.ScopeSecret), MinScopeSecret)
+		return configError("scope_secret", "has %d bytes, fewer than %d", len(c.ScopeSecret), MinScopeSecret)
 	}
-	if err := checkScopeHeader("config: scope_header", c.ScopeHeader); err != nil {
+	if err := checkScopeHeader("scope_header", c.ScopeHeader); err != nil {
 		return err
 	}
 	needSecret := c.ScopeHeader != ""
 	for i, r := range c.Routes {
 		needSecret = needSecret || r.ScopeHeader != ""
-		if err := checkScopeHeader(fmt.Sprintf("config: routes[%d] (%s %s): scope_header", i, r.Method, r.Path), r.ScopeHeader); err != nil {
+		if err := checkScopeHeader(fmt.Sprintf("routes[%d] (%s %s): scope_header", i, r.Method, r.Path), r.ScopeHeader); err != nil {
 			return err
 		}
 	}
 	if needSecret && c.ScopeSecret == "" && c.ScopeSecretFile == "" {
-		return errors.New("config: a scope header needs scope_secret or scope_secret_file: the key of the HMAC that hides the header's value " +
+		return configError("scope_secret", "is required with a scope header (or scope_secret_file): the key of the HMAC that hides the header's value "+
 			"(at least 16 random bytes, shared by the gateways of one store, e.g. from openssl rand -hex 32)")
 	}
 	for _, m := range c.Methods {
 		if m == "" || strings.ContainsAny(m, " \t/") {
-			return fmt.Errorf("config: methods: %q is not a method", m)
+			return configError("methods", "%q is not a method", m)
 		}
 	}
 	for i, r := range c.Routes {
 		if err := r.validate(); err != nil {
-			return fmt.Errorf("config: routes[%d] (%s %s): %w", i, r.Method, r.Path, err)
+			return configError(fmt.Sprintf("routes[%d] (%s %s)", i, r.Method, r.Path), "%v", err)
 		}
 	}
 	return nil

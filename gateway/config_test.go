@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -57,8 +60,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		if err == nil {
 			err = c.WithDefaults().Validate()
 		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: err %v, want it to mention %q", in, err, want)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.HasPrefix(err.Error(), "gateway: invalid options: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want a gateway invalid-options error mentioning %q", in, err, want)
 		}
 	}
 }
@@ -67,7 +70,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 // a scope header needs a secret.
 func TestScopeIsADecision(t *testing.T) {
 	cases := map[string]string{
-		"upstream: http://x\n":                                                     "no scope",
+		"upstream: http://x\n":                                                     "scope is not set",
 		"upstream: http://x\nscope: tenant\n":                                      "only value is none",
 		"upstream: http://x\nscope: none\nscope_header: X-API-Key\n":               "exclude",
 		"upstream: http://x\nscope_header: X-API-Key\n":                            "scope_secret",

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"text/template"
 
@@ -45,7 +44,7 @@ func (e ErrorBody) formatter() (idemhttp.ProblemFormatter, error) {
 		ct = "application/json"
 	}
 	if strings.TrimSpace(e.Template) == "" {
-		return nil, fmt.Errorf("config: error_body.template is required")
+		return nil, configError("error_body.template", "is required")
 	}
 	tpl, err := template.New("error_body").Option("missingkey=error").Funcs(template.FuncMap{
 		"json": func(v any) (string, error) {
@@ -54,16 +53,16 @@ func (e ErrorBody) formatter() (idemhttp.ProblemFormatter, error) {
 		},
 	}).Parse(e.Template)
 	if err != nil {
-		return nil, fmt.Errorf("config: error_body.template: %w", err)
+		return nil, configError("error_body.template", "%v", err)
 	}
 	isJSON := strings.Contains(strings.ToLower(ct), "json")
 	for _, p := range sampleProblems {
 		var b bytes.Buffer
 		if err := tpl.Execute(&b, p); err != nil {
-			return nil, fmt.Errorf("config: error_body.template: %w", err)
+			return nil, configError("error_body.template", "%v", err)
 		}
 		if isJSON && !json.Valid(b.Bytes()) {
-			return nil, fmt.Errorf("config: error_body.template makes invalid JSON for a %d (use {{json .Title}} to quote a value): %s", p.Status, b.String())
+			return nil, configError("error_body.template", "makes invalid JSON for a %d (use {{json .Title}} to quote a value): %s", p.Status, b.String())
 		}
 	}
 	return func(p idemhttp.Problem) (string, []byte) {

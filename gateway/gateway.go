@@ -259,7 +259,7 @@ func (c Config) LoadScopeSecret() ([]byte, error) {
 		return nil, nil
 	}
 	if len(secret) < MinScopeSecret {
-		return nil, fmt.Errorf("config: the scope secret has %d bytes, fewer than %d", len(secret), MinScopeSecret)
+		return nil, configError("scope_secret_file", "holds %d bytes, fewer than %d", len(secret), MinScopeSecret)
 	}
 	return []byte(secret), nil
 }
@@ -292,7 +292,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	}
 	g.engines = append(g.engines, eng)
 	opt := idemhttp.Options{
-		Engine:          eng,
+		Runner:          eng,
 		Methods:         g.cfg.Methods,
 		RequireKey:      g.cfg.RequireKey,
 		MaxRequestBody:  int64(g.cfg.MaxBody),
@@ -321,7 +321,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	}
 	if h := g.scopeHeader(rule); h != "" {
 		if g.secret == nil {
-			return nil, errors.New("config: a scope header needs scope_secret or scope_secret_file (the key of its HMAC)")
+			return nil, configError("scope_secret", "is required with a scope header (or scope_secret_file): the key of its HMAC")
 		}
 		opt.Scope = idemhttp.KeyedHeaderScope(h, g.secret)
 	} else {

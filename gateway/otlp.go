@@ -44,7 +44,7 @@ func (c Config) metricsEnabled() bool {
 func otlpURL(endpoint, signal string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("config: otlp_endpoint %q is not an http:// or https:// URL", endpoint)
+		return "", configError("otlp_endpoint", "%q is not an http:// or https:// URL", endpoint)
 	}
 	base := strings.TrimSuffix(u.Path, "/")
 	for _, s := range []string{"/v1/traces", "/v1/metrics"} {

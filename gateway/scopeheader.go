@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"strings"
 )
 
@@ -18,12 +17,12 @@ func checkScopeHeader(field, name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return fmt.Errorf("%s %q is not a header name", field, name)
+			return configError(field, "%q is not a header name", name)
 		}
 	}
 	if strings.Contains(name, "_") {
-		return fmt.Errorf("%s %q contains an underscore: servers that follow CGI's naming read it as %q, spell it with hyphens",
-			field, name, strings.ReplaceAll(name, "_", "-"))
+		return configError(field, "%q contains an underscore: servers that follow CGI's naming read it as %q, spell it with hyphens",
+			name, strings.ReplaceAll(name, "_", "-"))
 	}
 	return nil
 }

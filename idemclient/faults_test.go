@@ -101,7 +101,7 @@ func TestPaymentsThroughLossyNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, RequireKey: true, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, RequireKey: true, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func protected(t *testing.T, api http.Handler, fault func(next http.Handler) htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, RequireKey: true, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, RequireKey: true, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

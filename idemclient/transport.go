@@ -122,8 +122,8 @@ type Transport struct {
 	rand  func(n int64) int64
 }
 
-// New returns a Transport. It fails with an error wrapping idem.ErrInvalidInput, naming the
-// field, if an option is out of range.
+// New returns a Transport. It fails with an *idem.OptionError (matching idem.ErrInvalidInput)
+// naming the field if an option is out of range.
 func New(opt Options) (*Transport, error) {
 	opt.Base = cmp.Or[http.RoundTripper](opt.Base, http.DefaultTransport)
 	if len(opt.Methods) == 0 {
@@ -131,8 +131,8 @@ func New(opt Options) (*Transport, error) {
 	}
 	sched := retry.Schedule{MaxAttempts: opt.MaxAttempts, BaseDelay: opt.BaseDelay, MaxDelay: opt.MaxDelay,
 		MaxElapsed: opt.MaxElapsed, AttemptTimeout: opt.AttemptTimeout}
-	if err := sched.Init("Options"); err != nil {
-		return nil, fmt.Errorf("idemclient: %w: %w", idem.ErrInvalidInput, err)
+	if err := sched.Init("idemclient", "Options"); err != nil {
+		return nil, err
 	}
 	opt.MaxAttempts, opt.BaseDelay, opt.MaxDelay, opt.MaxElapsed = sched.MaxAttempts, sched.BaseDelay, sched.MaxDelay, sched.MaxElapsed
 	if opt.NewKey == nil {

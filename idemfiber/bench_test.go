@@ -46,7 +46,7 @@ func benchTargets(tb testing.TB) []benchTarget {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mw, err := idemfiber.New(idemfiber.Options{Engine: eng, Scope: idemfiber.SingleCaller()})
+	mw, err := idemfiber.New(idemfiber.Options{Runner: eng, Scope: idemfiber.SingleCaller()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // # Use
 //
 //	eng, _ := idem.New(store, idem.Options{})
-//	mw, _ := idemfiber.New(idemfiber.Options{Engine: eng})
+//	mw, _ := idemfiber.New(idemfiber.Options{Runner: eng})
 //	app.Post("/v1/charges", mw, chargeHandler) // or app.Group("/v1", mw)
 //
 // # Semantics

@@ -22,7 +22,7 @@ func Example() {
 	}
 	scopeSecret := []byte("from your secret store, 32 bytes") // the same for every server of the store
 	mw, err := idemfiber.New(idemfiber.Options{
-		Engine: eng,
+		Runner: eng,
 		Scope:  idemfiber.KeyedHeaderScope("X-API-Key", scopeSecret), // whose key it is
 	})
 	if err != nil {

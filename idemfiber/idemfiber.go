@@ -22,9 +22,10 @@ import (
 // DefaultMaxResponseBody is the default of Options.MaxResponseBody: 1 MiB.
 const DefaultMaxResponseBody = 1 << 20
 
-// ErrOptions reports invalid Options; the error says which field. It matches
-// idem.ErrInvalidInput too.
-var ErrOptions = fmt.Errorf("idemfiber: invalid options: %w", idem.ErrInvalidInput)
+// optionError reports an invalid option as an *idem.OptionError raised by idemfiber.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "idemfiber", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 // A ScopeFunc returns the tenant a request acts for (see idemhttp.ScopeFunc). It must return
 // the same scope for every retry of a request.
@@ -76,10 +77,12 @@ func headerScope(name string, hash func(...string) string) ScopeFunc {
 	}
 }
 
-// Options configure New. Engine and Scope are required.
+// Options configure New. Runner and Scope are required.
 type Options struct {
-	// Engine claims keys, stores and replays responses. Required.
-	Engine *idem.Engine
+	// Runner claims keys, stores and replays responses: an *idem.Engine, or a transactional
+	// runner (pgstore.TxRunner, …) that runs each handler in the same database transaction as
+	// the claim and the stored response. Required.
+	Runner idem.Runner
 	// Methods are the request methods processed; others pass through. Default POST and PATCH.
 	Methods []string
 	// RequireKey answers 400 (idemhttp.ProblemMissingKey) to a processed request without a
@@ -103,7 +106,7 @@ type Options struct {
 }
 
 type middleware struct {
-	eng        *idem.Engine
+	eng        idem.Runner
 	methods    []string
 	requireKey bool
 	scope      ScopeFunc
@@ -116,19 +119,22 @@ type middleware struct {
 // New returns the middleware. Put it in front of the routes it protects: app.Use, a group, or
 // a single route.
 func New(opt Options) (fiber.Handler, error) {
-	if opt.Engine == nil {
-		return nil, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+	if opt.Runner == nil || opt.Runner == (*idem.Engine)(nil) {
+		return nil, optionError("Options.Runner", "is required")
 	}
 	if opt.Scope == nil {
-		return nil, fmt.Errorf("%w: idemfiber.Options.Scope is required: a ScopeFunc that tells callers apart "+
+		return nil, optionError("Options.Scope", "is required: a ScopeFunc that tells callers apart "+
 			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+
-			"or SingleCaller() when one trusted caller is the only one to use the API", ErrOptions)
+			"or SingleCaller() when one trusted caller is the only one to use the API")
 	}
-	if opt.MaxResponseBody < 0 || opt.StoreRetryAfter < 0 {
-		return nil, fmt.Errorf("%w: Options.MaxResponseBody and Options.StoreRetryAfter must not be negative", ErrOptions)
+	if opt.MaxResponseBody < 0 {
+		return nil, optionError("Options.MaxResponseBody", "%d is negative", opt.MaxResponseBody)
+	}
+	if opt.StoreRetryAfter < 0 {
+		return nil, optionError("Options.StoreRetryAfter", "%s is negative", opt.StoreRetryAfter)
 	}
 	m := &middleware{
-		eng:        opt.Engine,
+		eng:        opt.Runner,
 		methods:    opt.Methods,
 		requireKey: opt.RequireKey,
 		scope:      opt.Scope,

@@ -41,7 +41,7 @@ func setup(t *testing.T, eo idem.Options, o idemfiber.Options, h func(b *bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Engine = eng
+	o.Runner = eng
 	mw, err := idemfiber.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -356,7 +356,7 @@ func TestResponseNotRetained(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	t.Parallel()
-	if _, err := idemfiber.New(idemfiber.Options{Scope: idemfiber.SingleCaller()}); !errors.Is(err, idemfiber.ErrOptions) {
+	if _, err := idemfiber.New(idemfiber.Options{Scope: idemfiber.SingleCaller()}); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("no engine: %v", err)
 	}
 	// No scope decision: one scope for every caller would hand one caller's stored response
@@ -365,11 +365,11 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = idemfiber.New(idemfiber.Options{Engine: eng})
-	if !errors.Is(err, idemfiber.ErrOptions) || !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "idemfiber.Options.Scope") {
-		t.Fatalf("no scope: %v, want ErrOptions (idem.ErrInvalidInput) naming idemfiber.Options.Scope", err)
+	_, err = idemfiber.New(idemfiber.Options{Runner: eng})
+	if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "idemfiber: invalid options: Options.Scope") {
+		t.Fatalf("no scope: %v, want idem.ErrInvalidInput naming idemfiber: invalid options: Options.Scope", err)
 	}
-	if _, err := idemfiber.New(idemfiber.Options{Engine: eng, Scope: idemfiber.SingleCaller()}); err != nil {
+	if _, err := idemfiber.New(idemfiber.Options{Runner: eng, Scope: idemfiber.SingleCaller()}); err != nil {
 		t.Fatalf("SingleCaller: %v", err)
 	}
 }

@@ -88,7 +88,7 @@ func BenchmarkInterceptor(b *testing.B) {
 			st := memstore.New()
 			defer st.Close()
 			eng, _ := idem.New(st, idem.Options{Logger: slog.New(slog.DiscardHandler)})
-			icpt, _ := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()})
+			icpt, _ := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: idemgrpc.SingleCaller()})
 			call := func(i int) {
 				if bc.key == nil {
 					_, _ = handler(context.Background(), req)
@@ -124,7 +124,7 @@ func benchServer(b *testing.B, withInterceptor bool) *grpc.ClientConn {
 		if err != nil {
 			b.Fatal(err)
 		}
-		icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()})
+		icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: idemgrpc.SingleCaller()})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package idemgrpc
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -51,8 +50,9 @@ type client struct {
 }
 
 // UnaryClientInterceptor returns the client interceptor: each call gets one idempotency key,
-// sent on every attempt, and is retried while retrying is safe and useful. It fails, naming the
-// field, if an option is out of range.
+// sent on every attempt, and is retried while retrying is safe and useful. It fails with an
+// *idem.OptionError (matching idem.ErrInvalidInput) naming the field if an option is out of
+// range.
 //
 // The key is, in order: one the caller put in the outgoing metadata (MetadataKey), one set on
 // the context with idemclient.WithKey, or a new one from NewKey. A call is retried on
@@ -67,8 +67,8 @@ type client struct {
 func UnaryClientInterceptor(opt ClientOptions) (grpc.UnaryClientInterceptor, error) {
 	sched := retry.Schedule{MaxAttempts: opt.MaxAttempts, BaseDelay: opt.BaseDelay, MaxDelay: opt.MaxDelay,
 		MaxElapsed: opt.MaxElapsed, AttemptTimeout: opt.AttemptTimeout}
-	if err := sched.Init("ClientOptions"); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
+	if err := sched.Init("idemgrpc", "ClientOptions"); err != nil {
+		return nil, err
 	}
 	opt.MaxAttempts, opt.BaseDelay, opt.MaxDelay, opt.MaxElapsed = sched.MaxAttempts, sched.BaseDelay, sched.MaxDelay, sched.MaxElapsed
 	if opt.NewKey == nil {

@@ -4,7 +4,7 @@
 //
 //	eng, _ := idem.New(store, idem.Options{})
 //	icpt, _ := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{
-//		Engine:  eng,
+//		Runner:  eng,
 //		Scope:   idemgrpc.KeyedMetadataScope("x-api-key", scopeSecret), // whose key it is
 //		Methods: []string{"/payments.v1.Payments/Charge"},
 //	})

@@ -29,7 +29,7 @@ func ExampleUnaryServerInterceptor() {
 	}
 	scopeSecret := []byte("from your secret store, 32 bytes") // the same for every server of the store
 	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{
-		Engine: eng,
+		Runner: eng,
 		Scope:  idemgrpc.KeyedMetadataScope("x-api-key", scopeSecret),
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ func TestFingerprintIncludesMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()})
+	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: idemgrpc.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func setup(t *testing.T, cfg config) *bundle {
 	if b.eng, err = idem.New(b.store, cfg.engine); err != nil {
 		t.Fatal(err)
 	}
-	cfg.server.Engine = b.eng
+	cfg.server.Runner = b.eng
 	if cfg.server.Scope == nil {
 		cfg.server.Scope = idemgrpc.SingleCaller() // one test client
 	}

@@ -37,7 +37,7 @@ func TestKeyCharacters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()})
+	icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: idemgrpc.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestScopeFuncRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: scope})
+		icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: scope})
 		if err != nil {
 			t.Fatal(err)
 		}

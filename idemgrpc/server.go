@@ -125,13 +125,14 @@ func hashValues(h hash.Hash, vs []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// ServerOptions configure the server interceptor. Engine and Scope are required.
+// ServerOptions configure the server interceptor. Runner and Scope are required.
 type ServerOptions struct {
-	// Engine runs handlers at most once per key and stores their replies. Its Policy decides
-	// which replies are kept, seen through HTTPStatus (see the package documentation); its
-	// Wait, whether a duplicate in flight waits for the reply or gets Aborted at once.
-	// Required.
-	Engine *idem.Engine
+	// Runner runs handlers at most once per key and stores their replies: an *idem.Engine, or
+	// a transactional runner (pgstore.TxRunner, …) that runs each handler in the same database
+	// transaction as the claim and the stored reply. Its Policy decides which replies are
+	// kept, seen through HTTPStatus (see the package documentation); its Wait, whether a
+	// duplicate in flight waits for the reply or gets Aborted at once. Required.
+	Runner idem.Runner
 	// Methods are the full method names processed ("/pkg.Service/Method"); calls to other
 	// methods pass through untouched. Default: every unary method.
 	Methods []string
@@ -161,9 +162,10 @@ type ServerOptions struct {
 	Logger *slog.Logger
 }
 
-// ErrOptions reports an invalid option; the message names the field. It matches
-// idem.ErrInvalidInput too.
-var ErrOptions = fmt.Errorf("idemgrpc: invalid options: %w", idem.ErrInvalidInput)
+// optionError reports an invalid option as an *idem.OptionError raised by idemgrpc.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "idemgrpc", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 type server struct {
 	opt     ServerOptions
@@ -171,23 +173,23 @@ type server struct {
 	storeRA *durationpb.Duration
 }
 
-// UnaryServerInterceptor returns the server interceptor. It fails with an error wrapping
-// ErrOptions, naming the field, if an option is invalid. See the package documentation for
+// UnaryServerInterceptor returns the server interceptor. It fails with an *idem.OptionError
+// (matching idem.ErrInvalidInput) naming the field if an option is invalid. See the package documentation for
 // what it answers.
 func UnaryServerInterceptor(opt ServerOptions) (grpc.UnaryServerInterceptor, error) {
-	if opt.Engine == nil {
-		return nil, fmt.Errorf("%w: ServerOptions.Engine is required", ErrOptions)
+	if opt.Runner == nil || opt.Runner == (*idem.Engine)(nil) {
+		return nil, optionError("ServerOptions.Runner", "is required")
 	}
 	if opt.Scope == nil {
-		return nil, fmt.Errorf("%w: idemgrpc.ServerOptions.Scope is required: a ScopeFunc that tells callers apart "+
+		return nil, optionError("ServerOptions.Scope", "is required: a ScopeFunc that tells callers apart "+
 			"(KeyedMetadataScope over an API key, or the account your authentication resolved), "+
-			"or SingleCaller() when one trusted caller is the only one to use the service", ErrOptions)
+			"or SingleCaller() when one trusted caller is the only one to use the service")
 	}
 	if opt.StoreRetryAfter < 0 {
-		return nil, fmt.Errorf("%w: ServerOptions.StoreRetryAfter %s is negative", ErrOptions, opt.StoreRetryAfter)
+		return nil, optionError("ServerOptions.StoreRetryAfter", "%s is negative", opt.StoreRetryAfter)
 	}
 	if opt.MaxReplyBytes < 0 {
-		return nil, fmt.Errorf("%w: ServerOptions.MaxReplyBytes %d is negative", ErrOptions, opt.MaxReplyBytes)
+		return nil, optionError("ServerOptions.MaxReplyBytes", "%d is negative", opt.MaxReplyBytes)
 	}
 	opt.MaxReplyBytes = cmp.Or(opt.MaxReplyBytes, DefaultMaxReplyBytes)
 	opt.StoreRetryAfter = cmp.Or(opt.StoreRetryAfter, time.Second)
@@ -202,7 +204,7 @@ func UnaryServerInterceptor(opt ServerOptions) (grpc.UnaryServerInterceptor, err
 		s.methods = make(map[string]bool, len(opt.Methods))
 		for _, m := range opt.Methods {
 			if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
-				return nil, fmt.Errorf("%w: ServerOptions.Methods: %q is not a full method name (/package.Service/Method)", ErrOptions, m)
+				return nil, optionError("ServerOptions.Methods", "%q is not a full method name (/package.Service/Method)", m)
 			}
 			s.methods[m] = true
 		}
@@ -250,7 +252,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		reply    any
 		replyErr error
 	)
-	res, err := s.opt.Engine.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
+	res, err := s.opt.Runner.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
 		cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 		if cs.ServerTransportStream != nil {
 			ctx = grpc.NewContextWithServerTransportStream(ctx, cs)

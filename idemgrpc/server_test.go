@@ -209,7 +209,7 @@ func TestKeyRules(t *testing.T) {
 	if r := other.call(ctx, "", nil); r.err != nil {
 		t.Fatalf("unlisted method: %s", describe(r))
 	}
-	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: b.eng, Scope: idemgrpc.SingleCaller(), Methods: []string{"Charge"}}); err == nil {
+	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: b.eng, Scope: idemgrpc.SingleCaller(), Methods: []string{"Charge"}}); err == nil {
 		t.Fatal("a method name without service was accepted")
 	}
 	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{}); err == nil {
@@ -401,12 +401,12 @@ func TestScopeRequired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng})
-	if !errors.Is(err, idem.ErrInvalidInput) || !errors.Is(err, idemgrpc.ErrOptions) ||
-		!strings.Contains(err.Error(), "idemgrpc.ServerOptions.Scope") {
-		t.Fatalf("no scope: err %v, want ErrOptions (idem.ErrInvalidInput) naming idemgrpc.ServerOptions.Scope", err)
+	_, err = idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng})
+	if !errors.Is(err, idem.ErrInvalidInput) ||
+		!strings.Contains(err.Error(), "idemgrpc: invalid options: ServerOptions.Scope") {
+		t.Fatalf("no scope: err %v, want idem.ErrInvalidInput naming idemgrpc: invalid options: ServerOptions.Scope", err)
 	}
-	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller()}); err != nil {
+	if _, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: idemgrpc.SingleCaller()}); err != nil {
 		t.Fatalf("SingleCaller: %v", err)
 	}
 }

@@ -73,7 +73,7 @@ func TestUnstoredReplyWarnsTheLogger(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs lockedBuffer
-		icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Engine: eng, Scope: idemgrpc.SingleCaller(),
+		icpt, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Runner: eng, Scope: idemgrpc.SingleCaller(),
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -54,7 +54,7 @@ const benchBody = `{"amount":1000,"currency":"eur"}`
 // benchMiddleware is the configuration measured: memstore, the default heartbeat, a local
 // cache for hot replays, default options otherwise.
 func benchMiddleware(tb testing.TB) func(http.Handler) http.Handler {
-	mw, err := idemhttp.New(idemhttp.Options{Engine: benchEngine(tb), Logger: quiet, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: benchEngine(tb), Logger: quiet, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,7 +9,7 @@
 //	st, _ := sqlitestore.Open(ctx, "idem.db", sqlitestore.Options{})
 //	eng, _ := idem.New(st, idem.Options{TTL: 24 * time.Hour})
 //	mw, err := idemhttp.New(idemhttp.Options{
-//		Engine: eng,
+//		Runner: eng,
 //		Scope:  idemhttp.KeyedHeaderScope("X-API-Key", scopeSecret), // whose key it is
 //	})
 //	mux.Handle("POST /v1/charges", mw(chargeHandler))

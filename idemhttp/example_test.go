@@ -20,7 +20,7 @@ func Example() {
 	eng, _ := idem.New(memstore.New(), idem.Options{})
 	scopeSecret := []byte("from your secret store, 32 bytes") // the same for every server of the store
 	mw, err := idemhttp.New(idemhttp.Options{
-		Engine: eng,
+		Runner: eng,
 		Scope:  idemhttp.KeyedHeaderScope("X-API-Key", scopeSecret), // whose key it is
 	})
 	if err != nil {
@@ -61,7 +61,7 @@ func Example() {
 func ExampleJSONKey() {
 	eng, _ := idem.New(memstore.New(), idem.Options{})
 	mw, _ := idemhttp.New(idemhttp.Options{
-		Engine:        eng,
+		Runner:        eng,
 		Key:           idemhttp.JSONKey("id"),
 		RequireKey:    true,
 		Fingerprint:   idemhttp.JSONFingerprint(),
@@ -86,7 +86,7 @@ func ExampleJSONKey() {
 func ExampleOptions_onEvent() {
 	eng, _ := idem.New(memstore.New(), idem.Options{})
 	counts := map[idemhttp.Outcome]int{}
-	mw, _ := idemhttp.New(idemhttp.Options{Engine: eng, OnEvent: func(ev idemhttp.Event) { counts[ev.Outcome]++ }, Scope: idemhttp.SingleCaller()})
+	mw, _ := idemhttp.New(idemhttp.Options{Runner: eng, OnEvent: func(ev idemhttp.Event) { counts[ev.Outcome]++ }, Scope: idemhttp.SingleCaller()})
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, key := range []string{"a", "a", "", "\"bad"} {
 		req := httptest.NewRequest("POST", "/", nil)

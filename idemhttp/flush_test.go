@@ -18,7 +18,7 @@ import (
 func TestFlushWaitsForTheRecord(t *testing.T) {
 	t.Parallel()
 	eng, _ := idem.New(memstore.New(), idem.Options{})
-	mw, _ := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.SingleCaller()})
+	mw, _ := idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.SingleCaller()})
 	flushed, release := make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(201)

@@ -125,7 +125,7 @@ func TestFormatProblemNoContentType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.SingleCaller(),
+	_, err = idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.SingleCaller(),
 		FormatProblem: func(idemhttp.Problem) (string, []byte) { return "", []byte("x") }})
 	if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), "FormatProblem") {
 		t.Fatalf("err %v, want ErrInvalidInput naming FormatProblem", err)

@@ -73,7 +73,7 @@ func forwardInOneWrite(t *testing.T, detach bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, DetachBody: detach, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, DetachBody: detach, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestDetachedBodyOutlivesTheHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, DetachBody: true, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, DetachBody: true, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

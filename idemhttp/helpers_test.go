@@ -56,7 +56,7 @@ func setup(t testing.TB, store idem.Store, eo idem.Options, opt idemhttp.Options
 		t.Fatal(err)
 	}
 	b := &bundle{t: t, eng: eng, store: store}
-	opt.Engine = eng
+	opt.Runner = eng
 	if opt.Logger == nil {
 		opt.Logger = quiet
 	}

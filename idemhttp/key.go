@@ -144,12 +144,12 @@ func (s *KeySource) validate() error {
 	if s.path != nil {
 		for _, p := range s.path {
 			if p == "" {
-				return errors.New("idemhttp: Options.Key: JSON path " + strings.Join(s.path, ".") + " has an empty segment")
+				return optionError("Options.Key", "JSON path %s has an empty segment", strings.Join(s.path, "."))
 			}
 		}
 	}
 	if s.header != "" && !validToken(s.header) {
-		return errors.New("idemhttp: Options.Key: " + s.header + " is not a header name")
+		return optionError("Options.Key", "%q is not a header name", s.header)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func setupBudget(t *testing.T, opt idemhttp.Options, h http.Handler) *budgetBund
 		t.Fatal(err)
 	}
 	b := &bundle{t: t, eng: eng, store: st}
-	opt.Engine, opt.Logger = eng, quiet
+	opt.Runner, opt.Logger = eng, quiet
 	opt.OnEvent = func(ev idemhttp.Event) {
 		ev.Request = nil
 		b.mu.Lock()
@@ -318,7 +318,7 @@ func TestMemoryBudgetOption(t *testing.T) {
 		{idemhttp.Options{MemoryBudget: 1 << 10, Scope: idemhttp.SingleCaller()}, 1 << 10},
 		{idemhttp.Options{MemoryBudget: -1, Scope: idemhttp.SingleCaller()}, -1},
 	} {
-		tc.opt.Engine = eng
+		tc.opt.Runner = eng
 		got, err := idemhttp.MemoryBudgetOf(tc.opt)
 		if err != nil || got != tc.want {
 			t.Errorf("%+v: budget %d, %v; want %d", tc.opt, got, err, tc.want)
@@ -381,7 +381,7 @@ func TestSharedBudget(t *testing.T) {
 	}
 	a.srv.CloseClientConnections()
 	b.waitHeld(t, "the shared budget to come back to 0", func(n int64) bool { return n == 0 && shared.InUse() == 0 })
-	if _, err := idemhttp.New(idemhttp.Options{Engine: a.eng, Budget: shared, MemoryBudget: 1, Scope: idemhttp.SingleCaller()}); !errors.Is(err, idemhttp.ErrOptions) {
-		t.Fatalf("MemoryBudget and Budget both set: %v, want ErrOptions", err)
+	if _, err := idemhttp.New(idemhttp.Options{Runner: a.eng, Budget: shared, MemoryBudget: 1, Scope: idemhttp.SingleCaller()}); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Fatalf("MemoryBudget and Budget both set: %v, want idem.ErrInvalidInput", err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 // New returns the middleware: a func(http.Handler) http.Handler that fits net/http, chi,
 // gorilla/mux and any router taking standard middleware. The handler behind it knows nothing
-// of idempotency. New fails with an error wrapping ErrOptions, naming the field, if an option
-// is invalid.
+// of idempotency. New fails with an *idem.OptionError (matching idem.ErrInvalidInput) naming
+// the field if an option is invalid.
 //
 // For each request with a processed method (Options.Methods) and a key, the middleware reads
 // the body (up to Options.MaxRequestBody), computes the scope and the fingerprint, and asks the
@@ -62,14 +62,8 @@ func newMiddleware(opt Options) (*middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	var eng idem.Runner = opt.Engine
-	if opt.Engine == nil {
-		eng = opt.Runner
-	}
-	var eo idem.Options
-	if o, ok := eng.(interface{ Options() idem.Options }); ok {
-		eo = o.Options()
-	}
+	eng := opt.Runner
+	eo := eng.Options()
 	if eo.Policy == nil {
 		eo.Policy = idem.DefaultPolicy
 	}
@@ -86,7 +80,7 @@ func newMiddleware(opt Options) (*middleware, error) {
 		for _, p := range allProblems {
 			q := p.formatted(opt.FormatProblem)
 			if len(q.ct[0]) == 0 {
-				return nil, fmt.Errorf("%w: Options.FormatProblem returned no content type for %s", ErrOptions, p.typ)
+				return nil, optionError("Options.FormatProblem", "returned no content type for %s", p.typ)
 			}
 			m.probs[p] = q
 		}

@@ -658,16 +658,16 @@ func TestOptionsValidation(t *testing.T) {
 		opt  idemhttp.Options
 		want string
 	}{
-		{idemhttp.Options{Scope: idemhttp.SingleCaller()}, "Options.Engine"},
-		{idemhttp.Options{Engine: eng, Methods: []string{"PO ST"}, Scope: idemhttp.SingleCaller()}, "Options.Methods"},
-		{idemhttp.Options{Engine: eng, MaxRequestBody: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxRequestBody"},
-		{idemhttp.Options{Engine: eng, MaxResponseBody: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxResponseBody"},
-		{idemhttp.Options{Engine: eng, DenyHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.DenyHeaders"},
-		{idemhttp.Options{Engine: eng, Key: idemhttp.JSONKey("a..b"), Scope: idemhttp.SingleCaller()}, "Options.Key"},
-		{idemhttp.Options{Engine: eng, StoreRetryAfter: -time.Second, Scope: idemhttp.SingleCaller()}, "Options.StoreRetryAfter"},
+		{idemhttp.Options{Scope: idemhttp.SingleCaller()}, "Options.Runner"},
+		{idemhttp.Options{Runner: eng, Methods: []string{"PO ST"}, Scope: idemhttp.SingleCaller()}, "Options.Methods"},
+		{idemhttp.Options{Runner: eng, MaxRequestBody: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxRequestBody"},
+		{idemhttp.Options{Runner: eng, MaxResponseBody: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxResponseBody"},
+		{idemhttp.Options{Runner: eng, DenyHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.DenyHeaders"},
+		{idemhttp.Options{Runner: eng, Key: idemhttp.JSONKey("a..b"), Scope: idemhttp.SingleCaller()}, "Options.Key"},
+		{idemhttp.Options{Runner: eng, StoreRetryAfter: -time.Second, Scope: idemhttp.SingleCaller()}, "Options.StoreRetryAfter"},
 	} {
 		_, err := idemhttp.New(tc.opt)
-		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %s", tc.opt, err, tc.want)
 		}
 	}

@@ -358,7 +358,7 @@ func TestPanicBeforeAnswerGoesOn(t *testing.T) {
 				t.Fatal(err)
 			}
 			var events []idemhttp.Event
-			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }, Scope: idemhttp.SingleCaller()})
+			mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }, Scope: idemhttp.SingleCaller()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -500,7 +500,7 @@ func TestRequestBodyReadToItsEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, MaxRequestBody: limit, Scope: idemhttp.SingleCaller()})
+			mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Logger: quiet, MaxRequestBody: limit, Scope: idemhttp.SingleCaller()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -539,6 +539,8 @@ type runnerFunc func(ctx context.Context, key, fingerprint string, fn idem.Func)
 func (f runnerFunc) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
 	return f(ctx, key, fingerprint, fn)
 }
+
+func (f runnerFunc) Options() idem.Options { return idem.Options{} }
 
 // serveOnce sends one keyed POST with context ctx through the middleware over runner r
 // (logging to log, if set) to a handler that answers 201 "made", and returns the answer and

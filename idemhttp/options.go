@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -30,22 +29,19 @@ const (
 	DefaultMaxResponseBody = 1 << 20
 )
 
-// Options configure the middleware. Engine (or Runner) and Scope are required; the zero value of
-// every other field is a safe default.
+// Options configure the middleware. Runner and Scope are required; the zero value of every
+// other field is a safe default.
 type Options struct {
-	// Engine runs handlers at most once per key and stores their responses. Its options decide
-	// the lease, how long responses are kept (TTL), whether duplicates in flight wait (Wait) or
-	// get 409 at once, which statuses are kept (Policy: idem.DefaultPolicy releases 5xx, 401,
-	// 403, 408, 409, 425 and 429; idem.StoreServerErrors keeps 5xx too), what happens to an
-	// uncertain outcome (Uncertain), and a local cache of hot replays (CacheSize). Exactly one
-	// of Engine and Runner is required.
-	Engine *idem.Engine
-	// Runner, in place of Engine, runs handlers at most once per key: pgstore.TxRunner runs
-	// each handler in the same PostgreSQL transaction as the claim and the stored response,
-	// and hands the handler that transaction in the request's context. The middleware takes
-	// the Policy, TTL and Now from the Runner's Options method (func() idem.Options) if it has
-	// one; otherwise it uses idem.DefaultPolicy, time.Now and no TTL (ExpiresHeader is then
-	// only exact on replays). A Runner sets Result.Executed when the handler's response
+	// Runner runs handlers at most once per key and stores their responses: an *idem.Engine,
+	// or a transactional runner (pgstore.TxRunner, mysqlstore.TxRunner, sqlitestore.TxRunner)
+	// that runs each handler in the same database transaction as the claim and the stored
+	// response, and hands the handler that transaction in the request's context. Its options
+	// (Runner.Options) decide the lease, how long responses are kept (TTL), whether duplicates
+	// in flight wait (Wait) or get 409 at once, which statuses are kept (Policy:
+	// idem.DefaultPolicy releases 5xx, 401, 403, 408, 409, 425 and 429; idem.StoreServerErrors
+	// keeps 5xx too), what happens to an uncertain outcome (Uncertain), and a local cache of
+	// hot replays (CacheSize); the middleware reads Policy, TTL and Now from them. Required.
+	// A Runner sets Result.Executed when the handler's response
 	// stands; when it returns an error with Executed false after the handler ran (a failed
 	// commit), the handler's response is not sent unless it already began to stream: the
 	// client gets the problem for that error (503 for idem.ErrStoreUnavailable, never a fail
@@ -147,20 +143,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// ErrOptions reports an invalid option; the message names the field. It matches
-// idem.ErrInvalidInput too.
-var ErrOptions = fmt.Errorf("idemhttp: invalid options: %w", idem.ErrInvalidInput)
+// optionError reports an invalid option as an *idem.OptionError raised by idemhttp.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "idemhttp", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 func (o Options) withDefaults() (Options, error) {
 	switch {
-	case o.Engine == nil && o.Runner == nil:
-		return o, fmt.Errorf("%w: Options.Engine or Options.Runner is required", ErrOptions)
-	case o.Engine != nil && o.Runner != nil:
-		return o, fmt.Errorf("%w: Options.Engine and Options.Runner are both set", ErrOptions)
+	case o.Runner == nil || o.Runner == (*idem.Engine)(nil):
+		return o, optionError("Options.Runner", "is required")
 	case o.Scope == nil:
-		return o, fmt.Errorf("%w: idemhttp.Options.Scope is required: a ScopeFunc that tells callers apart "+
+		return o, optionError("Options.Scope", "is required: a ScopeFunc that tells callers apart "+
 			"(KeyedHeaderScope over an API key, or the account your authentication resolved), "+
-			"or SingleCaller() when one trusted caller is the only one to use the API", ErrOptions)
+			"or SingleCaller() when one trusted caller is the only one to use the API")
 	}
 	if len(o.Methods) == 0 {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -169,13 +164,13 @@ func (o Options) withDefaults() (Options, error) {
 		for i, m := range o.Methods {
 			ms[i] = strings.ToUpper(m)
 			if !validToken(ms[i]) {
-				return o, fmt.Errorf("%w: Options.Methods: %q is not a method", ErrOptions, m)
+				return o, optionError("Options.Methods", "%q is not a method", m)
 			}
 		}
 		o.Methods = ms
 	}
 	if err := o.Key.validate(); err != nil {
-		return o, errors.Join(ErrOptions, err)
+		return o, err
 	}
 	if o.Fingerprint == nil {
 		o.Fingerprint = RawFingerprint
@@ -187,7 +182,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxResponseBody = cmp.Or(o.MaxResponseBody, DefaultMaxResponseBody)
 	o.StoreRetryAfter = cmp.Or(o.StoreRetryAfter, time.Second)
 	if o.Budget != nil && o.MemoryBudget != 0 {
-		return o, fmt.Errorf("%w: Options.MemoryBudget and Options.Budget are both set", ErrOptions)
+		return o, optionError("Options.MemoryBudget", "and Options.Budget are both set")
 	}
 	if o.MemoryBudget == 0 && o.Budget == nil {
 		o.MemoryBudget = DefaultMemoryBudget
@@ -202,18 +197,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.MaxRequestBody < 0:
-		return o, fmt.Errorf("%w: Options.MaxRequestBody %d is negative", ErrOptions, o.MaxRequestBody)
+		return o, optionError("Options.MaxRequestBody", "%d is negative", o.MaxRequestBody)
 	case o.MaxResponseBody < 0:
-		return o, fmt.Errorf("%w: Options.MaxResponseBody %d is negative", ErrOptions, o.MaxResponseBody)
+		return o, optionError("Options.MaxResponseBody", "%d is negative", o.MaxResponseBody)
 	case o.StoreRetryAfter < 0:
-		return o, fmt.Errorf("%w: Options.StoreRetryAfter %s is negative", ErrOptions, o.StoreRetryAfter)
+		return o, optionError("Options.StoreRetryAfter", "%s is negative", o.StoreRetryAfter)
 	}
 	if o.DenyHeaders == nil {
 		o.DenyHeaders = []string{"Set-Cookie"}
 	}
 	for _, h := range o.DenyHeaders {
 		if !validToken(h) {
-			return o, fmt.Errorf("%w: Options.DenyHeaders: %q is not a header name", ErrOptions, h)
+			return o, optionError("Options.DenyHeaders", "%q is not a header name", h)
 		}
 	}
 	return o, nil

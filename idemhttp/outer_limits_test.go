@@ -26,7 +26,7 @@ func TestOuterMaxBytesIsTooLarge(t *testing.T) {
 	}
 	var ran atomic.Int32
 	var outcome atomic.Value
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { outcome.Store(ev.Outcome) }, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { outcome.Store(ev.Outcome) }, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		t.Fatal(err)
 	}

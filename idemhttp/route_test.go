@@ -50,7 +50,7 @@ func TestRecordRoute(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Route: tc.route, Logger: quiet, Scope: idemhttp.SingleCaller()})
+			mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Route: tc.route, Logger: quiet, Scope: idemhttp.SingleCaller()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-// Exactly one of Engine and Runner is set; the error names the fields.
+// Runner is required; the error names the field.
 func TestOptionsRunnerValidation(t *testing.T) {
 	t.Parallel()
 	eng, _ := idem.New(memstore.New(), idem.Options{})
@@ -24,10 +24,10 @@ func TestOptionsRunnerValidation(t *testing.T) {
 		want string
 	}{
 		{idemhttp.Options{Scope: idemhttp.SingleCaller()}, "Options.Runner"},
-		{idemhttp.Options{Engine: eng, Runner: eng, Scope: idemhttp.SingleCaller()}, "Options.Engine and Options.Runner are both set"},
+		{idemhttp.Options{Runner: (*idem.Engine)(nil), Scope: idemhttp.SingleCaller()}, "Options.Runner"},
 	} {
 		_, err := idemhttp.New(tc.opt)
-		if !errors.Is(err, idemhttp.ErrOptions) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %s", tc.opt, err, tc.want)
 		}
 	}
@@ -36,7 +36,7 @@ func TestOptionsRunnerValidation(t *testing.T) {
 	}
 }
 
-// plainRunner is a Runner without an Options method; fail, if set, makes every execution's
+// plainRunner is a Runner that reports zero Options; fail, if set, makes every execution's
 // outcome unknown, as a failed commit does (Executed false and a store error).
 type plainRunner struct {
 	eng  *idem.Engine
@@ -50,6 +50,8 @@ func (p plainRunner) Do(ctx context.Context, key, fp string, fn idem.Func) (idem
 	}
 	return res, err
 }
+
+func (p plainRunner) Options() idem.Options { return idem.Options{} }
 
 func runnerServer(t *testing.T, r idem.Runner, failOpen bool) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
@@ -80,8 +82,8 @@ func postKey(t *testing.T, srv *httptest.Server, key string) *http.Response {
 	return resp
 }
 
-// A Runner without Options runs and replays with the default policy.
-func TestRunnerWithoutOptions(t *testing.T) {
+// A Runner whose Options are zero runs and replays with the default policy.
+func TestRunnerZeroOptions(t *testing.T) {
 	t.Parallel()
 	eng, _ := idem.New(memstore.New(), idem.Options{Logger: quiet})
 	srv, runs := runnerServer(t, plainRunner{eng: eng}, false)

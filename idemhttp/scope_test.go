@@ -103,13 +103,12 @@ func TestScopeRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, opt := range map[string]idemhttp.Options{
-		"Engine": {Engine: eng},
 		"Runner": {Runner: eng},
 	} {
 		_, err := idemhttp.New(opt)
-		if !errors.Is(err, idem.ErrInvalidInput) || !errors.Is(err, idemhttp.ErrOptions) ||
-			!strings.Contains(err.Error(), "idemhttp.Options.Scope") {
-			t.Errorf("%s without Scope: err %v, want ErrOptions (idem.ErrInvalidInput) naming idemhttp.Options.Scope", name, err)
+		if !errors.Is(err, idem.ErrInvalidInput) ||
+			!strings.Contains(err.Error(), "idemhttp: invalid options: Options.Scope") {
+			t.Errorf("%s without Scope: err %v, want idem.ErrInvalidInput naming idemhttp: invalid options: Options.Scope", name, err)
 		}
 		opt.Scope = idemhttp.SingleCaller()
 		if _, err := idemhttp.New(opt); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemlambda"
 )
 
@@ -56,11 +57,11 @@ func TestDisabledLocally(t *testing.T) {
 		t.Fatalf("%d warnings, want one per wrapper:\n%s", n, log.String())
 	}
 	t.Setenv(idemlambda.DisabledEnv, "yes please")
-	if _, err := idemlambda.Wrap(idemlambda.Options{KeyPath: "id"}, func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.Wrap(idemlambda.Options{KeyPath: "id"}, func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("a value that is not a boolean: %v", err)
 	}
 	t.Setenv(idemlambda.DisabledEnv, "0")
-	if _, err := idemlambda.Wrap(idemlambda.Options{KeyPath: "id"}, func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.Wrap(idemlambda.Options{KeyPath: "id"}, func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("not disabled, no engine: %v", err)
 	}
 }

@@ -2,14 +2,14 @@
 // gets the stored result instead of a second run of the handler.
 //
 //	eng, _ := idem.New(store, idem.Options{Wait: 10 * time.Second})
-//	h, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", FingerprintPath: "body"}, chargeOrder)
+//	h, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "body.order_id", FingerprintPath: "body"}, chargeOrder)
 //	lambda.Start(h)
 //
 // Functions behind API Gateway get the Idempotency-Key semantics of idemhttp instead, with
 // WrapAPIGateway (REST APIs, payload format 1.0) and WrapHTTPAPI (HTTP APIs and function URLs,
 // payload format 2.0):
 //
-//	h, _ := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng}, createOrder)
+//	h, _ := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng}, createOrder)
 //	lambda.Start(h)
 //
 // Lambda delivers an event more than once: asynchronous invocations are retried on error and
@@ -176,7 +176,7 @@
 // consumer runs its effect once per key.
 //
 //	key, _ := idemlambda.BodyKey("order_id") // in the EventBridge detail, the Kinesis data
-//	c, _ := consumer.New(eng, ship, consumer.Options{Key: key, Scope: "shipping"})
+//	c, _ := consumer.New(consumer.Options{Runner: eng, Key: key, Scope: "shipping"}, ship)
 //	h, _ := idemlambda.EventBridgeHandler(c)
 //	lambda.Start(h)
 //

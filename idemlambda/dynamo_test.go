@@ -226,7 +226,7 @@ func TestDynamoProxyConcurrentDuplicates(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			o := &orders{delay: 50 * time.Millisecond}
-			h := k.wrap(t, idemlambda.ProxyOptions{Engine: dynamoEngine(t, idem.Options{Wait: 20 * time.Second, PollInterval: 5 * time.Millisecond}), Logger: quiet}, o)
+			h := k.wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{Wait: 20 * time.Second, PollInterval: 5 * time.Millisecond}), Logger: quiet}, o)
 			const n = 16
 			outs := make([]sent, n)
 			errs := make([]error, n)
@@ -290,7 +290,7 @@ func TestDynamoProxyTenantsApart(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			o := &orders{}
-			h := k.wrap(t, idemlambda.ProxyOptions{Engine: dynamoEngine(t, idem.Options{}), Logger: quiet}, o)
+			h := k.wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{}), Logger: quiet}, o)
 			a1, err1 := send(t, h, k.req("tenant-a", "shared-key", `{"sku":"tea"}`))
 			b1, err2 := send(t, h, k.req("tenant-b", "shared-key", `{"sku":"coffee"}`))
 			a2, err3 := send(t, h, k.req("tenant-a", "shared-key", `{"sku":"tea"}`))
@@ -316,7 +316,7 @@ func TestDynamoProxyRefusals(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			o := &orders{gate: make(chan struct{})}
-			h := k.wrap(t, idemlambda.ProxyOptions{Engine: dynamoEngine(t, idem.Options{}), RequireKey: true, Logger: quiet}, o)
+			h := k.wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{}), RequireKey: true, Logger: quiet}, o)
 			done := make(chan sent, 1)
 			go func() {
 				s, err := send(t, h, k.req("tenant-a", "k-1", `{"sku":"tea"}`))
@@ -386,7 +386,7 @@ func TestDynamoProxyBase64Body(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			o := &orders{}
-			h := k.wrap(t, idemlambda.ProxyOptions{Engine: dynamoEngine(t, idem.Options{}), Logger: quiet}, o)
+			h := k.wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{}), Logger: quiet}, o)
 			for _, step := range []struct {
 				key, body string
 				b64       bool
@@ -421,7 +421,7 @@ func TestDynamoProxyFailuresRelease(t *testing.T) {
 	t.Parallel()
 	eng := dynamoEngine(t, idem.Options{})
 	calls := 0
-	h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng, Logger: quiet}, func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng, Logger: quiet}, func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		calls++
 		switch calls {
 		case 1:
@@ -459,7 +459,7 @@ func TestDynamoWrap(t *testing.T) {
 	t.Parallel()
 	var c charger
 	h, err := idemlambda.Wrap(idemlambda.Options{
-		Engine:  dynamoEngine(t, idem.Options{Wait: 20 * time.Second, PollInterval: 5 * time.Millisecond}),
+		Runner:  dynamoEngine(t, idem.Options{Wait: 20 * time.Second, PollInterval: 5 * time.Millisecond}),
 		KeyPath: "body.order_id", FingerprintPath: "body",
 	}, c.handle)
 	if err != nil {
@@ -488,7 +488,7 @@ func TestDynamoWrap(t *testing.T) {
 	}
 
 	gate, started := make(chan struct{}), make(chan struct{}, 1)
-	slow, err := idemlambda.Wrap(idemlambda.Options{Engine: dynamoEngine(t, idem.Options{}), KeyPath: "id"},
+	slow, err := idemlambda.Wrap(idemlambda.Options{Runner: dynamoEngine(t, idem.Options{}), KeyPath: "id"},
 		func(ctx context.Context, ev map[string]any) (string, error) {
 			started <- struct{}{}
 			<-gate
@@ -530,7 +530,7 @@ func TestDynamoStoreDown(t *testing.T) {
 			}
 			for _, k := range proxyKinds {
 				o := &orders{}
-				h := k.wrap(t, idemlambda.ProxyOptions{Engine: eng, Logger: quiet}, o)
+				h := k.wrap(t, idemlambda.ProxyOptions{Runner: eng, Logger: quiet}, o)
 				s, err := send(t, h, k.req("tenant-a", "k-1", "{}"))
 				if err != nil || s.Status != 503 || s.Headers["Retry-After"] == "" || !strings.Contains(s.Body, idemhttp.ProblemStoreUnavailable) {
 					t.Fatalf("%s: %s %v", k.name, s.raw, err)
@@ -540,7 +540,7 @@ func TestDynamoStoreDown(t *testing.T) {
 				}
 			}
 			var c charger
-			h, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id"}, c.handle)
+			h, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "body.order_id"}, c.handle)
 			if _, err := invoke(t, h, apiEvent("r", `{"order_id":"o-1"}`)); !errors.Is(err, idem.ErrStoreUnavailable) {
 				t.Fatalf("generic: %v", err)
 			}

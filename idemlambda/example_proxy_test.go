@@ -23,7 +23,7 @@ func ExampleWrapAPIGateway() {
 		fmt.Println("creating the order")
 		return events.APIGatewayProxyResponse{StatusCode: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"order":"o_1"}`}, nil
 	}
-	h, err := idemlambda.WrapAPIGateway(idemlambda.ProxyOptions{Engine: eng}, create)
+	h, err := idemlambda.WrapAPIGateway(idemlambda.ProxyOptions{Runner: eng}, create)
 	if err != nil {
 		panic(err)
 	}
@@ -57,7 +57,7 @@ func ExampleWrapHTTPAPI() {
 		fmt.Println("creating the order")
 		return events.APIGatewayV2HTTPResponse{StatusCode: 201, Body: `{"order":"o_1"}`}, nil
 	}
-	h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng}, create)
+	h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng}, create)
 	if err != nil {
 		panic(err)
 	}

@@ -25,14 +25,14 @@ func ExampleKinesisHandler() {
 		panic(err)
 	}
 	down := true // the ledger is down for the first try of p-3
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: eng, Key: key, Scope: "ledger"}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		if string(m.Body) == `{"payment_id":"p-3"}` && down {
 			down = false
 			return nil, fmt.Errorf("ledger unavailable")
 		}
 		fmt.Println("booked", string(m.Body))
 		return nil, nil
-	}, consumer.Options{Key: key, Scope: "ledger"})
+	})
 	if err != nil {
 		panic(err)
 	}

@@ -22,7 +22,7 @@ func ExampleWrap() {
 		fmt.Println("charging for request", req.RequestContext.RequestID)
 		return events.APIGatewayProxyResponse{StatusCode: 201, Body: `{"charge":"ch_1"}`}, nil
 	}
-	h, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", FingerprintPath: "body"}, charge)
+	h, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "body.order_id", FingerprintPath: "body"}, charge)
 	if err != nil {
 		panic(err)
 	}

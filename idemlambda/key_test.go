@@ -17,8 +17,8 @@ import (
 func runCounter(t *testing.T, opt idemlambda.Options) (func(context.Context, json.RawMessage) (int, error), *int) {
 	t.Helper()
 	runs := new(int)
-	if opt.Engine == nil {
-		opt.Engine = newEngine(t, idem.Options{})
+	if opt.Runner == nil {
+		opt.Runner = newEngine(t, idem.Options{})
 	}
 	opt.Logger = quiet
 	h, err := idemlambda.Wrap(opt, func(ctx context.Context, ev json.RawMessage) (int, error) { *runs++; return *runs, nil })
@@ -71,7 +71,7 @@ func TestStoredKeys(t *testing.T) {
 	st := memstore.New()
 	t.Cleanup(func() { st.Close() })
 	eng, _ := idem.New(st, idem.Options{Logger: quiet})
-	h, _ := runCounter(t, idemlambda.Options{Engine: eng, KeyPath: "id", Name: "fn"})
+	h, _ := runCounter(t, idemlambda.Options{Runner: eng, KeyPath: "id", Name: "fn"})
 	for v, key := range map[string]string{
 		`"order-1"`: "fn|order-1", `"#1"`: "fn|#str:#1", `12.50`: "fn|#num:12.5", `true`: "fn|#bool:true",
 		`{"b":1,"a":"x"}`: `fn|#json:{"a":"x","b":1}`,
@@ -126,12 +126,12 @@ func TestKeyPathsTuple(t *testing.T) {
 			t.Fatalf("%s: %v, want ErrMissingKey", e, err)
 		}
 	}
-	if _, err := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPath: "a", KeyPaths: []string{"b"}},
-		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.Wrap(idemlambda.Options{Runner: newEngine(t, idem.Options{}), KeyPath: "a", KeyPaths: []string{"b"}},
+		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("KeyPath and KeyPaths: %v", err)
 	}
-	if _, err := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPaths: []string{"a", ""}},
-		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.Wrap(idemlambda.Options{Runner: newEngine(t, idem.Options{}), KeyPaths: []string{"a", ""}},
+		func(context.Context, string) (string, error) { return "", nil }); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("an empty path in KeyPaths: %v", err)
 	}
 }

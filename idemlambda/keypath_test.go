@@ -16,7 +16,7 @@ func TestKeyPathIndexPastTheEnd(t *testing.T) {
 	eng := newEngine(t, idem.Options{})
 	for path, found := range map[string]bool{"items.0": true, "items.1": false, "items.2": false} {
 		runs := 0
-		h, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: path, RequireKey: true, Name: "idx"},
+		h, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: path, RequireKey: true, Name: "idx"},
 			func(context.Context, map[string]any) (string, error) { runs++; return "ok", nil })
 		if err != nil {
 			t.Fatal(err)

@@ -19,8 +19,10 @@ import (
 // only one that carries nothing, and Options.RequireKey is set. The handler did not run.
 var ErrMissingKey = errors.New("idemlambda: no idempotency key in the event")
 
-// ErrOptions reports an invalid option; the message names the field.
-var ErrOptions = errors.New("idemlambda: invalid options")
+// optionError reports an invalid option as an *idem.OptionError raised by idemlambda.
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "idemlambda", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 // ErrReleaseFailed is joined (errors.Join) to the handler's error when the handler failed and
 // its claim could not be released: the key stays in flight until the claim's lease runs out, so
@@ -31,10 +33,10 @@ var ErrReleaseFailed = errors.New("idemlambda: the failed invocation's claim cou
 
 // DisabledEnv is the environment variable that turns idempotency off, for local runs and unit
 // tests without a store: set to 1 (or true), every wrapper runs its handler on every event, as
-// if the event had no key, and Options.Engine (ProxyOptions.Engine) may be nil. Keys are still
+// if the event had no key, and Options.Runner (ProxyOptions.Runner) may be nil. Keys are still
 // read, so RequireKey and malformed keys fail as they would with a store. Every Wrap,
 // WrapAPIGateway and WrapHTTPAPI logs a warning when it is set, once per cold start. It is
-// refused (the wrapper fails with ErrOptions) inside AWS Lambda, where AWS_LAMBDA_FUNCTION_NAME
+// refused (the wrapper fails with an *idem.OptionError) inside AWS Lambda, where AWS_LAMBDA_FUNCTION_NAME
 // is set, unless AWS_SAM_LOCAL is set too (sam local invoke, sam local start-api): a deployed
 // function never runs with duplicates let through.
 const DisabledEnv = "IDEMLAMBDA_DISABLED"
@@ -49,24 +51,26 @@ func disabled(logger *slog.Logger) (bool, error) {
 	off, err := strconv.ParseBool(v)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("%w: %s=%q is not a boolean", ErrOptions, DisabledEnv, v)
+		return false, optionError(DisabledEnv, "%q is not a boolean", v)
 	case !off:
 		return false, nil
 	case os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" && os.Getenv("AWS_SAM_LOCAL") == "":
-		return false, fmt.Errorf("%w: %s is set in a deployed Lambda function (AWS_LAMBDA_FUNCTION_NAME is set, AWS_SAM_LOCAL is not); it is for local runs and tests only", ErrOptions, DisabledEnv)
+		return false, optionError(DisabledEnv, "is set in a deployed Lambda function (AWS_LAMBDA_FUNCTION_NAME is set, AWS_SAM_LOCAL is not); it is for local runs and tests only")
 	}
 	logger.Warn("idemlambda: " + DisabledEnv + " is set: idempotency is OFF, duplicate events run the handler again; for local runs and tests only")
 	return true, nil
 }
 
-// Options configure Wrap. Engine and KeyPath (or KeyPaths) are required.
+// Options configure Wrap. Runner and KeyPath (or KeyPaths) are required.
 type Options struct {
-	// Engine runs the handler at most once per key and stores its result. Its TTL is how long
+	// Runner runs the handler at most once per key and stores its result: an *idem.Engine, or
+	// a transactional runner (pgstore.TxRunner, …), whose claims are then not bounded by the
+	// invocation's deadline (LeaseMargin does not apply). Its TTL is how long
 	// results are replayed; its Wait lets a duplicate invocation wait for the first one's
 	// result instead of failing with idem.ErrInFlight; its CacheSize keeps results in the
 	// function instance's memory, filled as each result is stored, so a duplicate that reaches
 	// the same instance is answered without a store call. Required, unless DisabledEnv is set.
-	Engine *idem.Engine
+	Runner idem.Runner
 	// KeyPath says where the key is in the event: a path into the event's JSON encoding, its
 	// segments separated by dots ("detail.order_id", "body.order_id", "Records.0.messageId"),
 	// or "." for the whole event. A segment of digits indexes an array. A string that holds
@@ -110,7 +114,7 @@ type Options struct {
 
 // Wrap returns handler made idempotent, to pass to lambda.Start: an event whose key (found at
 // Options.KeyPath) was seen before gets the stored result instead of a second run. It fails
-// with an error wrapping ErrOptions, naming the field, if an option is invalid.
+// with an *idem.OptionError (matching idem.ErrInvalidInput) naming the field if an option is invalid.
 //
 // The result is stored as JSON and a replay is decoded from it (see idem.DoJSON for what JSON
 // keeps); Lambda returns results as JSON anyway, so the caller gets the same bytes. An error
@@ -132,12 +136,12 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	switch {
 	case err != nil:
 		return nil, err
-	case opt.Engine == nil && !off:
-		return nil, fmt.Errorf("%w: Options.Engine is required", ErrOptions)
+	case (opt.Runner == nil || opt.Runner == (*idem.Engine)(nil)) && !off:
+		return nil, optionError("Options.Runner", "is required")
 	case handler == nil:
-		return nil, fmt.Errorf("%w: the handler is nil", ErrOptions)
+		return nil, optionError("handler", "is nil")
 	case opt.KeyPath != "" && len(opt.KeyPaths) > 0:
-		return nil, fmt.Errorf("%w: Options.KeyPath and Options.KeyPaths are both set", ErrOptions)
+		return nil, optionError("Options.KeyPath", "and Options.KeyPaths are both set")
 	}
 	names := opt.KeyPaths
 	field := "Options.KeyPaths"
@@ -147,13 +151,13 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 	keys := make([][]string, len(names))
 	for i, p := range names {
 		if keys[i], err = parsePath(p); err != nil || p == "" {
-			return nil, fmt.Errorf("%w: %s %q: %v", ErrOptions, field, p, cmpErr(err, "required"))
+			return nil, optionError(field, "%q: %v", p, cmpErr(err, "required"))
 		}
 	}
 	var fp []string
 	if opt.FingerprintPath != "" {
 		if fp, err = parsePath(opt.FingerprintPath); err != nil {
-			return nil, fmt.Errorf("%w: Options.FingerprintPath %q: %v", ErrOptions, opt.FingerprintPath, err)
+			return nil, optionError("Options.FingerprintPath", "%q: %v", opt.FingerprintPath, err)
 		}
 	}
 	if opt.Name == "" {
@@ -163,11 +167,11 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 		opt.Name = "lambda"
 	}
 	if err := idem.CheckScope(opt.Name); err != nil {
-		return nil, fmt.Errorf("%w: Options.Name: %v", ErrOptions, err)
+		return nil, optionError("Options.Name", "%q: %v", opt.Name, err)
 	}
 	var lease *leaser
 	if !off {
-		if lease, err = newLeaser(opt.Engine, opt.LeaseMargin); err != nil {
+		if lease, err = newLeaser(opt.Runner, opt.LeaseMargin); err != nil {
 			return nil, err
 		}
 	}

@@ -72,7 +72,7 @@ func TestDuplicateDeliveriesRunOnce(t *testing.T) {
 	t.Parallel()
 	var c charger
 	h, err := idemlambda.Wrap(idemlambda.Options{
-		Engine:  newEngine(t, idem.Options{Wait: 10 * time.Second, PollInterval: 2 * time.Millisecond}),
+		Runner:  newEngine(t, idem.Options{Wait: 10 * time.Second, PollInterval: 2 * time.Millisecond}),
 		KeyPath: "body.order_id", FingerprintPath: "body",
 	}, c.handle)
 	if err != nil {
@@ -109,7 +109,7 @@ func TestFingerprintPath(t *testing.T) {
 	t.Parallel()
 	var c charger
 	eng := newEngine(t, idem.Options{})
-	checked, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, Name: "checked", KeyPath: "body.order_id", FingerprintPath: "body.amount"}, c.handle)
+	checked, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, Name: "checked", KeyPath: "body.order_id", FingerprintPath: "body.amount"}, c.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestFingerprintPath(t *testing.T) {
 		t.Fatalf("same order, another amount: %v", err)
 	}
 	// Without a FingerprintPath only the key counts: another amount is a duplicate.
-	keyOnly, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, Name: "key-only", KeyPath: "body.order_id"}, c.handle)
+	keyOnly, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, Name: "key-only", KeyPath: "body.order_id"}, c.handle)
 	for _, body := range []string{`{"order_id":"o-2","amount":1}`, `{"order_id":"o-2","amount":2}`} {
 		if _, err := keyOnly(context.Background(), events.APIGatewayProxyRequest{Body: body}); err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func TestMissingKey(t *testing.T) {
 	t.Parallel()
 	var c charger
 	eng := newEngine(t, idem.Options{})
-	strict, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", RequireKey: true}, c.handle)
+	strict, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "body.order_id", RequireKey: true}, c.handle)
 	for _, body := range []string{`{"amount":1}`, `not json`, `{"order_id":null}`, ``,
 		`{"order_id":""}`, `{"order_id":{}}`, `{"order_id":[]}`, `{"order_id":[null,null]}`, `{"order_id":{"a":null}}`} {
 		if _, err := strict(context.Background(), events.APIGatewayProxyRequest{Body: body}); !errors.Is(err, idemlambda.ErrMissingKey) {
@@ -150,7 +150,7 @@ func TestMissingKey(t *testing.T) {
 	if r := c.runs.Load(); r != 0 {
 		t.Fatalf("handler ran %d times without a key", r)
 	}
-	lax, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "body.order_id", Logger: slog.New(slog.DiscardHandler)}, c.handle)
+	lax, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "body.order_id", Logger: slog.New(slog.DiscardHandler)}, c.handle)
 	// Values that carry nothing are no key: each event runs, none gets another's answer.
 	bodies := []string{`{}`, `{"order_id":""}`, `{"order_id":{}}`, `{"order_id":[]}`, `{"order_id":[null,null]}`, `{"order_id":null}`}
 	for _, body := range bodies {
@@ -169,7 +169,7 @@ func TestMissingKey(t *testing.T) {
 func TestErrorReleases(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	h, _ := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPath: "id"},
+	h, _ := idemlambda.Wrap(idemlambda.Options{Runner: newEngine(t, idem.Options{}), KeyPath: "id"},
 		func(ctx context.Context, ev map[string]any) (string, error) {
 			calls++
 			if calls == 1 {
@@ -212,7 +212,7 @@ func TestKeyPaths(t *testing.T) {
 		t.Run(tc.path, func(t *testing.T) {
 			t.Parallel()
 			runs := 0
-			h, err := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPath: tc.path, RequireKey: true},
+			h, err := idemlambda.Wrap(idemlambda.Options{Runner: newEngine(t, idem.Options{}), KeyPath: tc.path, RequireKey: true},
 				func(ctx context.Context, ev json.RawMessage) (int, error) { runs++; return runs, nil })
 			if err != nil {
 				t.Fatal(err)
@@ -236,16 +236,16 @@ func TestOptions(t *testing.T) {
 	h := func(context.Context, string) (string, error) { return "", nil }
 	for _, opt := range []idemlambda.Options{
 		{KeyPath: "id"},
-		{Engine: eng},
-		{Engine: eng, KeyPath: "a..b"},
-		{Engine: eng, KeyPath: "id", FingerprintPath: "x."},
-		{Engine: eng, KeyPath: "id", Name: "a|b"},
+		{Runner: eng},
+		{Runner: eng, KeyPath: "a..b"},
+		{Runner: eng, KeyPath: "id", FingerprintPath: "x."},
+		{Runner: eng, KeyPath: "id", Name: "a|b"},
 	} {
-		if _, err := idemlambda.Wrap(opt, h); !errors.Is(err, idemlambda.ErrOptions) {
+		if _, err := idemlambda.Wrap(opt, h); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%+v: %v", opt, err)
 		}
 	}
-	if _, err := idemlambda.Wrap[string, string](idemlambda.Options{Engine: eng, KeyPath: "id"}, nil); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.Wrap[string, string](idemlambda.Options{Runner: eng, KeyPath: "id"}, nil); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Errorf("nil handler: %v", err)
 	}
 }
@@ -257,8 +257,8 @@ func TestNamesApart(t *testing.T) {
 	runs := 0
 	handle := func(ctx context.Context, ev map[string]any) (int, error) { runs++; return runs, nil }
 	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "charge-fn")
-	charge, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id"}, handle)
-	refund, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id", Name: "refund-fn"}, handle)
+	charge, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "id"}, handle)
+	refund, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "id", Name: "refund-fn"}, handle)
 	ev := map[string]any{"id": "evt-1"}
 	for _, h := range []func(context.Context, map[string]any) (int, error){charge, refund, charge, refund} {
 		if _, err := h(context.Background(), ev); err != nil {

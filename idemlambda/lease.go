@@ -96,11 +96,17 @@ func (s boundedStore) Extend(ctx context.Context, key string, token int64, until
 // by each invocation's deadline, and whose cache (if the user's engine has one) is filled as
 // results are stored.
 type leaser struct {
-	eng    *idem.Engine
+	eng    idem.Runner
 	margin time.Duration // negative: not bounded
 }
 
-func newLeaser(eng *idem.Engine, margin time.Duration) (*leaser, error) {
+// newLeaser bounds the claims of an *idem.Engine by the invocation's deadline; any other
+// Runner (a transactional one) keeps its own lease and is used as it is.
+func newLeaser(r idem.Runner, margin time.Duration) (*leaser, error) {
+	eng, ok := r.(*idem.Engine)
+	if !ok {
+		return &leaser{eng: r, margin: -1}, nil
+	}
 	if margin == 0 {
 		margin = DefaultLeaseMargin
 	}
@@ -108,7 +114,7 @@ func newLeaser(eng *idem.Engine, margin time.Duration) (*leaser, error) {
 	opt.CacheOnComplete = true // a function instance that stored a result answers its duplicates
 	inner, err := idem.New(boundedStore{eng.Store()}, opt)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Options.Engine: %v", ErrOptions, err)
+		return nil, optionError("Options.Runner", "cannot be bounded by the invocation deadline: %v", err)
 	}
 	return &leaser{eng: inner, margin: margin}, nil
 }

@@ -24,7 +24,7 @@ func TestLeaseMarginSetsTheClaimsEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		var lease time.Time
-		h, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id", Name: "margin", LeaseMargin: tc.margin},
+		h, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "id", Name: "margin", LeaseMargin: tc.margin},
 			func(ctx context.Context, _ map[string]any) (string, error) {
 				rec, err := st.Get(ctx, idem.ScopedKey("margin", "evt-1"))
 				lease = rec.LeaseUntil

@@ -41,7 +41,7 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 			name: "generic",
 			handle: func(eng *idem.Engine, started chan<- struct{}, release <-chan struct{}) any {
 				var first atomic.Bool // the first run holds; a retry runs through
-				h, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id", LeaseMargin: margin},
+				h, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "id", LeaseMargin: margin},
 					func(ctx context.Context, ev map[string]any) (string, error) {
 						if first.CompareAndSwap(false, true) {
 							started <- struct{}{}
@@ -62,7 +62,7 @@ func TestDynamoLeaseBoundedByDeadline(t *testing.T) {
 			name: "http-v2",
 			handle: func(eng *idem.Engine, started chan<- struct{}, release <-chan struct{}) any {
 				var first atomic.Bool // the first run holds; a retry runs through
-				h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng, LeaseMargin: margin, Logger: quiet},
+				h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng, LeaseMargin: margin, Logger: quiet},
 					func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 						if first.CompareAndSwap(false, true) {
 							started <- struct{}{}

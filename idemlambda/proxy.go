@@ -18,13 +18,15 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// ProxyOptions configure WrapAPIGateway and WrapHTTPAPI. Only Engine is required.
+// ProxyOptions configure WrapAPIGateway and WrapHTTPAPI. Only Runner is required.
 type ProxyOptions struct {
-	// Engine runs the handler at most once per (scope, key) and stores its response. Its TTL is
+	// Runner runs the handler at most once per (scope, key) and stores its response: an
+	// *idem.Engine, or a transactional runner (pgstore.TxRunner, …), whose claims are then not
+	// bounded by the invocation's deadline (LeaseMargin does not apply). Its TTL is
 	// how long responses are replayed, its Policy which responses are kept (by default 5xx,
 	// 401, 403, 408, 409, 425 and 429 release the key), its Wait whether a duplicate waits for
 	// the first request's response instead of getting 409. Required, unless DisabledEnv is set.
-	Engine *idem.Engine
+	Runner idem.Runner
 	// Methods are the HTTP methods processed, in upper case as API Gateway sends them;
 	// requests with other methods go to the handler untouched. Default POST and PATCH.
 	Methods []string
@@ -63,8 +65,8 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case opt.Engine == nil && !off:
-		return nil, fmt.Errorf("%w: ProxyOptions.Engine is required", ErrOptions)
+	case (opt.Runner == nil || opt.Runner == (*idem.Engine)(nil)) && !off:
+		return nil, optionError("ProxyOptions.Runner", "is required")
 	}
 	if opt.Methods == nil {
 		opt.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -72,14 +74,14 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 	p := &proxy{opt: opt, methods: map[string]bool{}}
 	for _, m := range opt.Methods {
 		if m == "" || strings.ToUpper(m) != m {
-			return nil, fmt.Errorf("%w: ProxyOptions.Methods: %q is not an upper-case method name", ErrOptions, m)
+			return nil, optionError("ProxyOptions.Methods", "%q is not an upper-case method name", m)
 		}
 		p.methods[m] = true
 	}
 	if off {
 		return p, nil
 	}
-	if p.lease, err = newLeaser(opt.Engine, opt.LeaseMargin); err != nil {
+	if p.lease, err = newLeaser(opt.Runner, opt.LeaseMargin); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -221,13 +223,13 @@ func serve[Resp any](ctx context.Context, p *proxy, a answer, status func(Resp) 
 // payload format 1.0), with Idempotency-Key semantics: a request retried with the same key runs
 // the handler once, and every retry gets the first response, with Idempotent-Replayed: true.
 // See the package documentation for keys, scopes, fingerprints and refusals. It fails with an
-// error wrapping ErrOptions, naming the field, if an option is invalid.
+// *idem.OptionError (matching idem.ErrInvalidInput) naming the field if an option is invalid.
 //
 // An error from the handler is returned as it is and releases the key, so a retry runs the
 // handler again; so does a response the engine's Policy releases (5xx by default).
 func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)) (func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error), error) {
 	if handler == nil {
-		return nil, fmt.Errorf("%w: the handler is nil", ErrOptions)
+		return nil, optionError("handler", "is nil")
 	}
 	p, err := newProxy(opt)
 	if err != nil {
@@ -266,7 +268,7 @@ func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req even
 // Lambda function URLs that use the same event shape.
 func WrapHTTPAPI(opt ProxyOptions, handler func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)) (func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), error) {
 	if handler == nil {
-		return nil, fmt.Errorf("%w: the handler is nil", ErrOptions)
+		return nil, optionError("handler", "is nil")
 	}
 	p, err := newProxy(opt)
 	if err != nil {

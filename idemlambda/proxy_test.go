@@ -20,14 +20,14 @@ func TestProxyOptions(t *testing.T) {
 	}
 	for _, opt := range []idemlambda.ProxyOptions{
 		{},
-		{Engine: eng, Methods: []string{"post"}},
-		{Engine: eng, Methods: []string{""}},
+		{Runner: eng, Methods: []string{"post"}},
+		{Runner: eng, Methods: []string{""}},
 	} {
-		if _, err := idemlambda.WrapAPIGateway(opt, h); !errors.Is(err, idemlambda.ErrOptions) {
+		if _, err := idemlambda.WrapAPIGateway(opt, h); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%+v: %v", opt, err)
 		}
 	}
-	if _, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng}, nil); !errors.Is(err, idemlambda.ErrOptions) {
+	if _, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng}, nil); !errors.Is(err, idem.ErrInvalidInput) {
 		t.Errorf("nil handler: %v", err)
 	}
 }
@@ -37,7 +37,7 @@ func TestProxyOptions(t *testing.T) {
 func TestProxyPassThrough(t *testing.T) {
 	t.Parallel()
 	o := &orders{}
-	h, err := idemlambda.WrapAPIGateway(idemlambda.ProxyOptions{Engine: newEngine(t, idem.Options{}), Logger: quiet}, o.v1)
+	h, err := idemlambda.WrapAPIGateway(idemlambda.ProxyOptions{Runner: newEngine(t, idem.Options{}), Logger: quiet}, o.v1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestProxyScopeHeaderAndUnscoped(t *testing.T) {
 	t.Parallel()
 	o := &orders{}
 	eng := newEngine(t, idem.Options{})
-	h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng, ScopeHeader: "X-Api-Key", Logger: quiet}, o.v2)
+	h, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng, ScopeHeader: "X-Api-Key", Logger: quiet}, o.v2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestProxyScopeHeaderAndUnscoped(t *testing.T) {
 			t.Fatalf("api key %q: %+v %v", c.apiKey, resp, err)
 		}
 	}
-	open, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng, Unscoped: true, Logger: quiet}, o.v2)
+	open, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng, Unscoped: true, Logger: quiet}, o.v2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func childMain() {
 			os.Exit(2)
 		}
 	}
-	h, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: cfg.KeyPath, KeyPaths: cfg.KeyPaths,
+	h, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: cfg.KeyPath, KeyPaths: cfg.KeyPaths,
 		RequireKey: cfg.RequireKey, LeaseMargin: cfg.LeaseMargin, Logger: logger},
 		func(ctx context.Context, ev json.RawMessage) (map[string]any, error) {
 			var e childEvent

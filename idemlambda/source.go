@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 )
 
@@ -16,17 +15,17 @@ import (
 // paths), so two messages share a key only if they hold the same JSON value at every path. A
 // message whose body is not JSON, or holds nothing at one of the paths, gets an error: the
 // consumer rejects it (consumer.Rejected), and the source handler reports it as not done.
-// BodyKey fails with an error wrapping ErrOptions and idem.ErrInvalidInput if a path is
+// BodyKey fails with an *idem.OptionError (matching idem.ErrInvalidInput) if a path is
 // invalid or none is given.
 func BodyKey(paths ...string) (consumer.KeyFunc, error) {
 	if len(paths) == 0 {
-		return nil, fmt.Errorf("%w: %w: BodyKey: no path", ErrOptions, idem.ErrInvalidInput)
+		return nil, optionError("BodyKey paths", "are empty: give at least one")
 	}
 	parsed := make([][]string, len(paths))
 	for i, p := range paths {
 		var err error
 		if parsed[i], err = parsePath(p); err != nil || p == "" {
-			return nil, fmt.Errorf("%w: %w: BodyKey: path %q: %v", ErrOptions, idem.ErrInvalidInput, p, cmpErr(err, "empty"))
+			return nil, optionError(fmt.Sprintf("BodyKey path %q", p), "%v", cmpErr(err, "is empty"))
 		}
 	}
 	return func(m *consumer.Message) (string, error) {
@@ -51,7 +50,7 @@ func BodyKey(paths ...string) (consumer.KeyFunc, error) {
 
 // errNilConsumer is the error of a source handler made without a consumer.
 func errNilConsumer(fn string) error {
-	return fmt.Errorf("%w: %w: %s: the consumer is nil", ErrOptions, idem.ErrInvalidInput, fn)
+	return optionError(fn+" consumer", "is nil")
 }
 
 // handleOne handles one message and returns its Result; a panic in the handler fails the

@@ -70,7 +70,7 @@ func sourceChildMain() {
 			fail(err)
 		}
 	}
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: eng, Key: key, Scope: "orders", Logger: logger}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		label := m.Header["key"]
 		if cfg.LabelPath != "" {
 			var doc map[string]any
@@ -92,7 +92,7 @@ func sourceChildMain() {
 			return nil, fmt.Errorf("effect %s failed: %s", label[0], resp.Status)
 		}
 		return []byte(label[0]), nil
-	}, consumer.Options{Key: key, Scope: "orders", Logger: logger})
+	})
 	if err != nil {
 		fail(err)
 	}

@@ -31,7 +31,7 @@ func TestDynamoReleaseErrorJoined(t *testing.T) {
 		t.Fatal(err)
 	}
 	errHandler := errors.New("payment provider said no")
-	h, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id", Logger: quiet},
+	h, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "id", Logger: quiet},
 		func(context.Context, json.RawMessage) (string, error) { return "", errHandler })
 	_, err = h(context.Background(), json.RawMessage(`{"id":"o-1"}`))
 	if !errors.Is(err, errHandler) || !errors.Is(err, idemlambda.ErrReleaseFailed) || errors.Is(err, idem.ErrStoreUnavailable) {
@@ -42,13 +42,13 @@ func TestDynamoReleaseErrorJoined(t *testing.T) {
 	}
 	// A released claim that is someone else's by now (lease lost) is nothing to report; a
 	// handler error whose release worked is returned as it is.
-	ok, _ := idemlambda.Wrap(idemlambda.Options{Engine: newEngine(t, idem.Options{}), KeyPath: "id", Logger: quiet},
+	ok, _ := idemlambda.Wrap(idemlambda.Options{Runner: newEngine(t, idem.Options{}), KeyPath: "id", Logger: quiet},
 		func(context.Context, json.RawMessage) (string, error) { return "", errHandler })
 	if _, err := ok(context.Background(), json.RawMessage(`{"id":"o-1"}`)); err != errHandler {
 		t.Fatalf("a release that worked: %v", err)
 	}
 
-	px, _ := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Engine: eng, Logger: quiet},
+	px, _ := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{Runner: eng, Logger: quiet},
 		func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 			return events.APIGatewayV2HTTPResponse{}, errHandler
 		})
@@ -71,7 +71,7 @@ func TestDynamoCacheFilledOnComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := 0
-	h, _ := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: "id", Logger: quiet},
+	h, _ := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: "id", Logger: quiet},
 		func(context.Context, json.RawMessage) (int, error) { runs++; return runs, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // as Lambda gives
 	defer cancel()

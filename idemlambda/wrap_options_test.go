@@ -17,9 +17,9 @@ func TestWrapOptionErrorsSayWhy(t *testing.T) {
 	eng := newEngine(t, idem.Options{})
 	h := func(context.Context, string) (string, error) { return "", nil }
 	for path, why := range map[string]string{"": "empty segment", "a..b": "empty segment", "a.": "empty segment"} {
-		_, err := idemlambda.Wrap(idemlambda.Options{Engine: eng, KeyPath: path}, h)
-		if !errors.Is(err, idemlambda.ErrOptions) || !strings.Contains(err.Error(), why) {
-			t.Errorf("KeyPath %q: %v, want ErrOptions saying %q", path, err, why)
+		_, err := idemlambda.Wrap(idemlambda.Options{Runner: eng, KeyPath: path}, h)
+		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), why) {
+			t.Errorf("KeyPath %q: %v, want ErrInvalidInput saying %q", path, err, why)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func benchServer(b *testing.B, obs idem.Observer, opt *idemotel.Options) http.Ha
 	if err != nil {
 		b.Fatal(err)
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Logger: quiet, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Logger: quiet, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		b.Fatal(err)
 	}

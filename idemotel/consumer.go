@@ -30,10 +30,11 @@ const (
 // of the producer's span. The engine's spans for the message (idem.claim or idem.replay,
 // idem.effect, idem.complete) and the handler's own spans are its children:
 //
-//	c, err := consumer.New(eng, charge, consumer.Options{
+//	c, err := consumer.New(consumer.Options{
+//		Runner: eng,
 //		Key:   orderID,
 //		Trace: idemotel.ConsumerTrace(o),
-//	})
+//	}, charge)
 //
 // Header names are matched without regard to case, so a traceparent set by any producer is
 // found whatever the broker's client did to its case (NATS headers, AMQP headers, SQS message

@@ -20,12 +20,13 @@ import (
 func newTracedConsumer(t *testing.T, b *bundle, h consumer.Handler) *consumer.Consumer {
 	t.Helper()
 	e := b.engine(t, memstore.New(), idem.Options{})
-	c, err := consumer.New(e, h, consumer.Options{
+	c, err := consumer.New(consumer.Options{
+		Runner: e,
 		Scope:  "billing-secret",
 		Key:    func(m *consumer.Message) (string, error) { return "tenant-secret|" + string(m.Body[:3]), nil },
 		Trace:  idemotel.ConsumerTrace(b.opt),
 		Logger: quiet,
-	})
+	}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,12 @@ func ExampleConsumerTrace() {
 	if err != nil {
 		panic(err)
 	}
-	c, err := consumer.New(eng, func(context.Context, *consumer.Message) ([]byte, error) { return nil, nil }, consumer.Options{
-		Scope: "billing",
-		Key:   func(m *consumer.Message) (string, error) { return "order-42", nil },
-		Trace: idemotel.ConsumerTrace(o),
-	})
+	c, err := consumer.New(consumer.Options{
+		Runner: eng,
+		Scope:  "billing",
+		Key:    func(m *consumer.Message) (string, error) { return "order-42", nil },
+		Trace:  idemotel.ConsumerTrace(o),
+	}, func(context.Context, *consumer.Message) ([]byte, error) { return nil, nil })
 	if err != nil {
 		panic(err)
 	}

@@ -287,7 +287,7 @@ func TestHTTPTraceContinues(t *testing.T) {
 	b := setup(t)
 	e := b.engine(t, memstore.New(), idem.Options{})
 	const scope, body = "tenant-credential-123", `{"card":"4242-secret-body"}`
-	mw, err := idemhttp.New(idemhttp.Options{Engine: e, Logger: quiet,
+	mw, err := idemhttp.New(idemhttp.Options{Runner: e, Logger: quiet,
 		Scope: func(*http.Request) (string, error) { return scope, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 		{"PublishTimeout", o.PublishTimeout <= 0 || o.PublishTimeout >= o.Lease},
 	} {
 		if c.bad {
-			return o, fmt.Errorf("outbox: %w: RelayOptions.%s is out of range (PublishTimeout must be below Lease, MaxBackoff at least MinBackoff)", idem.ErrInvalidInput, c.name)
+			return o, &idem.OptionError{Package: "outbox", Field: "RelayOptions." + c.name, Problem: "is out of range (Batch at least 1, Lease above PublishTimeout, MaxBackoff at least MinBackoff)"}
 		}
 	}
 	return o, nil
@@ -77,8 +77,11 @@ type Relay struct {
 
 // NewRelay returns a relay that publishes st's events with pub.
 func NewRelay(st Store, pub Publisher, opt RelayOptions) (*Relay, error) {
-	if st == nil || pub == nil {
-		return nil, fmt.Errorf("outbox: %w: NewRelay needs a Store and a Publisher", idem.ErrInvalidInput)
+	switch {
+	case st == nil:
+		return nil, &idem.OptionError{Package: "outbox", Field: "st", Problem: "is nil: NewRelay needs a Store"}
+	case pub == nil:
+		return nil, &idem.OptionError{Package: "outbox", Field: "pub", Problem: "is nil: NewRelay needs a Publisher"}
 	}
 	opt, err := opt.withDefaults()
 	if err != nil {

@@ -94,7 +94,7 @@ func IdemHandler(cacheSize int) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.SingleCaller()})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.SingleCaller()})
 	if err != nil {
 		return nil, err
 	}

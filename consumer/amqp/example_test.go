@@ -29,10 +29,9 @@ func ExampleRun() {
 		log.Fatal(err)
 	}
 	engine, _ := idem.New(memstore.New(), idem.Options{}) // share a real store between processes
-	c, err := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		return nil, nil // charge the order here
-	}, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		Key: func(m *consumer.Message) (string, error) {
 			var o struct {
 				ID string `json:"order_id"`
@@ -42,6 +41,8 @@ func ExampleRun() {
 			}
 			return "order/" + o.ID, nil
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		return nil, nil // charge the order here
 	})
 	if err != nil {
 		log.Fatal(err)

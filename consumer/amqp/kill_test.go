@@ -57,7 +57,8 @@ func childMain() int {
 	}
 	conc, _ := strconv.Atoi(env("CONC"))
 	effects := env("EFFECTS")
-	c, err := consumer.New(runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: runner, Scope: "killtest", InFlightDelay: 200 * time.Millisecond, Logger: quiet(),
+		Key: func(m *consumer.Message) (string, error) { return string(m.Body), nil }}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		var db interface {
 			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 		} = st.Pool()
@@ -66,8 +67,7 @@ func childMain() int {
 		}
 		_, err := db.Exec(ctx, "INSERT INTO "+effects+" (key, pid) VALUES ($1, $2)", string(m.Body), os.Getpid())
 		return nil, err
-	}, consumer.Options{Scope: "killtest", InFlightDelay: 200 * time.Millisecond, Logger: quiet(),
-		Key: func(m *consumer.Message) (string, error) { return string(m.Body), nil }})
+	})
 	if err != nil {
 		return fail(err)
 	}

@@ -59,6 +59,8 @@ func (direct) Do(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, e
 	return idem.Result{Response: resp}, err
 }
 
+func (direct) Options() idem.Options { return idem.Options{} }
+
 func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, dups bool) {
 	ctx := context.Background()
 	q := broker.NewQueue(b)
@@ -77,10 +79,7 @@ func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, du
 		runner = e
 	}
 	var effects, acked atomic.Int64
-	c, err := consumer.New(runner, func(context.Context, *consumer.Message) ([]byte, error) {
-		effects.Add(1)
-		return nil, nil
-	}, consumer.Options{Logger: quiet(), Key: func(m *consumer.Message) (string, error) {
+	c, err := consumer.New(consumer.Options{Runner: runner, Logger: quiet(), Key: func(m *consumer.Message) (string, error) {
 		var e event
 		if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
 			return "", fmt.Errorf("no event id in %q", m.Body)
@@ -90,7 +89,10 @@ func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, du
 		if r.Outcome.Ack() {
 			acked.Add(1)
 		}
-	}})
+	}}, func(context.Context, *consumer.Message) ([]byte, error) {
+		effects.Add(1)
+		return nil, nil
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -175,7 +175,25 @@ func (s *suite) setup(t *testing.T) *bundle {
 // the event id. Slow events take a while, so that copies meet in flight; with failRate, the
 // first attempt of that share of events fails transiently.
 func (b *bundle) consumer(failRate float64) *consumer.Consumer {
-	c, err := consumer.New(b.runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{
+		Runner:        b.runner,
+		Scope:         "consumertest",
+		InFlightDelay: 200 * time.Millisecond,
+		RetryDelay:    50 * time.Millisecond,
+		Logger:        quiet(),
+		Observe: func(_ *consumer.Message, r consumer.Result) {
+			if int(r.Outcome) < len(b.outcome) {
+				b.outcome[r.Outcome].Add(1)
+			}
+		},
+		Key: func(m *consumer.Message) (string, error) {
+			var e event
+			if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
+				return "", fmt.Errorf("no event id in %q", m.Body)
+			}
+			return "event/" + e.ID, nil
+		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		var e event
 		if err := json.Unmarshal(m.Body, &e); err != nil {
 			return nil, consumer.Reject(err)
@@ -197,23 +215,6 @@ func (b *bundle) consumer(failRate float64) *consumer.Consumer {
 			return nil, err
 		}
 		return []byte("charged " + e.ID), nil
-	}, consumer.Options{
-		Scope:         "consumertest",
-		InFlightDelay: 200 * time.Millisecond,
-		RetryDelay:    50 * time.Millisecond,
-		Logger:        quiet(),
-		Observe: func(_ *consumer.Message, r consumer.Result) {
-			if int(r.Outcome) < len(b.outcome) {
-				b.outcome[r.Outcome].Add(1)
-			}
-		},
-		Key: func(m *consumer.Message) (string, error) {
-			var e event
-			if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
-				return "", fmt.Errorf("no event id in %q", m.Body)
-			}
-			return "event/" + e.ID, nil
-		},
 	})
 	if err != nil {
 		b.t.Fatal(err)
@@ -774,16 +775,8 @@ func (s *suite) scopesApart(t *testing.T) {
 // scopedConsumer returns a consumer with the given scope, whose key is key(event id) and whose
 // effect is recorded as label#id.
 func (b *bundle) scopedConsumer(label, scope string, key func(id string) string) *consumer.Consumer {
-	c, err := consumer.New(b.runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		var e event
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			return nil, consumer.Reject(err)
-		}
-		if err := b.effs.Add(ctx, label+"#"+e.ID); err != nil {
-			return nil, err
-		}
-		return []byte(label + " charged " + e.ID), nil
-	}, consumer.Options{
+	c, err := consumer.New(consumer.Options{
+		Runner:        b.runner,
 		Scope:         scope,
 		InFlightDelay: 200 * time.Millisecond,
 		RetryDelay:    50 * time.Millisecond,
@@ -800,6 +793,15 @@ func (b *bundle) scopedConsumer(label, scope string, key func(id string) string)
 			}
 			return key(e.ID), nil
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var e event
+		if err := json.Unmarshal(m.Body, &e); err != nil {
+			return nil, consumer.Reject(err)
+		}
+		if err := b.effs.Add(ctx, label+"#"+e.ID); err != nil {
+			return nil, err
+		}
+		return []byte(label + " charged " + e.ID), nil
 	})
 	if err != nil {
 		b.t.Fatal(err)

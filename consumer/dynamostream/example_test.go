@@ -20,16 +20,16 @@ func ExampleStart() {
 	if err != nil {
 		panic(err)
 	}
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		return nil, nil // send the receipt
-	}, consumer.Options{Scope: "receipts", Key: func(m *consumer.Message) (string, error) {
+	c, err := consumer.New(consumer.Options{Runner: eng, Scope: "receipts", Key: func(m *consumer.Message) (string, error) {
 		var ch struct {
 			NewImage struct {
 				EventID string `json:"event_id"`
 			} `json:"new_image"`
 		}
 		return ch.NewImage.EventID, json.Unmarshal(m.Body, &ch)
-	}})
+	}}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		return nil, nil // send the receipt
+	})
 	if err != nil {
 		panic(err)
 	}

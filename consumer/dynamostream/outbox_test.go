@@ -76,16 +76,7 @@ func TestOutboxEndToEnd(t *testing.T) {
 		var c change
 		return c, json.Unmarshal(m.Body, &c)
 	}
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		ch, err := parse(m)
-		if err != nil || ch.NewImage.EventID == "" {
-			return nil, err // a business item, not an event: nothing to send
-		}
-		mu.Lock()
-		receipts[ch.NewImage.PaymentID]++
-		mu.Unlock()
-		return nil, nil
-	}, consumer.Options{Scope: "receipts", Logger: quiet(),
+	c, err := consumer.New(consumer.Options{Runner: eng, Scope: "receipts", Logger: quiet(),
 		Key: func(m *consumer.Message) (string, error) {
 			ch, err := parse(m)
 			if err != nil {
@@ -99,7 +90,16 @@ func TestOutboxEndToEnd(t *testing.T) {
 		Fingerprint: func(m *consumer.Message) (string, error) {
 			ch, err := parse(m)
 			return idem.Fingerprint([]byte(ch.NewImage.EventID + "|" + ch.NewImage.PaymentID)), err
-		}})
+		}}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		ch, err := parse(m)
+		if err != nil || ch.NewImage.EventID == "" {
+			return nil, err // a business item, not an event: nothing to send
+		}
+		mu.Lock()
+		receipts[ch.NewImage.PaymentID]++
+		mu.Unlock()
+		return nil, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,8 @@
 //
 // # Usage
 //
-//	c, err := consumer.New(engine, charge, consumer.Options{
+//	c, err := consumer.New(consumer.Options{
+//		Runner: engine,
 //		Key: func(m *consumer.Message) (string, error) {
 //			var o struct{ ID string `json:"order_id"` }
 //			if err := json.Unmarshal(m.Body, &o); err != nil || o.ID == "" {
@@ -12,7 +13,7 @@
 //			}
 //			return "order/" + o.ID, nil
 //		},
-//	})
+//	}, charge)
 //	w, err := kafka.NewWorker(c, kafka.Options{},
 //		kgo.SeedBrokers("127.0.0.1:9092"),
 //		kgo.ConsumerGroup("billing"),

@@ -26,8 +26,9 @@ func Example() {
 		// ... charge the order; return a receipt for duplicates
 		return []byte("charged"), nil
 	}
-	c, err := consumer.New(engine, charge, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		Key: func(m *consumer.Message) (string, error) {
 			var o struct {
 				ID string `json:"order_id"`
@@ -37,7 +38,7 @@ func Example() {
 			}
 			return "order/" + o.ID, nil
 		},
-	})
+	}, charge)
 	if err != nil {
 		log.Fatal(err)
 	}

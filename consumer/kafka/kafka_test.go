@@ -181,7 +181,8 @@ func newConsumer(t *testing.T, st idem.Store, h consumer.Handler, opt consumer.O
 		t.Fatal(err)
 	}
 	opt.Key, opt.Logger = orderKey, quiet()
-	c, err := consumer.New(e, h, opt)
+	opt.Runner = e
+	c, err := consumer.New(opt, h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,14 +21,14 @@ func ExampleStart() {
 	if err != nil {
 		panic(err)
 	}
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		return nil, nil // book the payment
-	}, consumer.Options{Scope: "ledger", Key: func(m *consumer.Message) (string, error) {
+	c, err := consumer.New(consumer.Options{Runner: eng, Scope: "ledger", Key: func(m *consumer.Message) (string, error) {
 		var p struct {
 			PaymentID string `json:"payment_id"`
 		}
 		return p.PaymentID, json.Unmarshal(m.Body, &p)
-	}})
+	}}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		return nil, nil // book the payment
+	})
 	if err != nil {
 		panic(err)
 	}

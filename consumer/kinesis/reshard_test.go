@@ -60,7 +60,10 @@ func TestReshardParentBeforeChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: eng, Key: func(m *consumer.Message) (string, error) {
+		var ev struct{ ID string }
+		return ev.ID, json.Unmarshal(m.Body, &ev)
+	}, Logger: quiet()}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		var ev struct {
 			ID, User string
 			N        int
@@ -74,10 +77,7 @@ func TestReshardParentBeforeChildren(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(time.Millisecond) // the parent takes a while: children read early would overtake it
 		return nil, nil
-	}, consumer.Options{Key: func(m *consumer.Message) (string, error) {
-		var ev struct{ ID string }
-		return ev.ID, json.Unmarshal(m.Body, &ev)
-	}, Logger: quiet()})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

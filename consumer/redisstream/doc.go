@@ -6,14 +6,15 @@
 // # Usage
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	c, err := consumer.New(engine, charge, consumer.Options{
+//	c, err := consumer.New(consumer.Options{
+//		Runner: engine,
 //		Key: func(m *consumer.Message) (string, error) {
 //			if id := m.Header["order_id"]; len(id) == 1 && id[0] != "" {
 //				return "order/" + id[0], nil
 //			}
 //			return "", fmt.Errorf("entry %s has no order_id", m.ID)
 //		},
-//	})
+//	}, charge)
 //	w, err := redisstream.NewWorker(rdb, c, redisstream.Options{Stream: "orders", Group: "billing"})
 //	err = w.Run(ctx) // until ctx is done
 //

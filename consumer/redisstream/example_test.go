@@ -26,15 +26,16 @@ func Example() {
 		// ... charge the order; return a receipt for duplicates
 		return []byte("charged"), nil
 	}
-	c, err := consumer.New(engine, charge, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		Key: func(m *consumer.Message) (string, error) {
 			if id := m.Header["order_id"]; len(id) == 1 && id[0] != "" {
 				return "order/" + id[0], nil
 			}
 			return "", fmt.Errorf("entry %s has no order_id", m.ID)
 		},
-	})
+	}, charge)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -147,7 +147,8 @@ func newConsumer(t *testing.T, h consumer.Handler, opt consumer.Options) *consum
 		t.Fatal(err)
 	}
 	opt.Key, opt.Logger = orderKey, quiet()
-	c, err := consumer.New(e, h, opt)
+	opt.Runner = e
+	c, err := consumer.New(opt, h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,8 @@ func (direct) Do(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, e
 	return idem.Result{Response: resp}, err
 }
 
+func (direct) Options() idem.Options { return idem.Options{} }
+
 // drainRound sends n distinct orders (untimed), then runs two workers until all are deleted,
 // and returns how long that took.
 func drainRound(b *testing.B, bb *bundle, url string, c *consumer.Consumer, n int, round string) time.Duration {

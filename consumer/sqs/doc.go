@@ -14,7 +14,7 @@
 // idempotency key), never from the message id; the SNS envelope's MessageId is no better, as a
 // producer's retry gets a new one.
 //
-//	c, err := consumer.New(engine, charge, consumer.Options{Scope: "billing", Key: orderID})
+//	c, err := consumer.New(consumer.Options{Runner: engine, Scope: "billing", Key: orderID}, charge)
 //	w, err := sqs.NewWorker(sqsClient, c, sqs.WorkerOptions{QueueURL: url})
 //	err = w.Run(ctx) // until ctx is done, then a graceful stop
 //

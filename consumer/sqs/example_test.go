@@ -38,7 +38,7 @@ func ExampleWorker() {
 	charge := func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		return []byte("charge-id"), nil // the effect, and a small result kept for duplicates
 	}
-	c, err := consumer.New(engine, charge, consumer.Options{Scope: "billing", Key: orderID})
+	c, err := consumer.New(consumer.Options{Runner: engine, Scope: "billing", Key: orderID}, charge)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,11 +62,11 @@ func ExampleWorker() {
 // back to Lambda for redelivery (and, in the end, the dead-letter queue).
 func ExampleLambdaHandler() {
 	engine, _ := idem.New(memstore.New(), idem.Options{})
-	c, _ := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, _ := consumer.New(consumer.Options{Runner: engine, Scope: "billing", Key: orderID,
+		Observe: func(m *consumer.Message, r consumer.Result) { fmt.Println(m.ID, r.Outcome) }}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		fmt.Printf("charging %s (message %s)\n", m.Body, m.ID)
 		return nil, nil
-	}, consumer.Options{Scope: "billing", Key: orderID,
-		Observe: func(m *consumer.Message, r consumer.Result) { fmt.Println(m.ID, r.Outcome) }})
+	})
 	handler, _ := sqs.LambdaHandler(c, sqs.LambdaOptions{})
 
 	var ev events.SQSEvent

@@ -256,13 +256,14 @@ func newConsumer(t testing.TB, r consumer.Runner, scope string, effect func(ctx 
 	if len(observe) > 0 {
 		opt.Observe = observe[0]
 	}
-	c, err := consumer.New(r, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	opt.Runner = r
+	c, err := consumer.New(opt, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		key, err := orderKey(m)
 		if err != nil {
 			return nil, err
 		}
 		return nil, effect(ctx, scope+"/"+key, m)
-	}, opt)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,13 +132,13 @@ func TestLambdaBatchItemFailures(t *testing.T) {
 func TestLambdaFIFOStopsAtFirstFailure(t *testing.T) {
 	t.Parallel()
 	var calls []string
-	c, err := consumer.New(newEngine(t, nil, idem.Options{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: newEngine(t, nil, idem.Options{}), Key: func(m *consumer.Message) (string, error) { return string(m.Body), nil }, Logger: quiet()}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		calls = append(calls, m.ID)
 		if m.ID == "m2" {
 			return nil, errors.New("fails")
 		}
 		return nil, nil
-	}, consumer.Options{Key: func(m *consumer.Message) (string, error) { return string(m.Body), nil }, Logger: quiet()})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +158,12 @@ func TestLambdaFIFOStopsAtFirstFailure(t *testing.T) {
 
 func TestLambdaPanicAndDeadline(t *testing.T) {
 	t.Parallel()
-	c, err := consumer.New(newEngine(t, nil, idem.Options{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: newEngine(t, nil, idem.Options{}), Key: func(m *consumer.Message) (string, error) { return m.ID + string(m.Body), nil }, Logger: quiet()}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		if string(m.Body) == "boom" {
 			panic("handler bug")
 		}
 		return nil, nil
-	}, consumer.Options{Key: func(m *consumer.Message) (string, error) { return m.ID + string(m.Body), nil }, Logger: quiet()})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

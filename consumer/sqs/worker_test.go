@@ -279,12 +279,12 @@ func TestFailureRetryDelay(t *testing.T) {
 	url, _ := b.queue(t, "retry", nil)
 	b.send(t, url, []string{orderBody("o-1", 1)})
 	var attempts atomic.Int32
-	c, err := consumer.New(newEngine(t, nil, idem.Options{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{Runner: newEngine(t, nil, idem.Options{}), Key: orderKey, RetryDelay: time.Second, Logger: quiet()}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		if attempts.Add(1) == 1 {
 			return nil, errors.New("downstream refused")
 		}
 		return nil, b.effect(ctx, "svc/order/o-1", "retry")
-	}, consumer.Options{Key: orderKey, RetryDelay: time.Second, Logger: quiet()})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,12 +37,12 @@ type api struct {
 var scopeSecret = []byte("example scope secret of 32 bytes")
 
 func (a *api) router(eng *idem.Engine) (http.Handler, error) {
-	payments, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
+	payments, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
 	if err != nil {
 		return nil, err
 	}
 	webhooks, err := idemhttp.New(idemhttp.Options{
-		Engine:     eng,
+		Runner:     eng,
 		Key:        idemhttp.HeaderKey("X-GitHub-Delivery"),
 		RequireKey: true,
 		Scope:      idemhttp.SingleCaller(), // one sender: GitHub (check its X-Hub-Signature-256 in front of this route)

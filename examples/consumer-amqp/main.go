@@ -64,15 +64,9 @@ func main() {
 
 	// The consumer: keyed on the order id, never on the message's stream sequence.
 	var charged, skipped atomic.Int64
-	c, err := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		var o order
-		_ = json.Unmarshal(m.Body, &o) // the key function has parsed it already
-		if _, err := db.Exec(ctx, "INSERT INTO example_charges (order_id, cents) VALUES ($1, $2)", o.ID, o.Cents); err != nil {
-			return nil, err // released: the redelivery charges
-		}
-		return []byte("charge-" + o.ID), nil
-	}, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		Key: func(m *consumer.Message) (string, error) {
 			var o order
 			if err := json.Unmarshal(m.Body, &o); err != nil || o.ID == "" {
@@ -88,6 +82,13 @@ func main() {
 				skipped.Add(1)
 			}
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var o order
+		_ = json.Unmarshal(m.Body, &o) // the key function has parsed it already
+		if _, err := db.Exec(ctx, "INSERT INTO example_charges (order_id, cents) VALUES ($1, $2)", o.ID, o.Cents); err != nil {
+			return nil, err // released: the redelivery charges
+		}
+		return []byte("charge-" + o.ID), nil
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -57,15 +57,9 @@ func main() {
 	var mu sync.Mutex
 	charges := map[string]int{}
 	var charged, skipped atomic.Int64
-	c, err := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		var o order
-		_ = json.Unmarshal(m.Body, &o) // the key function has parsed it already
-		mu.Lock()
-		charges[o.ID]++
-		mu.Unlock()
-		return []byte("charge-" + o.ID), nil
-	}, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		// Keyed on the order id, never on the record's offset.
 		Key: func(m *consumer.Message) (string, error) {
 			var o order
@@ -82,6 +76,13 @@ func main() {
 				skipped.Add(1)
 			}
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var o order
+		_ = json.Unmarshal(m.Body, &o) // the key function has parsed it already
+		mu.Lock()
+		charges[o.ID]++
+		mu.Unlock()
+		return []byte("charge-" + o.ID), nil
 	})
 	if err != nil {
 		log.Fatal(err)

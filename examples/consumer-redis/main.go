@@ -44,14 +44,9 @@ func main() {
 	// The effect: a charge per order, counted in a Redis hash.
 	chargesKey := "example:charges:" + run
 	var charged, skipped atomic.Int64
-	c, err := consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		id := m.Header["order_id"][0] // the key function has checked it
-		if err := rdb.HIncrBy(ctx, chargesKey, id, 1).Err(); err != nil {
-			return nil, err // released: the redelivery charges
-		}
-		return []byte("charge-" + id), nil
-	}, consumer.Options{
-		Scope: "billing",
+	c, err := consumer.New(consumer.Options{
+		Runner: engine,
+		Scope:  "billing",
 		// Keyed on the order id field, never on the entry id.
 		Key: func(m *consumer.Message) (string, error) {
 			if id := m.Header["order_id"]; len(id) == 1 && id[0] != "" {
@@ -67,6 +62,12 @@ func main() {
 				skipped.Add(1)
 			}
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		id := m.Header["order_id"][0] // the key function has checked it
+		if err := rdb.HIncrBy(ctx, chargesKey, id, 1).Err(); err != nil {
+			return nil, err // released: the redelivery charges
+		}
+		return []byte("charge-" + id), nil
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -69,21 +69,8 @@ func run(ctx context.Context, db *pgxpool.Pool, js jetstream.JetStream, charges,
 	flaky := run + "-3" // the first attempt at this order fails after its insert
 	var failedOnce atomic.Bool
 	var charged, duplicates, failed atomic.Int64
-	c, err := consumer.New(pgstore.NewTxRunner(store, pgstore.TxOptions{}), func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		var o order
-		_ = json.Unmarshal(m.Body, &o) // the key function has parsed it already
-		tx := pgstore.TxFromContext(ctx)
-		var id int64
-		if err := tx.QueryRow(ctx, `INSERT INTO `+table+` (order_id, cents) VALUES ($1, $2) RETURNING id`,
-			o.ID, o.Cents).Scan(&id); err != nil {
-			return nil, err
-		}
-		if o.ID == flaky && failedOnce.CompareAndSwap(false, true) {
-			// Rolled back with the claim: no row, no record, and the message comes back.
-			return nil, errors.New("the payment provider timed out")
-		}
-		return fmt.Appendf(nil, "charge %d", id), nil
-	}, consumer.Options{
+	c, err := consumer.New(consumer.Options{
+		Runner:     pgstore.NewTxRunner(store, pgstore.TxOptions{}),
 		Scope:      "billing",
 		RetryDelay: 100 * time.Millisecond,
 		Key: func(m *consumer.Message) (string, error) {
@@ -103,6 +90,20 @@ func run(ctx context.Context, db *pgxpool.Pool, js jetstream.JetStream, charges,
 				failed.Add(1)
 			}
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var o order
+		_ = json.Unmarshal(m.Body, &o) // the key function has parsed it already
+		tx := pgstore.TxFromContext(ctx)
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO `+table+` (order_id, cents) VALUES ($1, $2) RETURNING id`,
+			o.ID, o.Cents).Scan(&id); err != nil {
+			return nil, err
+		}
+		if o.ID == flaky && failedOnce.CompareAndSwap(false, true) {
+			// Rolled back with the claim: no row, no record, and the message comes back.
+			return nil, errors.New("the payment provider timed out")
+		}
+		return fmt.Appendf(nil, "charge %d", id), nil
 	})
 	if err != nil {
 		return s, err

@@ -35,7 +35,7 @@ func main() {
 		log.Fatal(err)
 	}
 	mw, err := idemhttp.New(idemhttp.Options{
-		Engine: eng,
+		Runner: eng,
 		Scope:  idemhttp.SingleCaller(), // one client in this demo; scope by the caller's identity when there are more
 	})
 	if err != nil {

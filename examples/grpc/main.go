@@ -80,7 +80,7 @@ func main() {
 		log.Fatal(err)
 	}
 	server, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{
-		Engine:     eng,
+		Runner:     eng,
 		RequireKey: true,
 		Scope:      idemgrpc.SingleCaller(), // one client in this demo: scope by the caller's identity (KeyedMetadataScope) in a real service
 	})

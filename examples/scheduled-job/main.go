@@ -84,11 +84,12 @@ func open(dir, name string, hang bool) *scheduler {
 		log.Fatal(err)
 	}
 	s := &scheduler{name: name, dir: dir}
-	s.c, err = consumer.New(engine, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		return s.report(string(m.Body), hang)
-	}, consumer.Options{
+	s.c, err = consumer.New(consumer.Options{
+		Runner: engine,
 		Key:    func(m *consumer.Message) (string, error) { return "daily-report/" + string(m.Body), nil },
 		Logger: quiet,
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		return s.report(string(m.Body), hang)
 	})
 	if err != nil {
 		log.Fatal(err)

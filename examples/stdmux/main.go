@@ -56,7 +56,7 @@ func main() {
 		log.Fatal(err)
 	}
 	idempotent, err := idemhttp.New(idemhttp.Options{
-		Engine:        eng,
+		Runner:        eng,
 		RequireKey:    true,
 		Scope:         idemhttp.KeyedHeaderScope("X-API-Key", scopeSecret),
 		ExpiresHeader: true,

@@ -129,7 +129,28 @@ func workerMain() int {
 	if bug == "scope" {
 		scope += "-" + name // planted: each worker its own scope, as if the store ignored it
 	}
-	c, err := consumer.New(runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+	c, err := consumer.New(consumer.Options{
+		Runner: runner,
+		Scope:  scope, InFlightDelay: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond, Logger: quiet(),
+		Key: func(m *consumer.Message) (string, error) {
+			if f := parse(m); f.Fact != "" {
+				return f.Fact, nil
+			}
+			return "", errors.New("no fact")
+		},
+		// The copies of a fact differ in their send time and copy number, not in the fact.
+		Fingerprint: func(m *consumer.Message) (string, error) {
+			f := parse(m)
+			return idem.Fingerprint([]byte(f.Fact + "/" + strconv.Itoa(f.Amount))), nil
+		},
+		Observe: func(m *consumer.Message, r consumer.Result) {
+			unstored := r.Outcome == consumer.Processed && r.Err != nil
+			logLine("D %s %s %d %d %d", parse(m).Fact, r.Outcome, b2i(unstored), b2i(r.Takeover), time.Now().UnixNano())
+			if r.Outcome.Ack() && chance(killAckRate) {
+				killSelf("before-ack")
+			}
+		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		f := parse(m)
 		if chance(failRate) {
 			return nil, errors.New("chaos: failed before the effect")
@@ -160,26 +181,6 @@ func workerMain() int {
 		}
 		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
 		return []byte(name), nil
-	}, consumer.Options{
-		Scope: scope, InFlightDelay: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond, Logger: quiet(),
-		Key: func(m *consumer.Message) (string, error) {
-			if f := parse(m); f.Fact != "" {
-				return f.Fact, nil
-			}
-			return "", errors.New("no fact")
-		},
-		// The copies of a fact differ in their send time and copy number, not in the fact.
-		Fingerprint: func(m *consumer.Message) (string, error) {
-			f := parse(m)
-			return idem.Fingerprint([]byte(f.Fact + "/" + strconv.Itoa(f.Amount))), nil
-		},
-		Observe: func(m *consumer.Message, r consumer.Result) {
-			unstored := r.Outcome == consumer.Processed && r.Err != nil
-			logLine("D %s %s %d %d %d", parse(m).Fact, r.Outcome, b2i(unstored), b2i(r.Takeover), time.Now().UnixNano())
-			if r.Outcome.Ack() && chance(killAckRate) {
-				killSelf("before-ack")
-			}
-		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)

@@ -62,15 +62,16 @@ func (tr *Tracing) Consumer(t testing.TB) *consumer.Consumer {
 		t.Fatal(err)
 	}
 	tracer := tr.Opt.TracerProvider.Tracer("charge")
-	c, err := consumer.New(eng, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		_, span := tracer.Start(ctx, "charge")
-		span.End()
-		return []byte("receipt"), nil
-	}, consumer.Options{
+	c, err := consumer.New(consumer.Options{
+		Runner: eng,
 		Scope:  Scope,
 		Key:    func(m *consumer.Message) (string, error) { return strings.SplitN(string(m.Body), ":", 3)[1], nil },
 		Trace:  idemotel.ConsumerTrace(tr.Opt),
 		Logger: quiet,
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		_, span := tracer.Start(ctx, "charge")
+		span.End()
+		return []byte("receipt"), nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // Schedule is the retry timing of one client.
@@ -26,22 +28,25 @@ type Schedule struct {
 
 // Init fills the defaults of s and checks it. The error names the field as
 // opts.Field ("Options.MaxAttempts") and says what is wrong; the caller wraps it.
-func (s *Schedule) Init(opts string) error {
+func (s *Schedule) Init(pkg, opts string) error {
+	bad := func(field, format string, args ...any) error {
+		return &idem.OptionError{Package: pkg, Field: opts + "." + field, Problem: fmt.Sprintf(format, args...)}
+	}
 	s.MaxAttempts = cmp.Or(s.MaxAttempts, 5)
 	s.BaseDelay = cmp.Or(s.BaseDelay, 100*time.Millisecond)
 	s.MaxDelay = cmp.Or(s.MaxDelay, 5*time.Second)
 	s.MaxElapsed = cmp.Or(s.MaxElapsed, 30*time.Second)
 	switch {
 	case s.MaxAttempts < 1:
-		return fmt.Errorf("%s.MaxAttempts %d is below 1", opts, s.MaxAttempts)
+		return bad("MaxAttempts", "%d is below 1", s.MaxAttempts)
 	case s.BaseDelay < 0:
-		return fmt.Errorf("%s.BaseDelay %s is negative", opts, s.BaseDelay)
+		return bad("BaseDelay", "%s is negative", s.BaseDelay)
 	case s.MaxDelay < s.BaseDelay:
-		return fmt.Errorf("%s.MaxDelay %s is below %s.BaseDelay %s", opts, s.MaxDelay, opts, s.BaseDelay)
+		return bad("MaxDelay", "%s is below %s.BaseDelay %s", s.MaxDelay, opts, s.BaseDelay)
 	case s.MaxElapsed < 0:
-		return fmt.Errorf("%s.MaxElapsed %s is negative", opts, s.MaxElapsed)
+		return bad("MaxElapsed", "%s is negative", s.MaxElapsed)
 	case s.AttemptTimeout < 0:
-		return fmt.Errorf("%s.AttemptTimeout %s is negative", opts, s.AttemptTimeout)
+		return bad("AttemptTimeout", "%s is negative", s.AttemptTimeout)
 	}
 	return nil
 }

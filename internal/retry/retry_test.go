@@ -2,16 +2,18 @@ package retry_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/retry"
 )
 
 func TestInitDefaultsAndChecks(t *testing.T) {
 	s := retry.Schedule{}
-	if err := s.Init("Options"); err != nil {
+	if err := s.Init("pkg", "Options"); err != nil {
 		t.Fatal(err)
 	}
 	if s.MaxAttempts != 5 || s.BaseDelay != 100*time.Millisecond || s.MaxDelay != 5*time.Second || s.MaxElapsed != 30*time.Second {
@@ -27,7 +29,7 @@ func TestInitDefaultsAndChecks(t *testing.T) {
 		{retry.Schedule{MaxElapsed: -1}, "X.MaxElapsed -1ns is negative"},
 		{retry.Schedule{AttemptTimeout: -1}, "X.AttemptTimeout -1ns is negative"},
 	} {
-		if err := tc.s.Init("X"); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := tc.s.Init("pkg", "X"); !errors.Is(err, idem.ErrInvalidInput) || !strings.HasPrefix(err.Error(), "pkg: invalid options: X.") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Init(%+v) = %v, want %q", tc.s, err, tc.want)
 		}
 	}

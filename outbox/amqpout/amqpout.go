@@ -26,7 +26,7 @@ type Publisher struct {
 // exchange, where the routing key is the queue's name).
 func New(ch *amqp091.Channel, exchange string) (*Publisher, error) {
 	if ch == nil {
-		return nil, fmt.Errorf("amqpout: %w: New needs a channel", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "amqpout", Field: "ch", Problem: "is nil"}
 	}
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("amqpout: confirm mode: %w", err)

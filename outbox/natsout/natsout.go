@@ -6,7 +6,6 @@ package natsout
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -26,7 +25,7 @@ type Publisher struct {
 // name, say), so that events of two outbox tables publishing to one stream never share one.
 func New(js jetstream.JetStream, idPrefix string) (*Publisher, error) {
 	if js == nil {
-		return nil, fmt.Errorf("natsout: %w: New needs a JetStream context", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "natsout", Field: "js", Problem: "is nil"}
 	}
 	return &Publisher{js: js, prefix: idPrefix}, nil
 }

@@ -115,7 +115,7 @@ var _ outbox.Store = (*Store)(nil)
 // New returns the outbox table of opt in db. Call Migrate first (once per database).
 func New(db *pgxpool.Pool, opt Options) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("pgoutbox: %w: New needs a pool", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "pgoutbox", Field: "db", Problem: "is nil"}
 	}
 	t := opt.ident()
 	return &Store{

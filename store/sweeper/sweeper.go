@@ -169,28 +169,28 @@ func (o Options) withDefaults() (Options, error) {
 	if o.sleep == nil {
 		o.sleep = sleep
 	}
-	bad := func(format string, args ...any) (Options, error) {
-		return o, fmt.Errorf("sweeper: %w: "+format, append([]any{idem.ErrInvalidInput}, args...)...)
+	bad := func(field, format string, args ...any) (Options, error) {
+		return o, &idem.OptionError{Package: "sweeper", Field: field, Problem: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case o.Interval < time.Millisecond:
-		return bad("Options.Interval %s is below 1ms", o.Interval)
+		return bad("Options.Interval", "%s is below 1ms", o.Interval)
 	case o.Jitter < 0 || o.Jitter >= o.Interval:
-		return bad("Options.Jitter %s must be at least 0 and below Interval %s", o.Jitter, o.Interval)
+		return bad("Options.Jitter", "%s must be at least 0 and below Interval %s", o.Jitter, o.Interval)
 	case o.Batch < 1:
-		return bad("Options.Batch %d is below 1", o.Batch)
+		return bad("Options.Batch", "%d is below 1", o.Batch)
 	case o.MinBatch < 1 || o.MinBatch > o.Batch:
-		return bad("Options.MinBatch %d must be from 1 to Batch %d", o.MinBatch, o.Batch)
+		return bad("Options.MinBatch", "%d must be from 1 to Batch %d", o.MinBatch, o.Batch)
 	case o.TargetLatency < time.Millisecond:
-		return bad("Options.TargetLatency %s is below 1ms", o.TargetLatency)
+		return bad("Options.TargetLatency", "%s is below 1ms", o.TargetLatency)
 	case !(o.MaxShare > 0 && o.MaxShare <= 1): // NaN too
-		return bad("Options.MaxShare %g must be above 0 and at most 1", o.MaxShare)
+		return bad("Options.MaxShare", "%g must be above 0 and at most 1", o.MaxShare)
 	case o.MaxBatches < 1:
-		return bad("Options.MaxBatches %d is below 1", o.MaxBatches)
+		return bad("Options.MaxBatches", "%d is below 1", o.MaxBatches)
 	case o.CountLimit < -1:
-		return bad("Options.CountLimit %d is below -1", o.CountLimit)
+		return bad("Options.CountLimit", "%d is below -1", o.CountLimit)
 	case o.Timeout < time.Millisecond:
-		return bad("Options.Timeout %s is below 1ms", o.Timeout)
+		return bad("Options.Timeout", "%s is below 1ms", o.Timeout)
 	}
 	return o, nil
 }
@@ -221,11 +221,11 @@ type Sweeper struct {
 }
 
 // Start starts sweeping st: a first run after one (jittered) interval, then one every
-// interval once caught up, paced as Options describes. It returns an error wrapping
-// idem.ErrInvalidInput, naming the field, for bad options.
+// interval once caught up, paced as Options describes. It returns an *idem.OptionError
+// (matching idem.ErrInvalidInput) naming the field for bad options.
 func Start(st Sweepable, opt Options) (*Sweeper, error) {
 	if st == nil {
-		return nil, fmt.Errorf("sweeper: %w: store is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "sweeper", Field: "st", Problem: "is nil"}
 	}
 	o, err := opt.withDefaults()
 	if err != nil {
@@ -280,11 +280,11 @@ func (s *Sweeper) next() time.Duration {
 // Drain sweeps st once, paced as opt describes, until a batch comes back short (opt's
 // MaxBatches, Interval and Jitter do not apply), and returns what it did. It is a one-off
 // sweep for an operator or a cron job; with MaxShare 1 it goes as fast as the store allows.
-// It returns an error wrapping idem.ErrInvalidInput, naming the field, for bad options, and
+// It returns an *idem.OptionError (matching idem.ErrInvalidInput) naming the field for bad options, and
 // the run's error otherwise (Run.Deleted counts the records deleted before it).
 func Drain(ctx context.Context, st Sweepable, opt Options) (Run, error) {
 	if st == nil {
-		return Run{}, fmt.Errorf("sweeper: %w: store is nil", idem.ErrInvalidInput)
+		return Run{}, &idem.OptionError{Package: "sweeper", Field: "st", Problem: "is nil"}
 	}
 	o, err := opt.withDefaults()
 	if err != nil {

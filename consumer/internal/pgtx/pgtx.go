@@ -205,14 +205,9 @@ func CommitFails(t *testing.T, broker consumertest.Broker) {
 	type event struct {
 		ID string `json:"id"`
 	}
-	c, err := consumer.New(env.Runner, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
-		var e event
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			return nil, consumer.Reject(err)
-		}
-		return nil, env.Add(ctx, e.ID)
-	}, consumer.Options{
-		Scope: "committest", RetryDelay: 50 * time.Millisecond, InFlightDelay: 200 * time.Millisecond, Logger: quiet(),
+	c, err := consumer.New(consumer.Options{
+		Runner: env.Runner,
+		Scope:  "committest", RetryDelay: 50 * time.Millisecond, InFlightDelay: 200 * time.Millisecond, Logger: quiet(),
 		Key: func(m *consumer.Message) (string, error) {
 			var e event
 			if err := json.Unmarshal(m.Body, &e); err != nil || e.ID == "" {
@@ -230,6 +225,12 @@ func CommitFails(t *testing.T, broker consumertest.Broker) {
 				processed.Add(1)
 			}
 		},
+	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		var e event
+		if err := json.Unmarshal(m.Body, &e); err != nil {
+			return nil, consumer.Reject(err)
+		}
+		return nil, env.Add(ctx, e.ID)
 	})
 	if err != nil {
 		t.Fatal(err)

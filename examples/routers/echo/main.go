@@ -36,7 +36,7 @@ type api struct {
 var scopeSecret = []byte("example scope secret of 32 bytes")
 
 func (a *api) router(eng *idem.Engine) (*echo.Echo, error) {
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
 	if err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ type api struct {
 
 // router returns the Gin engine of the API, with idemhttp on the /v1 group.
 func (a *api) router(eng *idem.Engine) (*gin.Engine, error) {
-	mw, err := idemhttp.New(idemhttp.Options{Engine: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
+	mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: idemhttp.KeyedHeaderScope("Authorization", scopeSecret)})
 	if err != nil {
 		return nil, err
 	}

@@ -85,20 +85,21 @@ func Run(t *testing.T, pub outbox.Publisher, topic string, consume func(ctx cont
 	var mu sync.Mutex
 	effects := map[string]int{}
 	deliveries := 0
-	c, err := consumer.New(eng, func(_ context.Context, m *consumer.Message) ([]byte, error) {
-		key, _ := outbox.KeyOf(m.Header)
-		mu.Lock()
-		effects[key]++
-		mu.Unlock()
-		return nil, nil
-	}, consumer.Options{
-		Scope: "payments-e2e",
+	c, err := consumer.New(consumer.Options{
+		Runner: eng,
+		Scope:  "payments-e2e",
 		Key: func(m *consumer.Message) (string, error) {
 			mu.Lock()
 			deliveries++
 			mu.Unlock()
 			return outbox.KeyOf(m.Header)
 		},
+	}, func(_ context.Context, m *consumer.Message) ([]byte, error) {
+		key, _ := outbox.KeyOf(m.Header)
+		mu.Lock()
+		effects[key]++
+		mu.Unlock()
+		return nil, nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,109 @@
+package optioncheck_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/gateway"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemlambda"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/amqpout"
+	"github.com/idemkit/idem/outbox/natsout"
+	"github.com/idemkit/idem/outbox/pgoutbox"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/sweeper"
+)
+
+// TestInvalidOptionsOneRule walks every constructor with a bad option and checks the one rule:
+// errors.Is(err, idem.ErrInvalidInput), the raising package's prefix, the field named, and an
+// *idem.OptionError to read them from. (idemfiber, a module of its own, checks itself.)
+func TestInvalidOptionsOneRule(t *testing.T) {
+	t.Parallel()
+	eng, err := idem.New(memstore.New(), idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := idemhttp.SingleCaller()
+	key := func(*consumer.Message) (string, error) { return "k", nil }
+	h := func(context.Context, *consumer.Message) ([]byte, error) { return nil, nil }
+	lh := func(context.Context, string) (string, error) { return "", nil }
+	cases := []struct {
+		pkg, field string
+		call       func() error
+	}{
+		{"idem", "Options.Lease", func() error { _, err := idem.New(memstore.New(), idem.Options{Lease: -1}); return err }},
+		{"idem", "store", func() error { _, err := idem.New(nil, idem.Options{}); return err }},
+		{"idemhttp", "Options.Runner", func() error { _, err := idemhttp.New(idemhttp.Options{Scope: one}); return err }},
+		{"idemhttp", "Options.Scope", func() error { _, err := idemhttp.New(idemhttp.Options{Runner: eng}); return err }},
+		{"idemhttp", "Options.MaxRequestBody", func() error {
+			_, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: one, MaxRequestBody: -1})
+			return err
+		}},
+		{"idemhttp", "Options.Key", func() error {
+			_, err := idemhttp.New(idemhttp.Options{Runner: eng, Scope: one, Key: idemhttp.JSONKey("a..b")})
+			return err
+		}},
+		{"idemgrpc", "ServerOptions.Runner", func() error {
+			_, err := idemgrpc.UnaryServerInterceptor(idemgrpc.ServerOptions{Scope: idemgrpc.SingleCaller()})
+			return err
+		}},
+		{"idemgrpc", "ClientOptions.BaseDelay", func() error {
+			_, err := idemgrpc.UnaryClientInterceptor(idemgrpc.ClientOptions{BaseDelay: -1})
+			return err
+		}},
+		{"idemlambda", "Options.Runner", func() error { _, err := idemlambda.Wrap(idemlambda.Options{KeyPath: "id"}, lh); return err }},
+		{"idemlambda", "handler", func() error {
+			_, err := idemlambda.Wrap[string, string](idemlambda.Options{Runner: eng, KeyPath: "id"}, nil)
+			return err
+		}},
+		{"idemlambda", "ProxyOptions.Runner", func() error {
+			_, err := idemlambda.WrapHTTPAPI(idemlambda.ProxyOptions{}, func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+				return events.APIGatewayV2HTTPResponse{}, nil
+			})
+			return err
+		}},
+		{"consumer", "Options.Runner", func() error { _, err := consumer.New(consumer.Options{Key: key}, h); return err }},
+		{"consumer", "Options.Key", func() error { _, err := consumer.New(consumer.Options{Runner: eng}, h); return err }},
+		{"consumer", "Options.Scope", func() error {
+			_, err := consumer.New(consumer.Options{Runner: eng, Key: key, Scope: "a|b"}, h)
+			return err
+		}},
+		{"idemclient", "Options.MaxAttempts", func() error { _, err := idemclient.New(idemclient.Options{MaxAttempts: -1}); return err }},
+		{"sweeper", "Options.Batch", func() error { _, err := sweeper.Start(memstore.New(), sweeper.Options{Batch: -1}); return err }},
+		{"sweeper", "st", func() error { _, err := sweeper.Drain(context.Background(), nil, sweeper.Options{}); return err }},
+		{"outbox", "RelayOptions.Batch", func() error {
+			_, err := outbox.NewRelay(&pgoutbox.Store{}, outbox.PublisherFunc(func(context.Context, outbox.Message) error { return nil }), outbox.RelayOptions{Batch: -1})
+			return err
+		}},
+		{"outbox", "pub", func() error { _, err := outbox.NewRelay(&pgoutbox.Store{}, nil, outbox.RelayOptions{}); return err }},
+		{"pgoutbox", "db", func() error { _, err := pgoutbox.New(nil, pgoutbox.Options{}); return err }},
+		{"natsout", "js", func() error { _, err := natsout.New(nil, "t"); return err }},
+		{"amqpout", "ch", func() error { _, err := amqpout.New(nil, ""); return err }},
+		{"gateway", "upstream", func() error {
+			return gateway.Config{Scope: gateway.ScopeNone}.WithDefaults().Validate()
+		}},
+		{"gateway", "lease", func() error {
+			return gateway.Config{Upstream: "http://x", Scope: gateway.ScopeNone, Lease: gateway.Duration(1)}.WithDefaults().Validate()
+		}},
+	}
+	for _, tc := range cases {
+		err := tc.call()
+		want := tc.pkg + ": invalid options: " + tc.field + " "
+		if !errors.Is(err, idem.ErrInvalidInput) || err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s %s: err %v, want one matching idem.ErrInvalidInput starting %q", tc.pkg, tc.field, err, want)
+			continue
+		}
+		var oe *idem.OptionError
+		if !errors.As(err, &oe) || oe.Package != tc.pkg || oe.Field != tc.field {
+			t.Errorf("%s %s: %#v, want an *idem.OptionError for that package and field", tc.pkg, tc.field, oe)
+		}
+	}
+}
