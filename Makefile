@@ -64,6 +64,9 @@ bench-redis: services ## redisstore against redis-benchmark, same session (print
 mutation: ## Mutation testing (gremlins v0.6.0) of the engine, idemhttp, memstore, txmode, sqlitestore's known-keys table, the gateway, consumers, idemlambda, idemgrpc, the console and the SQL transaction runners; reports in tmp/mutation/ (hours on 2 busy cores; one area: MUTATION_TARGETS).
 	GO=$(GO) bash scripts/mutation.sh
 
+api: ## Rewrite the exported-API record in api/ after an intended public change (make test fails on an unrecorded one).
+	$(GO) test -count=1 ./internal/apicheck -update
+
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	.:FuzzDecodeResponse \
