@@ -126,7 +126,7 @@ func validate(u *unstructured.Unstructured) error {
 		return err
 	}
 	if gvk.Group == monitoringv1.SchemeGroupVersion.Group {
-		if gvk.Version != "v1" || gvk.Kind != monitoringv1.ServiceMonitorsKind[:len(monitoringv1.ServiceMonitorsKind)-1] {
+		if gvk.Version != "v1" || gvk.Kind != monitoringv1.ServiceMonitorsKind {
 			return fmt.Errorf("unknown monitoring kind %s", gvk)
 		}
 		var sm monitoringv1.ServiceMonitor
@@ -215,7 +215,7 @@ func TestSchemaValidationRefuses(t *testing.T) {
 			_ = unstructured.SetNestedField(u.Object, "metrics", "spec", "ports")
 		}},
 		{"ServiceMonitor", func(u *unstructured.Unstructured) {
-			_ = unstructured.SetNestedField(u.Object, "15s", "spec", "scrapeInterval")
+			_ = unstructured.SetNestedField(u.Object, "metrics", "spec", "endpointz")
 		}},
 	} {
 		u := parseManifests(t, out).find(tc.kind, "")
