@@ -142,7 +142,8 @@ func (e *Engine) Store() Store { return e.store }
 func (e *Engine) Options() Options { return e.opt }
 
 // Func is an effect. Its context is cancelled when the caller's is, or with cause ErrLeaseLost
-// when the claim was taken over. It returns the response to keep and replay, or an error
+// when the claim was taken over or is about to lapse because the store did not answer the
+// heartbeat's extensions for the whole lease (another process may then take the key over). It returns the response to keep and replay, or an error
 // (wrap it with Uncertain if the effect may have happened).
 type Func func(ctx context.Context) (Response, error)
 
@@ -617,6 +618,9 @@ func (b *beat) fire() {
 	// down, and the first one after the store is back renews it.
 	now := e.opt.Now()
 	wait := min(e.opt.Heartbeat/2, max(b.until.Sub(now)/2, e.opt.Heartbeat/8, time.Millisecond))
+	// Nor past the point where the claim is given up (lapseMargin), so that a store that
+	// hangs cannot hold the effect running after its lease has lapsed.
+	wait = min(wait, max(b.until.Sub(now)-e.lapseMargin(), time.Millisecond))
 	until := now.Add(e.opt.Lease)
 	sctx, c := context.WithTimeout(context.WithoutCancel(b.ctx), wait)
 	err := e.store.Extend(sctx, b.key, b.token, until)
@@ -631,10 +635,24 @@ func (b *beat) fire() {
 		}
 		return
 	case err != nil:
-		if b.failed++; b.failed == 1 {
-			e.opt.Logger.Warn("idem: lease extension failed; trying again", "key", b.key, "err", err, "lease_left", b.until.Sub(now).Round(time.Millisecond))
+		left := b.until.Sub(e.opt.Now())
+		if left <= e.lapseMargin() && !b.settling.Load() {
+			// The store has not answered for the whole lease: by this process's clock the
+			// claim is about to lapse, and another process may take the key over and run the
+			// effect. This one must stop as it would on a lost lease, before that can happen.
+			e.opt.Logger.Warn("idem: lease lapsed while the store did not answer; cancelling the effect", "key", b.key, "err", err, "failed", b.failed+1)
+			b.ctx.lose()
+			return
 		}
-		b.t.Reset(max(e.opt.Heartbeat/8, time.Millisecond))
+		if b.failed++; b.failed == 1 {
+			e.opt.Logger.Warn("idem: lease extension failed; trying again", "key", b.key, "err", err, "lease_left", left.Round(time.Millisecond))
+		}
+		// Try again soon, and in any case once more just before the lease would lapse.
+		next := max(e.opt.Heartbeat/8, time.Millisecond)
+		if until := left - e.lapseMargin(); until > 0 && until < next {
+			next = until
+		}
+		b.t.Reset(next)
 		return
 	}
 	if b.failed > 0 {
@@ -643,6 +661,14 @@ func (b *beat) fire() {
 	}
 	b.until = until
 	b.t.Reset(e.nextBeat(until))
+}
+
+// lapseMargin is how long before the end of its lease, by its own clock, a claim whose
+// extensions keep failing is given up (the effect's context cancelled with ErrLeaseLost): a
+// quarter of the heartbeat (2.5s of the default 30s lease), so that clocks a little apart do
+// not let another process take the key over while the effect still runs here.
+func (e *Engine) lapseMargin() time.Duration {
+	return max(e.opt.Heartbeat/4, time.Millisecond)
 }
 
 // nextBeat is when the next extension of a lease that ends at until is due: a heartbeat from

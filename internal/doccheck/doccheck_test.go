@@ -356,6 +356,7 @@ func modulePackages(t *testing.T, root string) map[string]string {
 	pkgs["grpc"] = "google.golang.org/grpc"
 	pkgs["pgx"] = "github.com/jackc/pgx/v5"
 	pkgs["pgxpool"] = "github.com/jackc/pgx/v5/pgxpool"
+	pkgs["jetstream"] = "github.com/nats-io/nats.go/jetstream"
 	mod := "github.com/idemkit/idem"
 	clause := regexp.MustCompile(`(?m)^package (\w+)`)
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {

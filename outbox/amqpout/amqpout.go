@@ -1,0 +1,70 @@
+// Package amqpout publishes outbox events to RabbitMQ with publisher confirms: the event's
+// Topic is the routing key on the configured exchange, its key travels in the
+// Idempotency-Key header, and Publish returns only once the broker has confirmed the message.
+package amqpout
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outbox"
+)
+
+// Publisher is an outbox.Publisher for RabbitMQ. Create it with New.
+type Publisher struct {
+	mu       sync.Mutex // one publish and its confirm at a time on the channel
+	ch       *amqp091.Channel
+	exchange string
+	returns  chan amqp091.Return
+}
+
+// New puts ch in confirm mode and returns a publisher to exchange ("" is the default
+// exchange, where the routing key is the queue's name).
+func New(ch *amqp091.Channel, exchange string) (*Publisher, error) {
+	if ch == nil {
+		return nil, fmt.Errorf("amqpout: %w: New needs a channel", idem.ErrInvalidInput)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("amqpout: confirm mode: %w", err)
+	}
+	// Messages are mandatory: one no queue takes is returned (before its confirm), and
+	// Publish fails, so the relay keeps the event instead of losing it.
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 16))
+	return &Publisher{ch: ch, exchange: exchange, returns: returns}, nil
+}
+
+// Publish sends m as a persistent message and waits for the broker's confirm; a nack or a
+// returned context error means it may or may not have arrived, and the relay sends it again.
+func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
+	h := amqp091.Table{}
+	for k, v := range outbox.WithKey(m.Header, m.Key) {
+		if len(v) > 0 {
+			h[k] = v[0]
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, m.Topic, true, false, amqp091.Publishing{
+		Headers: h, Body: m.Body, DeliveryMode: amqp091.Persistent, MessageId: m.Key,
+	})
+	if err != nil {
+		return err
+	}
+	ok, err := conf.WaitContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("amqpout: broker nacked event %d", m.ID)
+	}
+	select {
+	case r := <-p.returns:
+		return fmt.Errorf("amqpout: event %d returned unroutable (%d %s): no queue is bound to %q on %q", m.ID, r.ReplyCode, r.ReplyText, m.Topic, p.exchange)
+	default:
+		return nil
+	}
+}

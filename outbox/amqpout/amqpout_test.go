@@ -1,0 +1,76 @@
+package amqpout_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/amqp"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/amqpout"
+	"github.com/idemkit/idem/outbox/internal/e2e"
+)
+
+func dial(t *testing.T) *amqp091.Connection {
+	t.Helper()
+	url := testenv.AMQPURL(t)
+	if url == "" {
+		t.SkipNow() // testenv has said why (and failed under IDEM_REQUIRE_SERVICES)
+	}
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func channel(t *testing.T, conn *amqp091.Connection) *amqp091.Channel {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// TestEndToEnd: payments and their events committed together, relayed to RabbitMQ with
+// confirms and every event published twice, consumed by an idem consumer: each payment's
+// effect runs once.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	queue := fmt.Sprintf("outbox-e2e-%x", rand.Int64())
+	adm := channel(t, conn)
+	if _, err := adm.QueueDeclare(queue, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := amqpout.New(channel(t, conn), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.Run(t, pub, queue, func(ctx context.Context, c *consumer.Consumer) error {
+		return amqp.Run(ctx, channel(t, conn), queue, c, amqp.Options{})
+	})
+}
+
+// TestUnroutableIsAnError: an event no queue takes is not reported published (the relay
+// keeps it), although the broker confirms it.
+func TestUnroutableIsAnError(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	pub, err := amqpout.New(channel(t, conn), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pub.Publish(context.Background(), outbox.Message{ID: 1, Key: "k", Topic: fmt.Sprintf("no-such-queue-%x", rand.Int64()), Body: []byte("b")})
+	if err == nil || !strings.Contains(err.Error(), "unroutable") {
+		t.Fatalf("publish to no queue: %v, want an unroutable error", err)
+	}
+}

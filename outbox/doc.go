@@ -1,0 +1,22 @@
+// Package outbox is the producing half of "exactly once": a handler writes the events that
+// announce its effect into an outbox table in the same database transaction as its business
+// rows (and, in transaction mode, its idempotency record), and a Relay publishes them to a
+// broker at least once, each carrying its idempotency key in the Idempotency-Key header so
+// that the consumer side (package consumer) runs its effect once however often it arrives.
+//
+// Writing the row and the event in one transaction removes the dual write: there is never a
+// committed payment without its event, nor an event for a payment that rolled back. The relay
+// is at least once by construction (it publishes, then deletes the row; a crash between the
+// two publishes again), which the key makes harmless.
+//
+// Events of one key are published in the order they were written: only the oldest unsent
+// event of a key is ever handed to a relay, and a failed publish is retried, with backoff,
+// before any later event of that key. Events of other keys are not held up by it. Several
+// relays may run against one table (one per process of a deployment): each claims events
+// under a lease, and a relay that stops mid-publish leaves its events to another after the
+// lease.
+//
+// The table lives in your database: package outbox/pgoutbox for PostgreSQL (pgx). Publishers
+// for the brokers the consumer package reads: outbox/natsout (NATS JetStream) and
+// outbox/amqpout (RabbitMQ). Any other is a Publisher of a few lines.
+package outbox

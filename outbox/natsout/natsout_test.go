@@ -1,0 +1,94 @@
+package natsout_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/natsjs"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/outbox/internal/e2e"
+	"github.com/idemkit/idem/outbox/natsout"
+)
+
+// TestEndToEnd: payments and their events committed together, relayed to JetStream with
+// every event published twice (outside the stream's duplicate window), consumed by an idem
+// consumer: each payment's effect runs once.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	if url == "" {
+		return
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%x", rand.Int64())
+	stream, subject := "OUTBOX_"+id, "outbox."+id
+	ctx := context.Background()
+	// A duplicate window shorter than the relay's backoff, so the repeats reach the consumer.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, Duplicates: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "work", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := natsout.New(js, "outbox-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.Run(t, pub, subject, func(ctx context.Context, c *consumer.Consumer) error {
+		return natsjs.Run(ctx, cons, c, natsjs.Options{})
+	})
+}
+
+// TestDuplicateWindowDropsRepeat: within the stream's duplicate window, a second publish of
+// one outbox event (same row) is dropped by JetStream itself.
+func TestDuplicateWindowDropsRepeat(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	if url == "" {
+		return
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	id := fmt.Sprintf("%x", rand.Int64())
+	ctx := context.Background()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOXD_" + id, Subjects: []string{"outboxd." + id}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), "OUTBOXD_"+id) }()
+	pub, _ := natsout.New(js, "tbl")
+	m := outboxMessage("outboxd."+id, 7)
+	for range 2 {
+		if err := pub.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("%d messages in the stream after two publishes of one event, want 1", info.State.Msgs)
+	}
+}

@@ -1,0 +1,138 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Message is one event in the outbox.
+type Message struct {
+	// ID orders the events of the table; the store assigns it.
+	ID int64
+	// Key is the event's idempotency key, taken from the business fact it announces (an
+	// order's id and what happened to it: "order-42/paid"), never from a transport's id.
+	// Publishers send it in the Idempotency-Key header; events of one key are published in
+	// the order they were added. Required; at most idem.MaxStorageKeyLen bytes.
+	Key string
+	// Topic is where the event goes: a NATS subject, a RabbitMQ routing key, a queue or
+	// topic name, as the Publisher reads it. Required.
+	Topic string
+	// Header holds headers to send with the event.
+	Header map[string][]string
+	// Body is the event's payload.
+	Body []byte
+	// CreatedAt is when the event was added (set by the store).
+	CreatedAt time.Time
+	// Attempts is how many times a relay has claimed the event, this claim included.
+	Attempts int
+}
+
+// Check reports whether m can be added to an outbox: an error matching idem.ErrInvalidInput
+// names the field that is wrong.
+func (m Message) Check() error {
+	switch {
+	case m.Key == "":
+		return fmt.Errorf("outbox: %w: Message.Key is empty: give the event the key of the fact it announces", idem.ErrInvalidInput)
+	case len(m.Key) > idem.MaxStorageKeyLen:
+		return fmt.Errorf("outbox: %w: Message.Key is %d bytes, over %d", idem.ErrInvalidInput, len(m.Key), idem.MaxStorageKeyLen)
+	case m.Topic == "":
+		return fmt.Errorf("outbox: %w: Message.Topic is empty", idem.ErrInvalidInput)
+	}
+	return nil
+}
+
+// Publisher sends an event to a broker. It returns nil only once the broker has accepted the
+// event (a publish acknowledgement, a confirm); the relay deletes the event then, and
+// publishes it again after any error.
+type Publisher interface {
+	Publish(ctx context.Context, m Message) error
+}
+
+// PublisherFunc is a function that is a Publisher.
+type PublisherFunc func(ctx context.Context, m Message) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, m Message) error { return f(ctx, m) }
+
+// Store is an outbox table, as a relay sees it. Implementations: pgoutbox.Store.
+type Store interface {
+	// Claim hands out at most limit events that are due at now and not claimed by another
+	// relay, each the oldest unsent event of its key, and claims them until now+lease
+	// (adding one to their Attempts), oldest first.
+	Claim(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]Message, error)
+	// Sent deletes an event that was published.
+	Sent(ctx context.Context, m Message) error
+	// Retry makes an event claimed by m (same Attempts) due again at at, noting cause; a
+	// relay whose claim was taken over meanwhile changes nothing.
+	Retry(ctx context.Context, m Message, at time.Time, cause string) error
+	// Lag is the age of the oldest unsent event by the database's clock, 0 when none.
+	Lag(ctx context.Context) (time.Duration, error)
+}
+
+// Permanent marks a publish error that retrying cannot fix (a payload the broker refuses
+// whatever happens). The relay still keeps the event, retrying at MaxBackoff, so that an
+// operator can see and fix it; nothing is ever dropped.
+func Permanent(err error) error { return &permanent{err} }
+
+type permanent struct{ err error }
+
+func (p *permanent) Error() string { return p.err.Error() }
+func (p *permanent) Unwrap() error { return p.err }
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanent
+	return errors.As(err, &p)
+}
+
+// KeyHeader is the header that carries an event's idempotency key: the one every face of
+// idem reads.
+const KeyHeader = idem.KeyHeader
+
+// KeyOf returns the idempotency key an outbox event carries in header (as consumers receive
+// it), or an error matching idem.ErrInvalidInput when there is none. A consumer's KeyFunc:
+//
+//	Key: func(m *consumer.Message) (string, error) { return outbox.KeyOf(m.Header) }
+func KeyOf(header map[string][]string) (string, error) {
+	for k, v := range header {
+		if len(v) > 0 && v[0] != "" && equalFold(k, KeyHeader) {
+			return v[0], nil
+		}
+	}
+	return "", fmt.Errorf("outbox: %w: the message has no %s header", idem.ErrInvalidInput, KeyHeader)
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// WithKey returns header with the Idempotency-Key header set to key, for publishers.
+func WithKey(header map[string][]string, key string) map[string][]string {
+	out := make(map[string][]string, len(header)+1)
+	for k, v := range header {
+		if !equalFold(k, KeyHeader) {
+			out[k] = v
+		}
+	}
+	out[KeyHeader] = []string{key}
+	return out
+}

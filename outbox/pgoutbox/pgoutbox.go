@@ -1,0 +1,192 @@
+// Package pgoutbox keeps an outbox table in PostgreSQL: Add writes an event in the caller's
+// transaction (pgstore's transaction mode hands it one: pgstore.TxFromContext), and Store is
+// the table as an outbox.Relay reads it.
+package pgoutbox
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outbox"
+)
+
+// DefaultTable is the outbox table's name when Options.Table is empty.
+const DefaultTable = "idem_outbox"
+
+// Execer runs a statement: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Options name the table.
+type Options struct {
+	// Table is the outbox table's name. Default DefaultTable.
+	Table string
+	// Schema holds the table. Default: the connection's search_path.
+	Schema string
+}
+
+func (o Options) ident() string {
+	t := o.Table
+	if t == "" {
+		t = DefaultTable
+	}
+	if o.Schema != "" {
+		return pgx.Identifier{o.Schema, t}.Sanitize()
+	}
+	return pgx.Identifier{t}.Sanitize()
+}
+
+// Add writes m into the outbox through tx, so that it commits (or rolls back) with the rest
+// of tx's writes. m.ID, m.CreatedAt and m.Attempts are ignored.
+func Add(ctx context.Context, tx Execer, opt Options, m outbox.Message) error {
+	if err := m.Check(); err != nil {
+		return err
+	}
+	header := []byte("{}")
+	if len(m.Header) > 0 {
+		var err error
+		if header, err = json.Marshal(m.Header); err != nil {
+			return fmt.Errorf("pgoutbox: %w: header: %v", idem.ErrInvalidInput, err)
+		}
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+opt.ident()+` (key, topic, header, body) VALUES ($1, $2, $3, $4)`,
+		m.Key, m.Topic, header, body)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: add: %w", err)
+	}
+	return nil
+}
+
+// Migrate creates the outbox table and its index if they do not exist.
+func Migrate(ctx context.Context, db Execer, opt Options) error {
+	t := opt.ident()
+	idx := pgx.Identifier{tableName(opt) + "_key_id"}.Sanitize()
+	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
+	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	key          text        NOT NULL,
+	topic        text        NOT NULL,
+	header       jsonb       NOT NULL DEFAULT '{}',
+	body         bytea       NOT NULL,
+	created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+	due_at       timestamptz NOT NULL DEFAULT '-infinity',
+	claimed_till timestamptz NOT NULL DEFAULT '-infinity',
+	attempts     integer     NOT NULL DEFAULT 0,
+	last_error   text
+);
+CREATE INDEX IF NOT EXISTS `+idx+` ON `+t+` (key, id)`)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: migrate: %w", err)
+	}
+	return nil
+}
+
+func tableName(o Options) string {
+	if o.Table == "" {
+		return DefaultTable
+	}
+	return o.Table
+}
+
+// Store is an outbox table in PostgreSQL, for outbox.NewRelay. Create it with New.
+type Store struct {
+	db    *pgxpool.Pool
+	claim string
+	sent  string
+	retry string
+	lag   string
+}
+
+var _ outbox.Store = (*Store)(nil)
+
+// New returns the outbox table of opt in db. Call Migrate first (once per database).
+func New(db *pgxpool.Pool, opt Options) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("pgoutbox: %w: New needs a pool", idem.ErrInvalidInput)
+	}
+	t := opt.ident()
+	return &Store{
+		db: db,
+		// Only the oldest unsent event of each key is eligible; FOR UPDATE SKIP LOCKED keeps
+		// two relays off one event, and the NOT EXISTS keeps a key's later events back while
+		// an earlier one is unsent, whoever holds it.
+		claim: `UPDATE ` + t + ` o SET claimed_till = $1::timestamptz + $3::interval, attempts = o.attempts + 1
+WHERE o.id IN (
+	SELECT h.id FROM ` + t + ` h
+	WHERE h.due_at <= $1 AND h.claimed_till <= $1
+	  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.key = h.key AND e.id < h.id)
+	ORDER BY h.id LIMIT $2
+	FOR UPDATE SKIP LOCKED)
+RETURNING o.id, o.key, o.topic, o.header, o.body, o.created_at, o.attempts`,
+		sent:  `DELETE FROM ` + t + ` WHERE id = $1`,
+		retry: `UPDATE ` + t + ` SET due_at = $2, claimed_till = '-infinity', last_error = left($4, 1000) WHERE id = $1 AND attempts = $3`,
+		lag:   `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM ` + t,
+	}, nil
+}
+
+// Claim implements outbox.Store.
+func (s *Store) Claim(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]outbox.Message, error) {
+	rows, err := s.db.Query(ctx, s.claim, now, limit, lease)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []outbox.Message
+	for rows.Next() {
+		var m outbox.Message
+		var header []byte
+		if err := rows.Scan(&m.ID, &m.Key, &m.Topic, &header, &m.Body, &m.CreatedAt, &m.Attempts); err != nil {
+			return nil, err
+		}
+		if len(header) > 2 {
+			if err := json.Unmarshal(header, &m.Header); err != nil {
+				return nil, fmt.Errorf("%w: event %d: header: %v", idem.ErrCorruptRecord, m.ID, err)
+			}
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// UPDATE … RETURNING does not keep the subquery's order.
+	sortByID(out)
+	return out, nil
+}
+
+func sortByID(ms []outbox.Message) {
+	slices.SortFunc(ms, func(a, b outbox.Message) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// Sent implements outbox.Store.
+func (s *Store) Sent(ctx context.Context, m outbox.Message) error {
+	_, err := s.db.Exec(ctx, s.sent, m.ID)
+	return err
+}
+
+// Retry implements outbox.Store.
+func (s *Store) Retry(ctx context.Context, m outbox.Message, at time.Time, cause string) error {
+	_, err := s.db.Exec(ctx, s.retry, m.ID, at, m.Attempts, cause)
+	return err
+}
+
+// Lag implements outbox.Store.
+func (s *Store) Lag(ctx context.Context) (time.Duration, error) {
+	var secs float64
+	if err := s.db.QueryRow(ctx, s.lag).Scan(&secs); err != nil {
+		return 0, err
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
