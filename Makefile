@@ -101,3 +101,24 @@ dist-test: ## Build the release archives twice from clean clones of HEAD and che
 	bash scripts/dist-test.sh
 
 .PHONY: image image-test dist dist-test
+
+DEPLOY_TEST = cd deploy/tools && PATH="$(CURDIR)/.tools/bin:$$PATH" $(GO) test -count=1 -timeout 20m
+
+deploy-tools: ## Install promtool (into .tools/bin) and systemd-analyze if missing, for the deployment tests.
+	@bash scripts/deploy-tools.sh
+
+chart-test: deploy-tools ## Helm chart: helm lint, helm template of each variant, manifests checked against the Kubernetes schemas, its config loaded by the gateway, docs/deploy.md's blocks.
+	$(DEPLOY_TEST) -run 'Chart|Schema|DeployDoc' ./...
+
+rules-test: deploy-tools ## Alert rules: promtool check and test rules, metric names against a gateway's /metrics, runbook links.
+	PATH="$(CURDIR)/.tools/bin:$$PATH" promtool test rules deploy/prometheus/idem-alerts_test.yaml
+	$(DEPLOY_TEST) -run 'Alert' ./...
+
+unit-test: deploy-tools ## systemd unit: hardening, stop timeout above the drain, systemd-analyze verify.
+	$(DEPLOY_TEST) -run 'Systemd' ./...
+
+deploy-test: deploy-tools ## All of chart-test, rules-test and unit-test, and go vet of their module (slow: vets Helm and client-go too).
+	cd deploy/tools && $(GO) vet ./...
+	$(DEPLOY_TEST) ./...
+
+.PHONY: deploy-tools chart-test rules-test unit-test deploy-test
