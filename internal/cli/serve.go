@@ -169,6 +169,8 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 	if !f.set["shutdown-delay"] && e.getenv("KUBERNETES_SERVICE_HOST") != "" {
 		cfg.ShutdownDelay = gateway.Duration(5 * time.Second)
 	}
+	// The console serves where the flags, the environment or the file put it.
+	f.console.listen, f.console.tokenFile = cfg.ConsoleListen, cfg.ConsoleTokenFile
 	return cfg, nil
 }
 
@@ -292,7 +294,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		defer stop()
 		log.Info("writing a CPU profile until exit", "file", path)
 	}
-	f.console.listen, f.console.tokenFile = cfg.ConsoleListen, cfg.ConsoleTokenFile
 	con, err := f.console.sidecar(e)
 	if err != nil {
 		return err
