@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -35,8 +36,22 @@ func TestDocServeCommandsStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		files := configFiles(string(text))
 		for _, c := range serveCommands(string(text)) {
 			found++
+			// A config file the command names is the one the document shows for it.
+			for i, a := range c.args {
+				if (a == "--config" || a == "-config") && i+1 < len(c.args) {
+					body, ok := files[c.args[i+1]]
+					if !ok {
+						t.Errorf("%s:%d: %q names %s, which the document does not show in a yaml block", file, c.line, c.text, c.args[i+1])
+						continue
+					}
+					if err := os.WriteFile(filepath.Join(dir, c.args[i+1]), []byte(body), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			e := &env{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
 			fs := newFlags(e, "serve", "")
 			f := bindServe(e, fs)
@@ -61,6 +76,35 @@ func TestDocServeCommandsStart(t *testing.T) {
 	if found < 2 {
 		t.Fatalf("found %d idem serve commands in the docs; the scan is broken", found)
 	}
+}
+
+// configFiles returns the yaml blocks of a Markdown text that one of the two lines before
+// them names as a file (`idem.yaml`), by that name.
+func configFiles(md string) map[string]string {
+	out := map[string]string{}
+	lines := strings.Split(md, "\n")
+	name := regexp.MustCompile("`([^`/ ]+[.]ya?ml)`")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != "```yaml" {
+			continue
+		}
+		var file string
+		for j := i - 1; j >= 0 && j >= i-2 && file == ""; j-- {
+			if m := name.FindStringSubmatch(lines[j]); m != nil {
+				file = m[1]
+			}
+		}
+		var body []string
+		for j := i + 1; j < len(lines) && !strings.HasPrefix(strings.TrimSpace(lines[j]), "```"); j++ {
+			body = append(body, lines[j])
+		}
+		if file != "" {
+			if _, seen := out[file]; !seen {
+				out[file] = strings.Join(body, "\n") + "\n"
+			}
+		}
+	}
+	return out
 }
 
 type docCommand struct {
