@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -99,37 +100,18 @@ const KeyHeader = idem.KeyHeader
 //	Key: func(m *consumer.Message) (string, error) { return outbox.KeyOf(m.Header) }
 func KeyOf(header map[string][]string) (string, error) {
 	for k, v := range header {
-		if len(v) > 0 && v[0] != "" && equalFold(k, KeyHeader) {
+		if len(v) > 0 && v[0] != "" && strings.EqualFold(k, KeyHeader) {
 			return v[0], nil
 		}
 	}
 	return "", fmt.Errorf("outbox: %w: the message has no %s header", idem.ErrInvalidInput, KeyHeader)
 }
 
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
-
 // WithKey returns header with the Idempotency-Key header set to key, for publishers.
 func WithKey(header map[string][]string, key string) map[string][]string {
 	out := make(map[string][]string, len(header)+1)
 	for k, v := range header {
-		if !equalFold(k, KeyHeader) {
+		if !strings.EqualFold(k, KeyHeader) {
 			out[k] = v
 		}
 	}
