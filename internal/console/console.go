@@ -6,7 +6,6 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	template "github.com/idemkit/idem/internal/xtemplate/html"
 )
 
 //go:embed assets
