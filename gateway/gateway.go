@@ -80,6 +80,8 @@ type Gateway struct {
 	draining atomic.Bool               // Drain was called: /readyz answers 503
 	format   idemhttp.ProblemFormatter // Config.ErrorBody's; nil: problem+json
 	drain    *drainer                  // the upstream calls in flight, and the floors of their claims
+	claims   *claimClock               // when each claim in flight began: idem_claims_overdue
+	held     *heldCollector            // idem_keys_held (nil: the store cannot list)
 
 	// With OTLP export (Config.OTLPEndpoint): the providers flushed by Close, the engines'
 	// observer, and the gateway's handler under a server span continuing the caller's trace
@@ -169,6 +171,10 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 	if g.secret, err = cfg.LoadScopeSecret(); err != nil {
 		g.Close()
 		return nil, err
+	}
+	if err := g.registerClaimGauges(reg); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	instrumented := instrument(g.store, g.metrics.StoreSeconds)
 	g.drain = newDrainer(cfg.UncertainPolicy(), time.Duration(cfg.Lease), instrumented, g.log)
@@ -285,7 +291,7 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 		CacheSize: max(g.cfg.Cache, 0),
 		Uncertain: g.cfg.UncertainPolicy(),
 		Logger:    g.log,
-		Observer:  claimObserver{next: g.observer, claims: g.metrics.ClaimsInFlight},
+		Observer:  claimObserver{next: g.observer, claims: g.metrics.ClaimsInFlight, clock: g.claims},
 	})
 	if err != nil {
 		return nil, err

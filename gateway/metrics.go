@@ -198,11 +198,15 @@ func instrument(st idem.Store, h *prometheus.HistogramVec) idem.Store {
 type claimObserver struct {
 	next   idem.Observer
 	claims prometheus.Gauge
+	clock  *claimClock // when each claim began, for idem_claims_overdue (nil: not tracked)
 }
 
 func (o claimObserver) Begin(ctx context.Context, stage idem.Stage, key string) context.Context {
 	if stage == idem.StageEffect {
 		o.claims.Inc()
+		if o.clock != nil {
+			ctx = o.clock.begin(ctx)
+		}
 	}
 	if o.next != nil {
 		return o.next.Begin(ctx, stage, key)
@@ -213,6 +217,9 @@ func (o claimObserver) Begin(ctx context.Context, stage idem.Stage, key string) 
 func (o claimObserver) End(ctx context.Context, ev idem.Event) {
 	if ev.Stage == idem.StageEffect {
 		o.claims.Dec()
+		if o.clock != nil {
+			o.clock.end(ctx)
+		}
 	}
 	if o.next != nil {
 		o.next.End(ctx, ev)
