@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks `make dist`: two builds of the commit at HEAD, each from its own clean clone at its
 # own path, give byte-identical archives, SBOMs and SHA256SUMS; the checksums verify; every
-# platform has its archive and SBOM; and the binary for this machine names its commit.
+# platform has its archive and SBOM; each binary's size is printed, a linux one must stay under 30 MiB
+# (MAX_BINARY bytes); and the binary for this machine names its commit.
 # PLATFORMS (as for scripts/dist.sh) narrows both builds and the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,17 @@ for p in ${platforms//\//_}; do
 		fail=1
 	fi
 	grep -q " $sbom\$" SHA256SUMS || { echo "dist-test: $sbom not in SHA256SUMS" >&2; fail=1; }
+	# The binary's size; the linux ones (the image's) stay under MAX_BINARY bytes.
+	if [ "$ext" = zip ]; then
+		size=$(unzip -l "$archive" | awk '$4 ~ /\/idem\.exe$/ {print $1}')
+	else
+		size=$(tar -tvzf "$archive" | awk '$6 ~ /\/idem$/ {print $3}')
+	fi
+	echo "dist-test: $p binary $size bytes"
+	if [[ $p == linux_* ]] && [ "${size:-0}" -ge "${MAX_BINARY:-31457280}" ]; then
+		echo "dist-test: the $p binary has $size bytes, not under ${MAX_BINARY:-31457280} (30 MiB)" >&2
+		fail=1
+	fi
 done
 # The binary of this machine's platform runs and names the commit.
 host=$(go env GOOS)_$(go env GOARCH)
