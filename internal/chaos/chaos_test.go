@@ -116,9 +116,10 @@ func TestChaos(t *testing.T) {
 }
 
 // TestChaosPlantedBugsFail runs the gateways on real stores with one guarantee removed (the
-// planted command: the store's Complete unfenced, its Extend unfenced, both, or its keys
-// without their scope), under the faults aimed at that guarantee, and requires the verdict to
-// fail where the bug lives, on every store.
+// planted command: the store's Complete unfenced, its Extend unfenced, both, its keys without
+// their scope, or its leases never extended past one lease from now, which removes a draining
+// gateway's floor), under the faults aimed at that guarantee, and requires the verdict to fail
+// where the bug lives, on every store.
 func TestChaosPlantedBugsFail(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "planted")
 	if err := build(bin, "github.com/idemkit/idem/internal/chaos/planted"); err != nil {
@@ -141,6 +142,7 @@ func TestChaosPlantedBugsFail(t *testing.T) {
 			return doubled(planFenceComplete)(v) || doubled(planFenceExtend)(v)
 		}},
 		{"noscope", nil, func(v chaos.Verdict) bool { return v.CrossTenant > 0 }},
+		{"nodrain", []string{"deploy"}, func(v chaos.Verdict) bool { return v.DrainedDoubles > 0 && doubled(planDrain)(v) }},
 	}
 	for _, kind := range storeKinds() {
 		if kind == "sqlite" {
@@ -252,7 +254,7 @@ func (h *harness) load(ctx context.Context) time.Duration {
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults sync.WaitGroup
 	for name, fns := range map[string][]func(context.Context, *sync.WaitGroup){
-		"kill": {h.killer}, "pause": {h.pauser}, "release": {h.operator}, "deploy": {h.deployer},
+		"kill": {h.killer}, "pause": {h.pauser}, "release": {h.operator}, "deploy": {h.deployer, h.drainAims},
 		"fence": {h.fenceCompletions, h.fenceExtensions},
 	} {
 		for _, fn := range fns {

@@ -53,8 +53,9 @@ type upstream struct {
 	onLost         func(chaos.LostAnswer)
 	planned        sync.Map // op → struct{}: its plan was applied (to its first execution)
 	injected       sync.Map // plan → *atomic.Int64
-	// onFence hears of every execution of a fencing operation (planFenceComplete,
-	// planFenceExtend) as it is recorded, before the upstream takes fenceEffect to answer.
+	// onFence hears of every execution of an aimed operation (planFenceComplete,
+	// planFenceExtend, planDrain) as it is recorded, before the upstream takes fenceEffect (or
+	// drainEffect) to answer.
 	onFence func(op, gateway string)
 
 	mu  sync.Mutex
@@ -110,6 +111,9 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case planFenceComplete, planFenceExtend:
 		u.onFence(op, gw)
 		time.Sleep(fenceEffect)
+	case planDrain:
+		u.onFence(op, gw)
+		time.Sleep(drainEffect)
 	case planSlowEffect:
 		time.Sleep(slowEffectMin + time.Duration(u.roll()*float64(slowEffectMax-slowEffectMin)))
 	}
@@ -157,7 +161,7 @@ func (u *upstream) answer(w http.ResponseWriter, gw, op, answer string) {
 		time.Sleep(u.timeout + time.Second)
 	case planLease:
 		time.Sleep(u.lease + time.Second)
-	case planFenceComplete, planFenceExtend, planSlowEffect:
+	case planFenceComplete, planFenceExtend, planSlowEffect, planDrain:
 		// Slow on every execution, above.
 	default:
 		time.Sleep(time.Duration(u.roll() * float64(5*time.Millisecond)))
@@ -337,8 +341,8 @@ type config struct {
 	// tenants is how many callers share the gateways, each with its own scope header value,
 	// and each sending every key (default 3).
 	tenants int
-	// fenceMin is how many times each leg of the fence class runs at least, however soon
-	// the operations are done.
+	// fenceMin is how many times each leg of the fence class, and the deploy class's aimed
+	// leg, runs at least, however soon the operations are done.
 	fenceMin int
 	// fenceGap bounds the rest between two aims of a fence leg (default 1s to 3s).
 	fenceGap [2]time.Duration
