@@ -91,6 +91,18 @@ func headerScope(name string, hash func(...string) string) ScopeFunc {
 	}
 }
 
+// otherKeySpelling reports whether the request carries the key header under another spelling
+// that servers following CGI's naming read as Idempotency-Key.
+func otherKeySpelling(c *fiber.Ctx) bool {
+	found := false
+	c.Request().Header.VisitAll(func(k, _ []byte) {
+		if !found && len(k) == len(idem.KeyHeader) && !strings.EqualFold(string(k), idem.KeyHeader) && idemhttp.SameCGIHeader(string(k), idem.KeyHeader) {
+			found = true
+		}
+	})
+	return found
+}
+
 // Options configure New. Runner and Scope are required.
 type Options struct {
 	// Runner claims keys, stores and replays responses: an *idem.Engine, or a transactional
@@ -172,6 +184,11 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	keys := c.Request().Header.PeekAll(idem.KeyHeader)
+	if otherKeySpelling(c) {
+		// Idempotency_Key: an application that reads CGI names would see a key this
+		// middleware did not (see idemhttp.ErrInvalidKey).
+		return probInvalidKey.write(c, "")
+	}
 	switch {
 	case len(keys) == 0 || len(keys) == 1 && len(keys[0]) == 0:
 		if m.requireKey {

@@ -242,6 +242,10 @@ func TestKeys(t *testing.T) {
 		problem(t, b.do("POST", "/v1/charges", k, "x"), 400, idemhttp.ProblemInvalidKey)
 	}
 	problem(t, b.do("POST", "/v1/charges", "", "x", idem.KeyHeader, "a", idem.KeyHeader, "b"), 400, idemhttp.ProblemInvalidKey)
+	// The key under a spelling CGI-style applications read as Idempotency-Key, alone or
+	// beside it, as idemhttp refuses it.
+	problem(t, b.do("POST", "/v1/charges", "", "x", "Idempotency_Key", "a"), 400, idemhttp.ProblemInvalidKey)
+	problem(t, b.do("POST", "/v1/charges", "a", "x", "IDEMPOTENCY_KEY", "a"), 400, idemhttp.ProblemInvalidKey)
 	if n := b.n.Load(); n != 0 {
 		t.Fatalf("%d executions after bad keys", n)
 	}
