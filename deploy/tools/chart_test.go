@@ -38,7 +38,7 @@ const chartDir = "../helm/idem"
 var kubeVersion = &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
 
 // variants are the values files every chart test renders: each form the chart documents.
-var variants = []string{"standalone", "sidecar", "servicemonitor", "existing-secret"}
+var variants = []string{"standalone", "sidecar", "servicemonitor", "existing-secret", "console"}
 
 func valuesFile(name string) string { return filepath.Join(chartDir, "ci", name+"-values.yaml") }
 
@@ -176,6 +176,7 @@ func TestChartRendersValidManifests(t *testing.T) {
 		"sidecar":         {"Deployment": 1, "Service": 1, "ConfigMap": 1, "Secret": 2, "PodDisruptionBudget": 1},
 		"servicemonitor":  {"Deployment": 1, "Service": 1, "ConfigMap": 1, "Secret": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 1},
 		"existing-secret": {"Deployment": 1, "Service": 1, "ConfigMap": 1},
+		"console":         {"Deployment": 1, "Service": 1, "ConfigMap": 1, "Secret": 1, "PodDisruptionBudget": 1},
 	}
 	for _, name := range variants {
 		t.Run(name, func(t *testing.T) {
@@ -465,6 +466,7 @@ func TestChartRefusesIncomplete(t *testing.T) {
 		{"upstream", "", "upstream is required"},
 		{"scope.secret", "", "scope.secret must have at least 16 bytes"},
 		{"scope.secret", "short", "scope.secret must have at least 16 bytes"},
+		{"console.enabled", true, "console.token must have at least 16 bytes"},
 	} {
 		_, err := render(set(base, tc.path, tc.v))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

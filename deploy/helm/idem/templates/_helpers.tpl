@@ -61,6 +61,10 @@ timeout, then the abort of calls still out; in the sidecar form the API stops af
 {{- if .Values.scope.existingSecret -}}{{ .Values.scope.existingSecret }}{{- else -}}{{ include "idem.fullname" . }}-scope{{- end -}}
 {{- end -}}
 
+{{- define "idem.consoleSecret" -}}
+{{- if .Values.console.existingSecret -}}{{ .Values.console.existingSecret }}{{- else -}}{{ include "idem.fullname" . }}-console{{- end -}}
+{{- end -}}
+
 {{/* The gateway's config file (gateway.Config in YAML). */}}
 {{- define "idem.config" -}}
 {{- $c := deepCopy (default (dict) .Values.config) -}}
@@ -72,6 +76,11 @@ timeout, then the abort of calls still out; in the sidecar form the API stops af
 {{- else -}}
 {{- $_ = set $c "scope_header" (required "scope.header is required (or scope.none: true)" .Values.scope.header) -}}
 {{- $_ = set $c "scope_secret_file" "/etc/idem/scope/scope-secret" -}}
+{{- end -}}
+{{- if .Values.console.enabled -}}
+{{- $host := ternary "0.0.0.0" "127.0.0.1" (.Values.console.service | default false) -}}
+{{- $_ = set $c "console_listen" (printf "%s:%d" $host (int .Values.console.port)) -}}
+{{- $_ = set $c "console_token_file" "/etc/idem/console/console-token" -}}
 {{- end -}}
 {{- $_ = set $c "upstream_timeout" (printf "%ds" (int .Values.timing.upstreamTimeoutSeconds)) -}}
 {{- $_ = set $c "shutdown_timeout" (printf "%ss" (include "idem.shutdownTimeout" .)) -}}
