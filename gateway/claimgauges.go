@@ -13,10 +13,10 @@ import (
 // claimClock tracks when each claim this gateway holds began executing, so that the claims
 // held far longer than any call may take can be counted: idem_claims_overdue.
 //
-// A claim executes under the upstream timeout, and its answer is recorded within one lease
-// (the engine gives up and releases or holds the key when the store does not answer in
-// time). A claim still in flight after UpstreamTimeout + Lease is stuck: its holder keeps
-// renewing the lease, so every retry of its key gets 409, and no other gateway takes it over.
+// A claim's upstream call is bounded by the upstream timeout, and recording its answer takes
+// far less than a lease. A claim still in flight after UpstreamTimeout + Lease is stuck (a
+// hung connection, a store that takes the completion and never answers): while its holder
+// renews its lease, every retry of its key gets 409 and no other gateway takes it over.
 type claimClock struct {
 	overdueAfter time.Duration
 	now          func() time.Time
