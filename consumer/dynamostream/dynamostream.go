@@ -26,11 +26,9 @@
 package dynamostream
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -94,32 +92,25 @@ type Worker struct{ w *shards.Worker }
 // end). It fails with an error matching idem.ErrInvalidInput, naming the field, if an option is
 // invalid. Records are handled as consumer/kinesis's Start handles them (see there).
 func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, error) {
+	common := shards.Options{Name: opt.StreamARN, Checkpoints: opt.Checkpoints, Start: string(opt.Start), Limit: opt.Limit,
+		PollInterval: opt.PollInterval, LeaseDuration: opt.LeaseDuration, OnRejected: opt.OnRejected, Logger: opt.Logger, BeforeAck: opt.beforeAck}
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: the consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "dynamostream", Field: "consumer", Problem: "is nil"}
 	case opt.Client == nil:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.Client is required", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "dynamostream", Field: "Options.Client", Problem: "is required"}
 	case opt.StreamARN == "":
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.StreamARN is required", idem.ErrInvalidInput)
-	case opt.Limit < 0 || opt.PollInterval < 0 || opt.LeaseDuration < 0:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.Limit, PollInterval and LeaseDuration must not be negative", idem.ErrInvalidInput)
-	case opt.Start != "" && opt.Start != types.ShardIteratorTypeTrimHorizon && opt.Start != types.ShardIteratorTypeLatest:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.Start %q is neither TRIM_HORIZON nor LATEST", idem.ErrInvalidInput, opt.Start)
+		return nil, &idem.OptionError{Package: "dynamostream", Field: "Options.StreamARN", Problem: "is required"}
 	}
-	src := &source{client: opt.Client, arn: opt.StreamARN, start: cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon),
-		limit: cmp.Or(opt.Limit, 100), message: opt.Message}
+	if err := common.Check("dynamostream"); err != nil {
+		return nil, err
+	}
+	common = common.WithDefaults()
+	src := &source{client: opt.Client, arn: opt.StreamARN, start: types.ShardIteratorType(common.Start), limit: common.Limit, message: opt.Message}
 	if src.message == nil {
 		src.message = Message
 	}
-	w := shards.Start(ctx, c, src, shards.Options{
-		Name:          opt.StreamARN,
-		Checkpoints:   cmp.Or[shards.Checkpoints](opt.Checkpoints, shards.NewMemoryCheckpoints()),
-		PollInterval:  cmp.Or(opt.PollInterval, time.Second),
-		LeaseDuration: cmp.Or(opt.LeaseDuration, 30*time.Second),
-		OnRejected:    opt.OnRejected,
-		Logger:        cmp.Or(opt.Logger, slog.Default()),
-		BeforeAck:     opt.beforeAck,
-	})
+	w := shards.Start(ctx, c, src, common)
 	return &Worker{w: w}, nil
 }
 

@@ -1,10 +1,8 @@
 package kinesis
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -104,28 +102,22 @@ type Worker struct{ w *shards.Worker }
 // or merged (resharding) is read to its end before its children are read, so a partition key's
 // records are handled in the order they were put, across the reshard.
 func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, error) {
+	common := shards.Options{Name: opt.Stream, Checkpoints: opt.Checkpoints, Start: string(opt.Start), Limit: opt.Limit,
+		PollInterval: opt.PollInterval, LeaseDuration: opt.LeaseDuration, OnRejected: opt.OnRejected, Logger: opt.Logger, BeforeAck: opt.beforeAck}
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: the consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "kinesis", Field: "consumer", Problem: "is nil"}
 	case opt.Client == nil:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Client is required", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "kinesis", Field: "Options.Client", Problem: "is required"}
 	case opt.Stream == "":
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Stream is required", idem.ErrInvalidInput)
-	case opt.Limit < 0 || opt.PollInterval < 0 || opt.LeaseDuration < 0:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Limit, PollInterval and LeaseDuration must not be negative", idem.ErrInvalidInput)
-	case opt.Start != "" && opt.Start != types.ShardIteratorTypeTrimHorizon && opt.Start != types.ShardIteratorTypeLatest:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Start %q is neither TRIM_HORIZON nor LATEST", idem.ErrInvalidInput, opt.Start)
+		return nil, &idem.OptionError{Package: "kinesis", Field: "Options.Stream", Problem: "is required"}
 	}
-	src := &source{client: opt.Client, stream: opt.Stream, start: cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon), limit: cmp.Or(opt.Limit, 100)}
-	w := shards.Start(ctx, c, src, shards.Options{
-		Name:          opt.Stream,
-		Checkpoints:   cmp.Or[Checkpoints](opt.Checkpoints, NewMemoryCheckpoints()),
-		PollInterval:  cmp.Or(opt.PollInterval, time.Second),
-		LeaseDuration: cmp.Or(opt.LeaseDuration, 30*time.Second),
-		OnRejected:    opt.OnRejected,
-		Logger:        cmp.Or(opt.Logger, slog.Default()),
-		BeforeAck:     opt.beforeAck,
-	})
+	if err := common.Check("kinesis"); err != nil {
+		return nil, err
+	}
+	common = common.WithDefaults()
+	src := &source{client: opt.Client, stream: opt.Stream, start: types.ShardIteratorType(common.Start), limit: common.Limit}
+	w := shards.Start(ctx, c, src, common)
 	return &Worker{w: w}, nil
 }
 
