@@ -18,11 +18,14 @@
 // # Shards, order and checkpoints
 //
 // As consumer/kinesis does: workers share the shards by lease (kinesis.Checkpoints, which this
-// package takes too), read each shard in order from its checkpoint, stop a shard at a record
-// not done with and read it again from there after a delay, and read a parent shard to its end
-// before its children (DynamoDB closes a stream's shards every few hours and opens children).
-// A checkpoint only saves work: the idem store keeps each effect once, so a checkpoint lost or
-// behind costs duplicates, never a second effect.
+// package takes too; consumer/dynamocheckpoints keeps them in a DynamoDB table), read each
+// shard in order from its checkpoint, stop a shard at a record not done with and read it again
+// from there after a delay, and read a parent shard to its end before its children (DynamoDB
+// closes a stream's shards every few hours and opens children). Stop gives the worker's leases
+// up. The idem store keeps each effect once, so a checkpoint behind costs duplicates; but
+// checkpoints kept in memory are lost with the process, and a restarted one reads the stream
+// again from Options.Start: the last 24 hours of changes from TRIM_HORIZON (effects happen again
+// for keys the store no longer keeps), none of those made while it was down from LATEST.
 package dynamostream
 
 import (
@@ -76,8 +79,12 @@ type Options struct {
 
 // Checkpoints keep, per shard, how far an application has read and which worker reads it now;
 // they only save work (see the package doc). It is the interface of consumer/kinesis's
-// Checkpoints: Claim, Save and Checkpoint.
+// Checkpoints: Claim, Save, Checkpoint, Leases and Take.
 type Checkpoints = shards.Checkpoints
+
+// Lease is a shard's entry in Checkpoints: its checkpoint, and the worker that holds or last
+// held its lease, until when.
+type Lease = shards.Lease
 
 // NewMemoryCheckpoints returns empty checkpoints kept in the process's memory.
 func NewMemoryCheckpoints() *shards.MemoryCheckpoints { return shards.NewMemoryCheckpoints() }
@@ -115,7 +122,8 @@ func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, err
 }
 
 // Stop stops the worker: it takes no new record, finishes the ones under way (and saves their
-// checkpoints), and returns when it has stopped.
+// checkpoints), gives up its leases, so that the other workers read its shards at once, and
+// returns when it has stopped.
 func (w *Worker) Stop() { w.w.Stop() }
 
 // Kill stops the worker as a process killed at that instant: no checkpoint is saved from now

@@ -7,8 +7,14 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/dynamocheckpoints"
+	"github.com/idemkit/idem/consumer/dynamostream"
+	"github.com/idemkit/idem/consumer/kinesis"
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
@@ -85,6 +91,20 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 		}},
 		{"outbox", "pub", func() error { _, err := outbox.NewRelay(&pgoutbox.Store{}, nil, outbox.RelayOptions{}); return err }},
 		{"pgoutbox", "db", func() error { _, err := pgoutbox.New(nil, pgoutbox.Options{}); return err }},
+		{"kinesis", "Options.LeaseDuration", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := kinesis.Start(context.Background(), c, kinesis.Options{Client: &awskinesis.Client{}, Stream: "s", LeaseDuration: -1})
+			return err
+		}},
+		{"dynamostream", "Options.StreamARN", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := dynamostream.Start(context.Background(), c, dynamostream.Options{Client: &dynamodbstreams.Client{}})
+			return err
+		}},
+		{"dynamocheckpoints", "Options.Application", func() error {
+			_, err := dynamocheckpoints.New(dynamocheckpoints.Options{Client: &dynamodb.Client{}, Table: "t"})
+			return err
+		}},
 		{"natsout", "js", func() error { _, err := natsout.New(nil, "t"); return err }},
 		{"amqpout", "ch", func() error { _, err := amqpout.New(nil, ""); return err }},
 		{"gateway", "upstream", func() error {
