@@ -2,6 +2,7 @@ package optioncheck_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -22,8 +23,10 @@ import (
 	"github.com/idemkit/idem/idemlambda"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/amqpout"
+	"github.com/idemkit/idem/outbox/mysqloutbox"
 	"github.com/idemkit/idem/outbox/natsout"
 	"github.com/idemkit/idem/outbox/pgoutbox"
+	"github.com/idemkit/idem/outbox/sqliteoutbox"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sweeper"
 )
@@ -91,6 +94,8 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 		}},
 		{"outbox", "pub", func() error { _, err := outbox.NewRelay(&pgoutbox.Store{}, nil, outbox.RelayOptions{}); return err }},
 		{"pgoutbox", "db", func() error { _, err := pgoutbox.New(nil, pgoutbox.Options{}); return err }},
+		{"mysqloutbox", "Options.Table", func() error { _, err := mysqloutbox.New(&sql.DB{}, mysqloutbox.Options{Table: "a-b"}); return err }},
+		{"sqliteoutbox", "db", func() error { _, err := sqliteoutbox.New(nil, sqliteoutbox.Options{}); return err }},
 		{"kinesis", "Options.LeaseDuration", func() error {
 			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
 			_, err := kinesis.Start(context.Background(), c, kinesis.Options{Client: &awskinesis.Client{}, Stream: "s", LeaseDuration: -1})
