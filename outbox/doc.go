@@ -21,6 +21,7 @@
 // The table lives in your database: package outbox/pgoutbox for PostgreSQL (pgx),
 // outbox/mysqloutbox for MySQL and MariaDB, outbox/sqliteoutbox for SQLite; outbox/outboxtest
 // is the conformance suite they pass. Publishers
-// for the brokers the consumer package reads: outbox/natsout (NATS JetStream) and
-// outbox/amqpout (RabbitMQ). Any other is a Publisher of a few lines.
+// for the brokers the consumer package reads: outbox/natsout (NATS JetStream),
+// outbox/amqpout (RabbitMQ), outbox/sqsout (Amazon SQS) and outbox/kafkaout (Kafka). Any other
+// is a Publisher of a few lines.
 package outbox

@@ -23,10 +23,12 @@ import (
 	"github.com/idemkit/idem/idemlambda"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/amqpout"
+	"github.com/idemkit/idem/outbox/kafkaout"
 	"github.com/idemkit/idem/outbox/mysqloutbox"
 	"github.com/idemkit/idem/outbox/natsout"
 	"github.com/idemkit/idem/outbox/pgoutbox"
 	"github.com/idemkit/idem/outbox/sqliteoutbox"
+	"github.com/idemkit/idem/outbox/sqsout"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sweeper"
 )
@@ -96,6 +98,8 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 		{"pgoutbox", "db", func() error { _, err := pgoutbox.New(nil, pgoutbox.Options{}); return err }},
 		{"mysqloutbox", "Options.Table", func() error { _, err := mysqloutbox.New(&sql.DB{}, mysqloutbox.Options{Table: "a-b"}); return err }},
 		{"sqliteoutbox", "db", func() error { _, err := sqliteoutbox.New(nil, sqliteoutbox.Options{}); return err }},
+		{"sqsout", "api", func() error { _, err := sqsout.New(nil, ""); return err }},
+		{"kafkaout", "cl", func() error { _, err := kafkaout.New(nil); return err }},
 		{"kinesis", "Options.LeaseDuration", func() error {
 			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
 			_, err := kinesis.Start(context.Background(), c, kinesis.Options{Client: &awskinesis.Client{}, Stream: "s", LeaseDuration: -1})
