@@ -2,15 +2,18 @@ package idem_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/syncbuf"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -444,5 +447,96 @@ func TestLeaseHeldWhileTheResultIsStored(t *testing.T) {
 			takeovers.Add(1)
 			_ = st.Store.Release(context.Background(), "k", res.Record.Token)
 		}
+	}
+}
+
+// TestStallPastTheLeaseIsLogged: the process is not scheduled for longer than its lease while
+// an effect runs (here the engine's clock jumps, as it does for a process that was stopped or
+// starved of CPU). The first heartbeat to run afterwards must say that the lease lapsed during
+// a stall, with how long the process stalled and how long the lease had lapsed: it is the only
+// trace a stall leaves, and the one an operator (or a judge of a chaos run) can explain a
+// takeover with. A heartbeat that runs on time says nothing.
+func TestStallPastTheLeaseIsLogged(t *testing.T) {
+	t.Parallel()
+	const (
+		lease = 600 * time.Millisecond
+		beat  = 200 * time.Millisecond
+		jump  = 2 * time.Second
+	)
+	var skew atomic.Int64
+	var logs syncbuf.Buffer
+	eng, err := idem.New(memstore.New(), idem.Options{
+		Lease: lease, Heartbeat: beat,
+		Now:    func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = eng.Do(context.Background(), "stalled", idem.Fingerprint([]byte("s")), func(ctx context.Context) (idem.Response, error) {
+		time.Sleep(beat + beat/2) // one heartbeat on time
+		if strings.Contains(logs.String(), "stalled") {
+			t.Errorf("a heartbeat on time was reported as a stall: %s", logs.String())
+		}
+		skew.Store(int64(jump)) // the process "wakes" jump later
+		time.Sleep(beat + beat/2)
+		return idem.Response{Status: 200}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line struct {
+		Msg             string
+		Key             string
+		Stalled, Lapsed time.Duration
+	}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "stalled") {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	switch {
+	case line.Msg == "":
+		t.Fatalf("no stall reported; log:\n%s", logs.String())
+	case line.Key != "stalled":
+		t.Errorf("stall reported for key %q", line.Key)
+	case line.Stalled < jump-beat || line.Stalled > jump+beat:
+		t.Errorf("stalled %v, want about %v", line.Stalled, jump)
+	case line.Lapsed <= 0 || line.Lapsed > line.Stalled:
+		t.Errorf("lapsed %v (stalled %v): want more than 0 and no more than the stall", line.Lapsed, line.Stalled)
+	}
+}
+
+// TestOutagePastTheLeaseIsNoStall: the store stops answering as the effect returns, for longer
+// than the lease, while the engine tries to store the result; its heartbeat tries the
+// extension again and again, after the lease has lapsed too. Those attempts were due after the
+// lease's end, so none is a stall of this process: nothing may be logged as one (an operator,
+// or a chaos run's judge, would take a store outage for a starved process).
+func TestOutagePastTheLeaseIsNoStall(t *testing.T) {
+	t.Parallel()
+	const (
+		lease = 600 * time.Millisecond
+		beat  = 200 * time.Millisecond
+	)
+	st := &downStore{outageStore{Store: memstore.New()}}
+	var logs syncbuf.Buffer
+	eng, err := idem.New(st, idem.Options{Lease: lease, Heartbeat: beat, StoreTimeout: 3 * time.Second,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = eng.Do(context.Background(), "k", idem.Fingerprint([]byte("o")), func(context.Context) (idem.Response, error) {
+		st.down.Store(true)
+		time.AfterFunc(2*lease, func() { st.down.Store(false) })
+		return idem.Response{Status: 201}, nil
+	})
+	if !strings.Contains(logs.String(), "lease extension failed") {
+		t.Fatalf("the outage did not reach the heartbeat; log:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "stalled") {
+		t.Fatalf("extensions tried again during a store outage were logged as a stall:\n%s", logs.String())
 	}
 }
