@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/consumer/dynamocheckpoints"
 	"github.com/idemkit/idem/consumer/dynamostream"
 	"github.com/idemkit/idem/consumer/kinesis"
+	"github.com/idemkit/idem/consumer/pgcheckpoints"
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
@@ -110,6 +111,7 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 			_, err := dynamostream.Start(context.Background(), c, dynamostream.Options{Client: &dynamodbstreams.Client{}})
 			return err
 		}},
+		{"pgcheckpoints", "db", func() error { _, err := pgcheckpoints.New(nil, pgcheckpoints.Options{Application: "a"}); return err }},
 		{"dynamocheckpoints", "Options.Application", func() error {
 			_, err := dynamocheckpoints.New(dynamocheckpoints.Options{Client: &dynamodb.Client{}, Table: "t"})
 			return err
