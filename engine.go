@@ -608,9 +608,11 @@ func (b *beat) fire() {
 	// the lease lapse under a running effect: the attempts get shorter as the lease runs
 	// down, and the first one after the store is back renews it.
 	now := e.opt.Now()
-	if lapsed, stalled := now.Sub(b.until), now.Sub(b.due); lapsed > 0 {
+	if lapsed, stalled := now.Sub(b.until), now.Sub(b.due); lapsed > 0 && stalled >= lapsed {
 		// The heartbeat was due in time but ran after the lease had ended: this process was
 		// not scheduled (stopped, starved of CPU, swapped out, a long pause of the machine).
+		// (An extension tried again after the lease had lapsed, the store not answering, was
+		// due after the lease's end: that is no stall, and the failure has its own warning.)
 		// Another process may have taken the key over and run the effect meanwhile; the
 		// extension below finds out (ErrLeaseLost cancels the effect). Say so either way: it
 		// is the one trace such a stall leaves.
