@@ -47,7 +47,7 @@ func (m Message) Check() error {
 }
 
 // Publisher sends an event to a broker. It returns nil only once the broker has accepted the
-// event (a publish acknowledgement, a confirm); the relay deletes the event then, and
+// event (a publish acknowledgement, a confirm); the relay marks the event sent then, and
 // publishes it again after any error.
 type Publisher interface {
 	Publish(ctx context.Context, m Message) error
@@ -59,19 +59,26 @@ type PublisherFunc func(ctx context.Context, m Message) error
 // Publish calls f.
 func (f PublisherFunc) Publish(ctx context.Context, m Message) error { return f(ctx, m) }
 
-// Store is an outbox table, as a relay sees it. Implementations: pgoutbox.Store.
+// Store is an outbox table, as a relay sees it. Implementations: pgoutbox.Store,
+// mysqloutbox.Store, sqliteoutbox.Store; outboxtest is the suite an implementation passes.
 type Store interface {
 	// Claim hands out at most limit events that are due at now and not claimed by another
 	// relay, each the oldest unsent event of its key, and claims them until now+lease
 	// (adding one to their Attempts), oldest first.
 	Claim(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]Message, error)
-	// Sent deletes an event that was published.
+	// Sent marks an event published: it is never claimed again, and Sweep deletes it once
+	// the store's retention has passed.
 	Sent(ctx context.Context, m Message) error
 	// Retry makes an event claimed by m (same Attempts) due again at at, noting cause; a
 	// relay whose claim was taken over meanwhile changes nothing.
 	Retry(ctx context.Context, m Message, at time.Time, cause string) error
 	// Lag is the age of the oldest unsent event by the database's clock, 0 when none.
 	Lag(ctx context.Context) (time.Duration, error)
+	// Sweep deletes at most batch events marked sent before now minus the store's retention,
+	// and returns how many it deleted; callers loop until it returns fewer than batch. It is
+	// store/sweeper's Sweepable: sweeper.Start(st, …) sweeps an outbox as it sweeps idem
+	// records.
+	Sweep(ctx context.Context, now time.Time, batch int) (int, error)
 }
 
 // Permanent marks a publish error that retrying cannot fix (a payload the broker refuses

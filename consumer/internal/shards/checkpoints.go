@@ -2,7 +2,9 @@ package shards
 
 import (
 	"context"
+	"fmt"
 	"math/big"
+	"strings"
 	"sync"
 	"time"
 )
@@ -27,7 +29,8 @@ const ShardEnd = "SHARD_END"
 type Checkpoints interface {
 	// Claim takes the lease of the shard for owner until the given time, or renews it,
 	// unless another owner holds it and its lease has not run out. It returns the shard's
-	// checkpoint ("" for none) and whether owner holds the lease.
+	// checkpoint ("" for none) and whether owner holds the lease. A time in the past gives
+	// the lease up: another owner may claim the shard at once (a worker's Stop does so).
 	Claim(ctx context.Context, shard, owner string, until time.Time) (checkpoint string, held bool, err error)
 	// Save sets the shard's checkpoint if owner holds its lease, never moving it back (a
 	// sequence number lower than the saved one is ignored; ShardEnd is the highest), and
@@ -35,7 +38,26 @@ type Checkpoints interface {
 	Save(ctx context.Context, shard, owner, checkpoint string) (held bool, err error)
 	// Checkpoint returns the shard's checkpoint ("" for none), whoever holds it.
 	Checkpoint(ctx context.Context, shard string) (string, error)
+	// Leases returns every shard that has a checkpoint or a lease (held or run out).
+	Leases(ctx context.Context) ([]Lease, error)
+	// Take takes the lease of the shard for owner until the given time if the owner from
+	// holds it now, whether or not its lease has run out (a worker that holds fewer shards
+	// than its share takes one from a worker that holds more). It returns the shard's
+	// checkpoint and whether owner holds the lease.
+	Take(ctx context.Context, shard, from, owner string, until time.Time) (checkpoint string, held bool, err error)
 }
+
+// Lease is a shard's entry in Checkpoints: its checkpoint ("" for none), and the worker that
+// holds or last held its lease, until when.
+type Lease struct {
+	Shard      string
+	Checkpoint string
+	Owner      string
+	Until      time.Time
+}
+
+// Live reports whether the lease is held at now.
+func (l Lease) Live(now time.Time) bool { return l.Owner != "" && now.Before(l.Until) }
 
 // MemoryCheckpoints keep checkpoints and leases in the process's memory. Create them with
 // NewMemoryCheckpoints; they are safe for concurrent use.
@@ -100,6 +122,29 @@ func (m *MemoryCheckpoints) Checkpoint(_ context.Context, shard string) (string,
 	return m.shard(shard).checkpoint, nil
 }
 
+// Leases implements Checkpoints.
+func (m *MemoryCheckpoints) Leases(context.Context) ([]Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Lease, 0, len(m.shards))
+	for id, s := range m.shards {
+		out = append(out, Lease{Shard: id, Checkpoint: s.checkpoint, Owner: s.owner, Until: s.until})
+	}
+	return out, nil
+}
+
+// Take implements Checkpoints.
+func (m *MemoryCheckpoints) Take(_ context.Context, shard, from, owner string, until time.Time) (string, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.shard(shard)
+	if s.owner != from {
+		return s.checkpoint, false, nil
+	}
+	s.owner, s.until = owner, until
+	return s.checkpoint, true, nil
+}
+
 // Later reports whether checkpoint a is past checkpoint b: ShardEnd is past every sequence
 // number, every sequence number is past "" (none), and sequence numbers (decimal, up to 128
 // bits) compare as numbers.
@@ -118,4 +163,18 @@ func Later(a, b string) bool {
 		return len(a) > len(b) || (len(a) == len(b) && a > b)
 	}
 	return x.Cmp(y) > 0
+}
+
+// Order is checkpoint in a form whose string order is the order of Later, for a table that
+// compares checkpoints in a condition: a sequence number (decimal; Kinesis allows up to 129
+// digits) as "n" and 130 digits, ShardEnd as "z", anything else as "m", its length in 8
+// digits and itself.
+func Order(checkpoint string) string {
+	if checkpoint == ShardEnd {
+		return "z"
+	}
+	if n, ok := new(big.Int).SetString(checkpoint, 10); ok && n.Sign() >= 0 && len(n.String()) <= 130 && !strings.HasPrefix(checkpoint, "+") {
+		return fmt.Sprintf("n%0130s", n.String())
+	}
+	return fmt.Sprintf("m%08d%s", len(checkpoint), checkpoint)
 }
