@@ -249,10 +249,10 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	}
 }
 
-// reserve claims key with the route ctx names (WithRoute), if any.
+// reserve claims key with the route (WithRoute) and the request (WithRequest) ctx carries, if any.
 func (e *Engine) reserve(ctx context.Context, key, fingerprint string, now time.Time) (Reservation, error) {
 	return e.store.Reserve(ctx, ReserveRequest{Key: key, Fingerprint: fingerprint, Route: routeFrom(ctx),
-		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL})
+		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL, Request: RequestFromContext(ctx)})
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under
@@ -419,7 +419,7 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 			stored := resp
 			e.cache.put(Record{Key: key, Fingerprint: res.Record.Fingerprint, State: StateCompleted, Token: token,
 				Attempts: res.Record.Attempts, Starts: res.Record.Starts, Response: &stored, CreatedAt: res.Record.CreatedAt, CompletedAt: now,
-				ExpiresAt: expires, Route: res.Record.Route})
+				ExpiresAt: expires, Route: res.Record.Route, Request: res.Record.Request})
 		}
 		result.Kept, result.ExpiresAt = true, expires
 		ev.Outcome = OutcomeKept

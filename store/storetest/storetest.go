@@ -20,7 +20,9 @@
 // idem.CheckKey refuses refused with idem.ErrInvalidInput, cancelled contexts, Complete racing a
 // takeover, Attempts and CreatedAt carried across releases and takeovers (not replays), every
 // method of a closed store returning idem.ErrClosed, the route a claim stores
-// (idem.ReserveRequest.Route: kept by a takeover, replaced by a new claim, listed), and a porcupine check that concurrent histories of all operations
+// (idem.ReserveRequest.Route: kept by a takeover, replaced by a new claim, listed), the request
+// a claim retains (idem.ReserveRequest.Request: kept by the same rule, and the store's own
+// copy), and a porcupine check that concurrent histories of all operations
 // are linearizable with respect to the contract (see CheckLinearizable).
 package storetest
 
@@ -89,6 +91,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"List", s.list},
 		{"ListNewestFirst", s.newest},
 		{"Route", s.route},
+		{"Request", s.request},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
 	}
@@ -176,7 +179,7 @@ func checkSame(t *testing.T, what string, got, want idem.Record) {
 		got.Token != want.Token || got.Attempts != want.Attempts || got.Starts != want.Starts ||
 		!sameTime(got.LeaseUntil, want.LeaseUntil) || !sameTime(got.ExpiresAt, want.ExpiresAt) ||
 		!sameTime(got.CreatedAt, want.CreatedAt) || !sameTime(got.CompletedAt, want.CompletedAt) ||
-		got.Route != want.Route ||
+		got.Route != want.Route || !got.Request.Equal(want.Request) ||
 		(got.Response == nil) != (want.Response == nil) ||
 		(got.Response != nil && !got.Response.Equal(*want.Response)) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
