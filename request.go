@@ -67,3 +67,21 @@ func RequestFromContext(ctx context.Context) *Request {
 	r, _ := ctx.Value(requestKey{}).(*Request)
 	return r
 }
+
+// Clone returns a deep copy of r (nil for nil): it shares no map, slice or array with r.
+func (r *Request) Clone() *Request {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	if r.Header != nil {
+		c.Header = make(map[string][]string, len(r.Header))
+		for k, v := range r.Header {
+			c.Header[k] = slices.Clone(v)
+		}
+	}
+	if r.Body != nil {
+		c.Body = bytes.Clone(r.Body)
+	}
+	return &c
+}
