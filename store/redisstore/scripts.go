@@ -6,7 +6,7 @@ import "github.com/redis/go-redis/v9"
 // SET … NX GET in the claim script (see Store.Reserve), and every write sets the value and its
 // storage TTL in one command:
 //
-//	st|tok|lease|att|crt|cmp|exp|op|fplen|<fingerprint>[r<routelen>|<route>]<response>
+//	st|tok|lease|att|crt|cmp|exp|op|fplen|<fingerprint>[r<routelen>|<route>][q<reqlen>|<request>]<response>
 //
 // st is the state (1 in progress, 2 completed) · tok the token · lease lease_until · att
 // attempts, followed, when the record's start count (idem.Record.Starts) differs from them, by
@@ -15,9 +15,12 @@ import "github.com/redis/go-redis/v9"
 // the id of the last call that wrote the record · fplen the length in bytes of the fingerprint
 // that follows · then the fingerprint · then, when the record has a route (idem.Record.Route),
 // the letter r, the route's length in bytes, | and the route (a record without one has
-// nothing there, as records written before routes existed) · and, in a completed record, the
-// response as storekit.EncodeResponse bytes up to the end (they begin with a version byte that
-// is never the letter r). Times are Unix microseconds and, like tokens,
+// nothing there, as records written before routes existed) · then, when the record keeps the
+// request its client sent (idem.Record.Request), the letter q, the length in bytes of its
+// storekit.EncodeRequest encoding, | and that encoding (a record without one has nothing
+// there, so it is stored exactly as before requests were kept) · and, in a completed record,
+// the response as storekit.EncodeResponse bytes up to the end (they begin with a version byte
+// that is never the letter r or q). Times are Unix microseconds and, like tokens,
 // decimal integers below 2^53, so Lua's doubles hold them exactly; numbers computed in Lua are
 // written with string.format('%d') so they are stored as the same integers Go formats. A
 // released record has exp = 0 and lease = 0 and keeps its token.
@@ -39,8 +42,10 @@ import "github.com/redis/go-redis/v9"
 // shard's index, which share a hash tag), so they run unchanged on Redis Cluster.
 
 // luaParse splits a record: its fields, its fingerprint, where what follows them begins (the
-// response of a completed record) and its route (empty for none). It returns nil when the value
-// is not a record. rseg is the stored form of a route, to write after the fingerprint.
+// response of a completed record), its route (empty for none) and the stored segment of its
+// request (q<len>|<request>, written back as it is; empty for none). It returns nil when the
+// value is not a record. rseg is the stored form of a route, to write after the fingerprint
+// and before the request's segment.
 const luaParse = `
 local function parse(v)
   local st, tok, lease, att, crt, cmp, exp, op, n, p = string.match(v,
@@ -56,7 +61,15 @@ local function parse(v)
     if re > #v + 1 then return nil end
     route, e = string.sub(v, rp, re - 1), re
   end
-  return st, tok, lease, att, crt, cmp, exp, op, fp, e, route
+  local req = ''
+  if string.sub(v, e, e) == 'q' then
+    local qn, qp = string.match(v, '^q(%d+)|()', e)
+    if not qn then return nil end
+    local qe = qp + tonumber(qn)
+    if qe > #v + 1 then return nil end
+    req, e = string.sub(v, e, qe - 1), qe
+  end
+  return st, tok, lease, att, crt, cmp, exp, op, fp, e, route, req
 end
 local function starts(att)
   local a, s = string.match(att, '^(%d+)s?(%d*)$')
@@ -121,20 +134,20 @@ return false
 // script met a record that may be claimable (expired, released, or a stale lease of the same
 // fingerprint); it decides on the record it finds itself, whatever Reserve read before.
 //
-// A new claim stores the route it is given; a takeover keeps the record's route unless it has
-// none.
+// A new claim stores the route and the request it is given; a takeover keeps the record's
+// route unless it has none, and its request the same way.
 //
 //	KEYS: 1 record, 2 index
 //	ARGV: 1 fingerprint, 2 now, 3 lease_until, 4 expires_at, 5 storage TTL in ms, 6 op id,
-//	      7 base (see luaIndex), 8 route ('' for none)
-//	→ {0, record}                                    not claimed: the existing record, untouched
-//	→ {1 or 2, token, att, created_at, route}        claimed (2: a takeover; att as stored)
+//	      7 base (see luaIndex), 8 route ('' for none), 9 the request's segment ('' for none)
+//	→ {0, record}                                         not claimed: the existing record, untouched
+//	→ {1 or 2, token, att, created_at, route, request}    claimed (2: a takeover; att and request as stored)
 var reserveScript = redis.NewScript(luaParse + luaIndex + `
 local now = tonumber(ARGV[2])
 local v = redis.call('GET', KEYS[1])
-local prev, att, sts, crt, kind, route = 0, 1, 1, ARGV[2], 1, ARGV[8]
+local prev, att, sts, crt, kind, route, req = 0, 1, 1, ARGV[2], 1, ARGV[8], ARGV[9]
 if v then
-  local st, tok, lease, a, c, cmp, exp, op, fp, _, r = parse(v)
+  local st, tok, lease, a, c, cmp, exp, op, fp, _, r, q = parse(v)
   if not st then return ` + luaUnreadable + ` end
   local na, ns = starts(a)
   if tonumber(exp) > now then
@@ -142,11 +155,12 @@ if v then
       -- This very call already claimed it (a retry after a lost reply).
       local k = 1
       if na > 1 then k = 2 end
-      return {k, tok, a, c, r}
+      return {k, tok, a, c, r, q}
     end
     if st == '1' and tonumber(lease) <= now and fp == ARGV[1] then
       kind, att, sts, crt = 2, na + 1, math.max(ns, na) + 1, c
       if r ~= '' then route = r end
+      if q ~= '' then req = q end
     else
       return {0, v}
     end
@@ -159,9 +173,9 @@ end
 local tok = string.format('%d', math.max(prev + 1, now))
 att = attseg(att, sts)
 redis.call('SET', KEYS[1], '1|' .. tok .. '|' .. ARGV[3] .. '|' .. att .. '|' .. crt .. '||' ..
-  ARGV[4] .. '|' .. ARGV[6] .. '|' .. #ARGV[1] .. '|' .. ARGV[1] .. rseg(route), 'PX', ARGV[5])
+  ARGV[4] .. '|' .. ARGV[6] .. '|' .. #ARGV[1] .. '|' .. ARGV[1] .. rseg(route) .. req, 'PX', ARGV[5])
 index(tonumber(ARGV[7]), tonumber(ARGV[5]))
-return {kind, tok, att, crt, route}
+return {kind, tok, att, crt, route, req}
 `)
 
 // completeScript stores a response under a held claim. It indexes the record again, which
@@ -175,13 +189,13 @@ return {kind, tok, att, crt, route}
 var completeScript = redis.NewScript(luaParse + luaIndex + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local st, tok, lease, att, crt, cmp, exp, op, fp, _, route = parse(v)
+local st, tok, lease, att, crt, cmp, exp, op, fp, _, route, req = parse(v)
 if not st then return ` + luaUnreadable + ` end
 if tok ~= ARGV[1] then return 0 end
 if st == '2' and op == ARGV[6] then return 1 end
 if st ~= '1' or exp == '0' then return 0 end
 redis.call('SET', KEYS[1], '2|' .. tok .. '|' .. lease .. '|' .. att .. '|' .. crt .. '|' ..
-  ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. #fp .. '|' .. fp .. rseg(route) .. ARGV[2], 'PX', ARGV[5])
+  ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. #fp .. '|' .. fp .. rseg(route) .. req .. ARGV[2], 'PX', ARGV[5])
 index(tonumber(ARGV[7]), tonumber(ARGV[5]))
 return 1
 `)
@@ -195,13 +209,13 @@ return 1
 var releaseScript = redis.NewScript(luaParse + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local st, tok, lease, att, crt, cmp, exp, op, fp, _, route = parse(v)
+local st, tok, lease, att, crt, cmp, exp, op, fp, _, route, req = parse(v)
 if not st then return ` + luaUnreadable + ` end
 if tok ~= ARGV[1] then return 0 end
 if exp == '0' and op == ARGV[2] then return 1 end
 if st ~= '1' or exp == '0' then return 0 end
 redis.call('SET', KEYS[1], '1|' .. tok .. '|0|' .. att .. '|' .. crt .. '||0|' .. ARGV[2] .. '|' ..
-  #fp .. '|' .. fp .. rseg(route), 'KEEPTTL')
+  #fp .. '|' .. fp .. rseg(route) .. req, 'KEEPTTL')
 return 1
 `)
 
@@ -215,13 +229,13 @@ return 1
 var extendScript = redis.NewScript(luaParse + `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local st, tok, lease, att, crt, cmp, exp, op, fp, _, route = parse(v)
+local st, tok, lease, att, crt, cmp, exp, op, fp, _, route, req = parse(v)
 if not st then return ` + luaUnreadable + ` end
 if st ~= '1' or tok ~= ARGV[1] or exp == '0' then return 0 end
 local untl, e = tonumber(ARGV[2]), tonumber(exp)
 local rec = '1|' .. tok .. '|' .. ARGV[2] .. '|' .. att .. '|' .. crt .. '||'
 if untl > e then
-  rec = rec .. ARGV[2] .. '|' .. op .. '|' .. #fp .. '|' .. fp .. rseg(route)
+  rec = rec .. ARGV[2] .. '|' .. op .. '|' .. #fp .. '|' .. fp .. rseg(route) .. req
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     local ttl = pttl + math.ceil((untl - e) / 1000)
@@ -230,7 +244,7 @@ if untl > e then
     return 1
   end
 else
-  rec = rec .. exp .. '|' .. op .. '|' .. #fp .. '|' .. fp .. rseg(route)
+  rec = rec .. exp .. '|' .. op .. '|' .. #fp .. '|' .. fp .. rseg(route) .. req
 end
 redis.call('SET', KEYS[1], rec, 'KEEPTTL')
 return 1
