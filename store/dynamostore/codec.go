@@ -37,6 +37,10 @@ const (
 	// attrStarts is idem.Record.Starts: how many times the record's effect was started. A
 	// record written before starts were counted has none, and its start count is its attempts.
 	attrStarts = "starts"
+	// attrRequest, on records that keep the request their client sent (idem.Record.Request),
+	// is its storekit.EncodeRequest encoding; a record without one has no such attribute, so
+	// it is the same item as before requests were kept.
+	attrRequest = "request"
 
 	stateInProgress = "in_progress"
 	stateCompleted  = "completed"
@@ -116,6 +120,8 @@ func (s *Store) attrName(placeholder string) string {
 		return attrResponseHead
 	case "#route":
 		return attrRoute
+	case "#req":
+		return attrRequest
 	}
 	panic("dynamostore: unknown placeholder " + placeholder) // a bug in this file, not input
 }
@@ -170,6 +176,17 @@ func decodeMeta(key string, it map[string]types.AttributeValue) (idem.Record, er
 			return bad("route is not a string")
 		}
 		rec.Route = rs.Value
+	}
+	if r, present := it[attrRequest]; present {
+		rb, ok := r.(*types.AttributeValueMemberB)
+		if !ok {
+			return bad("request is not binary")
+		}
+		req, err := storekit.DecodeRequest(rb.Value)
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("record %q: %w", key, err)
+		}
+		rec.Request = &req
 	}
 	st, _ := it[attrState].(*types.AttributeValueMemberS)
 	switch {
