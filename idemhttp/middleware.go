@@ -312,6 +312,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route := m.opt.Route(r); route != "" {
 		ctx = idem.WithRoute(ctx, route)
 	}
+	if m.opt.RetainRequest {
+		ctx = idem.WithRequest(ctx, m.retained(r, body))
+	}
 	res, err := m.eng.Do(ctx, StorageKey(scope, key), fp, c.run)
 	done = true
 	if c.panicked != nil {

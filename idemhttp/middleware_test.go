@@ -665,6 +665,9 @@ func TestOptionsValidation(t *testing.T) {
 		{idemhttp.Options{Runner: eng, DenyHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.DenyHeaders"},
 		{idemhttp.Options{Runner: eng, Key: idemhttp.JSONKey("a..b"), Scope: idemhttp.SingleCaller()}, "Options.Key"},
 		{idemhttp.Options{Runner: eng, StoreRetryAfter: -time.Second, Scope: idemhttp.SingleCaller()}, "Options.StoreRetryAfter"},
+		{idemhttp.Options{Runner: eng, MaxRetainedRequest: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxRetainedRequest"},
+		{idemhttp.Options{Runner: eng, MaxRetainedRequest: 63, Scope: idemhttp.SingleCaller()}, "Options.MaxRetainedRequest"},
+		{idemhttp.Options{Runner: eng, RedactHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.RedactHeaders"},
 	} {
 		_, err := idemhttp.New(tc.opt)
 		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {

@@ -382,19 +382,7 @@ type recordView struct {
 // hiddenHeader reports whether a header's stored value may be a credential, never shown.
 func (c *Console) hiddenHeader(name string) bool {
 	n := strings.ToLower(name)
-	if c.hidden[n] {
-		return true
-	}
-	switch n {
-	case "authorization", "proxy-authorization", "cookie", "set-cookie", "www-authenticate", "proxy-authenticate":
-		return true
-	}
-	for _, s := range []string{"token", "secret", "passw", "pwd", "auth", "session", "key", "signature", "credential", "cookie"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
+	return c.hidden[n] || idemhttp.CredentialHeader(n)
 }
 
 // view builds a record's page.
