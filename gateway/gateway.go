@@ -332,6 +332,14 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	}
 	opt.Fingerprint = hostFingerprint(opt.Fingerprint)
 	opt.Route = ruleRoute(rule)
+	if g.cfg.RetainRequest {
+		opt.RetainRequest, opt.MaxRetainedRequest = true, int64(g.cfg.RetainRequestMax)
+		for _, h := range []string{g.cfg.ScopeHeader, rule.ScopeHeader} {
+			if h != "" {
+				opt.RedactHeaders = append(opt.RedactHeaders, h) // a scope header is an identity
+			}
+		}
+	}
 	mw, err := idemhttp.New(opt)
 	if err != nil {
 		return nil, err
