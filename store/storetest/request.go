@@ -27,7 +27,7 @@ func (s suite) request(t *testing.T, b *bundle) {
 	reqB := &idem.Request{Method: "PATCH", Target: "/v1/caf\u00e9", Body: []byte(`{"a":1}`), BodySize: 7}
 	reserve := func(key string, req *idem.Request, now time.Time) idem.Reservation {
 		t.Helper()
-		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: "POST /r", Request: req, Now: now, Lease: lease, TTL: window})
+		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: "POST /r", Request: req, Now: now, Lease: lease, TTL: ttl})
 		if err != nil {
 			t.Fatalf("Reserve(%q): %v", key, err)
 		}
@@ -70,7 +70,7 @@ func (s suite) request(t *testing.T, b *bundle) {
 	}
 	check("takeover", res.Record.Request, reqA)
 	check("Get after the takeover", mustGet(t, b.store, k).Request, reqA)
-	if err := b.store.Complete(c, k, res.Record.Token, idem.Response{Status: 201, Body: []byte("ok")}, later, later.Add(window)); err != nil {
+	if err := b.store.Complete(c, k, res.Record.Token, idem.Response{Status: 201, Body: []byte("ok")}, later, later.Add(ttl)); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, b.store, k)
@@ -111,7 +111,7 @@ func (s suite) request(t *testing.T, b *bundle) {
 	// Expired, then claimed again without a request: none.
 	exp := b.key("request-expired")
 	reserve(exp, reqA, b.base)
-	res = mustReserve(t, b.store, exp, fpA, b.base.Add(window+time.Second))
+	res = mustReserve(t, b.store, exp, fpA, b.base.Add(ttl+time.Second))
 	if !res.Claimed || res.Takeover {
 		t.Fatalf("Reserve after expiry: %+v, want a new claim", res)
 	}
