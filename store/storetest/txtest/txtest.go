@@ -479,7 +479,8 @@ func hold(t *testing.T, h Harness, key string) (release func()) {
 }
 
 // waitsOut runs a duplicate of a held key and checks it gets idem.ErrInFlight within bound
-// (plus slack), without running fn.
+// (plus slack), and not before half of it (a wait bounded by less, or not at all), without
+// running fn.
 func waitsOut(t *testing.T, h Harness, ctx context.Context, key string, bound time.Duration) {
 	t.Helper()
 	start := time.Now()
@@ -494,6 +495,9 @@ func waitsOut(t *testing.T, h Harness, ctx context.Context, key string, bound ti
 	}
 	if took > bound+slack {
 		t.Fatalf("duplicate with a bound of %s answered after %s", bound, took)
+	}
+	if took < bound/2 {
+		t.Errorf("duplicate with a bound of %s gave up after %s", bound, took)
 	}
 }
 
