@@ -23,16 +23,18 @@ func (s suite) newest(t *testing.T, b *bundle) {
 		t.Skip("storetest: store does not implement idem.Lister; newest-first tests skipped")
 	}
 	c := longCtx(t)
+	f := &listFixture{b: b, l: l} // its own records, below, and the listing tests' pager
+	// A record as the listing tests write it, with a route and a response status.
 	type rec struct {
-		key, route string
-		created    time.Time
-		status     int // 0: in progress
+		listed
+		route  string
+		status int // 0: in progress
 	}
 	var all []rec
 	routes := []string{"POST /a", "POST /b", ""}
 	add := func(key string, created time.Time, i int) {
 		t.Helper()
-		r := rec{key: key, created: created}
+		r := rec{listed: listed{key: key, created: created}}
 		r.route = routes[i%len(routes)]
 		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: r.route, Now: created, Lease: lease, TTL: ttl})
 		if err != nil || !res.Claimed {
@@ -40,7 +42,7 @@ func (s suite) newest(t *testing.T, b *bundle) {
 		}
 		claim := res.Record
 		if i%2 == 0 {
-			r.status = 200 + i%3
+			r.status, r.done = 200+i%3, true
 			resp := idem.Response{Status: r.status, Body: []byte("body"), BodyOmitted: i%4 == 0}
 			if err := b.store.Complete(c, key, claim.Token, resp, created, created.Add(ttl)); err != nil {
 				t.Fatal(err)
@@ -61,24 +63,7 @@ func (s suite) newest(t *testing.T, b *bundle) {
 
 	listAll := func(t *testing.T, q idem.ListQuery) []idem.Record {
 		t.Helper()
-		var got []idem.Record
-		for pages := 0; ; pages++ {
-			if pages > 100 {
-				t.Fatal("List: more than 100 pages; the cursor does not advance")
-			}
-			page, err := l.List(c, q)
-			if err != nil {
-				t.Fatalf("List(%+v): %v", q, err)
-			}
-			if len(page.Records) > q.Limit || page.Next != "" && len(page.Records) != q.Limit {
-				t.Fatalf("List: page of %d records, limit %d, next %q", len(page.Records), q.Limit, page.Next)
-			}
-			got = append(got, page.Records...)
-			if page.Next == "" {
-				return got
-			}
-			q.Cursor = page.Next
-		}
+		return f.listAll(t, c, q)
 	}
 	keys := func(recs []idem.Record) []string {
 		var ks []string
