@@ -102,22 +102,20 @@ func (s suite) newest(t *testing.T, b *bundle) {
 	if err != nil {
 		t.Fatalf("List newest first: %v", err)
 	}
-	if len(orders) > 1 && (len(first.Records) == 0 || first.Records[0].Key != b.key("n/\uffff-newest") || first.Next == "") {
+	if len(first.Records) == 0 || first.Records[0].Key != b.key("n/\uffff-newest") || first.Next == "" {
 		t.Fatalf("newest first, page 1 = %q (next %q), want %q first among more than one page", keys(first.Records), first.Next, b.key("n/\uffff-newest"))
 	}
 	everything := func(rec) bool { return true }
-	if len(orders) > 1 {
-		if got, w := keys(listAll(t, idem.ListQuery{Order: idem.ListNewestFirst, Limit: 10})), want(true, everything); !slices.Equal(got, w) {
-			t.Errorf("newest first, every page:\n got %q\nwant %q", got, w)
-		}
-		created := map[string]time.Time{}
-		for _, r := range all {
-			created[r.key] = r.created
-		}
-		for _, r := range listAll(t, idem.ListQuery{Order: idem.ListNewestFirst, Limit: 7}) {
-			if !r.CreatedAt.Equal(created[r.Key]) {
-				t.Errorf("listed %q created at %v, want %v", r.Key, r.CreatedAt, created[r.Key])
-			}
+	if got, w := keys(listAll(t, idem.ListQuery{Order: idem.ListNewestFirst, Limit: 10})), want(true, everything); !slices.Equal(got, w) {
+		t.Errorf("newest first, every page:\n got %q\nwant %q", got, w)
+	}
+	created := map[string]time.Time{}
+	for _, r := range all {
+		created[r.key] = r.created
+	}
+	for _, r := range listAll(t, idem.ListQuery{Order: idem.ListNewestFirst, Limit: 7}) {
+		if !r.CreatedAt.Equal(created[r.Key]) {
+			t.Errorf("listed %q created at %v, want %v", r.Key, r.CreatedAt, created[r.Key])
 		}
 	}
 
@@ -165,12 +163,10 @@ func (s suite) newest(t *testing.T, b *bundle) {
 		}
 	}
 
-	if len(orders) == 1 {
-		return
-	}
 	// Newer records written between pages: the pages already begun go on where they were,
 	// each older record once.
 	q := idem.ListQuery{Order: idem.ListNewestFirst, Limit: 6}
+	later := 0 // records claimed between pages, n/later-0 …
 	var got []idem.Record
 	for i := 0; ; i++ {
 		page, err := l.List(c, q)
@@ -182,10 +178,17 @@ func (s suite) newest(t *testing.T, b *bundle) {
 			break
 		}
 		mustClaim(t, b.store, b.key(fmt.Sprintf("n/later-%d", i)), fpA, b.base.Add(2*time.Minute+time.Duration(i)*time.Millisecond))
+		later++
 		q.Cursor = page.Next
 	}
 	if w := want(true, everything); !slices.Equal(keys(got), w) {
 		t.Errorf("newest first with writes between pages:\n got %q\nwant %q", keys(got), w)
+	}
+	// A listing begun afterwards starts with them, the newest first: records claimed after a
+	// store has listed are indexed as they are claimed.
+	if top, err := l.List(c, idem.ListQuery{Order: idem.ListNewestFirst, Limit: 2}); err != nil || len(top.Records) != 2 ||
+		top.Records[0].Key != b.key(fmt.Sprintf("n/later-%d", later-1)) || later > 1 && top.Records[1].Key != b.key(fmt.Sprintf("n/later-%d", later-2)) {
+		t.Errorf("newest first after %d later claims: %+v, %v", later, top, err)
 	}
 
 	// A cursor of one order is refused by the other.
