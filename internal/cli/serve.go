@@ -48,7 +48,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.config, "config", e.getenv("IDEM_CONFIG"), "YAML config file; flags and IDEM_* variables override it (env IDEM_CONFIG)")
 	str(&c.Listen, "listen", "address to serve on (default 127.0.0.1:8080)")
 	str(&c.Upstream, "upstream", "URL of the API behind the gateway (required)")
-	str(&c.Store, "store", "store URL (default sqlite://./idem.db; also memory://, postgres://, mysql://, redis://, rediss://, redis+cluster://, dynamodb://TABLE)")
+	str(&c.Store, "store", "store URL, default "+defaultStore+": "+storeSchemes())
 	str(&c.ScopeHeader, "scope-header", "header naming the caller, hashed (HMAC under --scope-secret) into the key's scope: a stable identity such as an API key, not a rotating token; this or --scope none is required")
 	str(&c.Scope, "scope", "none: keys are global, for a gateway one trusted caller uses (excludes --scope-header)")
 	// Not str: its environment variable must not become a default that -h prints.
