@@ -24,4 +24,8 @@
 // a claim retains (idem.ReserveRequest.Request: kept by the same rule, in the store's own copy),
 // and a porcupine check that concurrent histories of all operations are linearizable with respect to
 // the contract (see CheckLinearizable).
+//
+// A store that implements idem.Lister is checked in both orders: in key order, and newest
+// first (idem.ListNewestFirst), which every lister must serve, since an operator's console
+// opens on the newest records; a store without a Lister skips the listing tests.
 package storetest

@@ -450,6 +450,11 @@ const slack = time.Second
 func hold(t *testing.T, h Harness, key string) (release func()) {
 	t.Helper()
 	began, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(unblock) }) }
+	// A test that fails while the key is held ends its transaction too, at once, instead of
+	// leaving it open and the test hung until the binary's time limit.
+	t.Cleanup(free)
 	done := make(chan error, 1)
 	go func() {
 		res, err := h.Runner.Do(testCtx(t), key, fpA, func(ctx context.Context) (idem.Response, error) {
@@ -471,7 +476,7 @@ func hold(t *testing.T, h Harness, key string) (release func()) {
 		t.Fatalf("the first request ended before its function ran: %v", err)
 	}
 	return func() {
-		close(unblock)
+		free()
 		if err := <-done; err != nil {
 			t.Fatalf("first request: %v", err)
 		}
