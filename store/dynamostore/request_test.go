@@ -33,8 +33,8 @@ func TestRequestAttribute(t *testing.T) {
 		}
 		return out.Item
 	}
-	// The attributes of a completed record without a route, as written before requests were kept.
-	before := []string{"attempts", "completed_at", "created_at", "expires_at", "fingerprint", "lease_until", "list_shard", "pk",
+	// The attributes of a completed record without a route, as written without a request.
+	before := []string{"attempts", "completed_at", "created_at", "expires_at", "fingerprint", "lease_until", "list_created", "list_shard", "pk",
 		"response", "response_head", "starts", "state", "token", "ttl"}
 	fp := idem.Fingerprint(nil)
 	sent := &idem.Request{Method: "POST", Target: "/v1/orders", Body: []byte("b"), BodySize: 1}
