@@ -566,7 +566,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 		}
 	case err == nil && res.Replayed:
 		m.replay(w, &res)
-		ev.Outcome, ev.Status = OutcomeReplayed, res.Response.Status
+		ev.Outcome, ev.Status = OutcomeReplay, res.Response.Status
 	case errors.Is(err, idem.ErrMismatch):
 		m.problem(probMismatch).write(w, nil)
 		ev.Outcome, ev.Status = OutcomeMismatch, probMismatch.status
@@ -577,7 +577,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 			secs = int64((ife.RetryAfter + time.Second - 1) / time.Second)
 		}
 		m.problem(probInFlight).write(w, retryAfterValue(secs))
-		ev.Outcome, ev.Status = OutcomeConflict, probInFlight.status
+		ev.Outcome, ev.Status = OutcomeInFlight, probInFlight.status
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		ev.Err = err
 		if m.opt.FailOpen && !c.ran {

@@ -62,7 +62,7 @@ func TestSeedScenario(t *testing.T) {
 	if h.n.Load() != 1 {
 		t.Fatalf("%d effects after mismatch, want 1", h.n.Load())
 	}
-	want := []idemhttp.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed, idemhttp.OutcomeMismatch, idemhttp.OutcomeMismatch}
+	want := []idemhttp.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplay, idemhttp.OutcomeMismatch, idemhttp.OutcomeMismatch}
 	if got := b.outcomes(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
@@ -287,7 +287,7 @@ func TestStreamingLargeResponse(t *testing.T) {
 	if n.Load() != 1 {
 		t.Fatalf("%d executions", n.Load())
 	}
-	if got := b.outcomes(); fmt.Sprint(got) != "[oversize replayed]" {
+	if got := b.outcomes(); fmt.Sprint(got) != "[oversize replay]" {
 		t.Fatalf("events %v", got)
 	}
 }

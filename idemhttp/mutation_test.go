@@ -582,7 +582,7 @@ func TestInFlightRetryAfter(t *testing.T) {
 		if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") != tc.want {
 			t.Errorf("%v: got %d, Retry-After %q; want 409, %s", tc.err, rec.Code, rec.Header().Get("Retry-After"), tc.want)
 		}
-		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeConflict {
+		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeInFlight {
 			t.Errorf("%v: events %+v, want one conflict", tc.err, events)
 		}
 	}

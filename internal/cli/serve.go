@@ -384,7 +384,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		// jitter) that goes on while there is a backlog, paced to leave the store to requests
 		// (at most a tenth of the time in it), reported in the idem_sweep_* metrics.
 		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 5 * time.Minute, Logger: log,
-			Observer: g.Metrics().SweepObserver()})
+			OnEvent: g.Metrics().ObserveSweep})
 		if err != nil {
 			srv.Close()
 			if admin != nil {
