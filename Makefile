@@ -47,7 +47,7 @@ bench-pgbench: services ## pgstore against pgbench running the same statements, 
 chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS per store, default 100000; IDEM_CHAOS_STORES, default postgres,redis); the verdict must be all zeros.
 	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-100000} $(GO) test -tags chaos -count=1 -v -timeout 6h -run 'TestChaos$$' ./internal/chaos/
 
-chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQL, Redis), 3 tenants, every fault class; then the planted stores (fence or scope removed), which must fail.
+chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQL, Redis), 3 tenants, every fault class; then the planted stores (fence, scope or drain floor removed), which must fail.
 	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-2000} $(GO) test -tags chaos -count=1 -v -timeout 30m -run 'TestChaos' ./internal/chaos/
 
 chaos-consumers-short: services ## Consumer chaos run for CI: 200 facts per broker (NATS JetStream, RabbitMQ, Redis Streams, SQS) and mode (transaction, engine) under every fault, and planted consumer bugs that must fail (~3 min).
@@ -86,7 +86,11 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
+<<<<<<< HEAD
 .PHONY: api help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short mutation fuzz demo
+=======
+.PHONY: help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short mutation fuzz demo api test-modules
+>>>>>>> main
 
 image: ## Container image localhost/idem:latest from Containerfile with podman (installs Debian's podman and runc if missing; nothing pulled).
 	bash scripts/image.sh

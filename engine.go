@@ -569,7 +569,7 @@ func (e *Engine) heartbeat(ctx *effectContext, key string, token int64, until ti
 	}
 	b.e, b.ctx, b.key, b.token, b.stopped, b.until, b.failed = e, ctx, key, token, false, until, 0
 	b.settling.Store(false)
-	b.t.Reset(e.nextBeat(until))
+	b.schedule(e.nextBeat(until))
 	b.mu.Unlock()
 	return b
 }
@@ -586,6 +586,7 @@ type beat struct {
 	mu      sync.Mutex // held across an extension, so stop waits for it
 	stopped bool
 	until   time.Time   // end of the lease as last extended (or claimed)
+	due     time.Time   // when the timer is due to call fire, by the engine's clock
 	failed  int         // extensions that failed in a row
 	t       *time.Timer // calls fire
 	// settling is set once the effect has returned and its result is being stored.
@@ -607,6 +608,16 @@ func (b *beat) fire() {
 	// the lease lapse under a running effect: the attempts get shorter as the lease runs
 	// down, and the first one after the store is back renews it.
 	now := e.opt.Now()
+	if lapsed, stalled := now.Sub(b.until), now.Sub(b.due); lapsed > 0 && stalled >= lapsed {
+		// The heartbeat was due in time but ran after the lease had ended: this process was
+		// not scheduled (stopped, starved of CPU, swapped out, a long pause of the machine).
+		// (An extension tried again after the lease had lapsed, the store not answering, was
+		// due after the lease's end: that is no stall, and the failure has its own warning.)
+		// Another process may have taken the key over and run the effect meanwhile; the
+		// extension below finds out (ErrLeaseLost cancels the effect). Say so either way: it
+		// is the one trace such a stall leaves.
+		e.opt.Logger.Warn("idem: lease lapsed while this process was stalled", "key", b.key, "stalled", stalled.Round(time.Millisecond), "lapsed", lapsed.Round(time.Millisecond))
+	}
 	wait := min(e.opt.Heartbeat/2, max(b.until.Sub(now)/2, e.opt.Heartbeat/8, time.Millisecond))
 	// Nor past the point where the claim is given up (lapseMargin), so that a store that
 	// hangs cannot hold the effect running after its lease has lapsed.
@@ -642,7 +653,7 @@ func (b *beat) fire() {
 		if until := left - e.lapseMargin(); until > 0 && until < next {
 			next = until
 		}
-		b.t.Reset(next)
+		b.schedule(next)
 		return
 	}
 	if b.failed > 0 {
@@ -650,7 +661,13 @@ func (b *beat) fire() {
 		b.failed = 0
 	}
 	b.until = until
-	b.t.Reset(e.nextBeat(until))
+	b.schedule(e.nextBeat(until))
+}
+
+// schedule sets the timer to call fire after d, and notes when that is due. b.mu is held.
+func (b *beat) schedule(d time.Duration) {
+	b.due = b.e.opt.Now().Add(d)
+	b.t.Reset(d)
 }
 
 // lapseMargin is how long before the end of its lease, by its own clock, a claim whose

@@ -171,91 +171,6 @@ func TestDoConcurrentDuplicatesRunOnce(t *testing.T) {
 	}
 }
 
-// Two engines over one store stand for two processes: the waiter learns of the result by
-// polling the store.
-func TestWaitAcrossProcesses(t *testing.T) {
-	t.Parallel()
-	st := memstore.New()
-	a, _ := idem.New(st, idem.Options{})
-	bEng, _ := idem.New(st, idem.Options{Wait: 5 * time.Second, PollInterval: 5 * time.Millisecond})
-	started, finish := make(chan struct{}), make(chan struct{})
-	var runs atomic.Int32
-	go func() {
-		_, _ = a.Do(context.Background(), "x", fp1, func(context.Context) (idem.Response, error) {
-			runs.Add(1)
-			close(started)
-			<-finish
-			return idem.Response{Status: 200, Body: []byte("from a")}, nil
-		})
-	}()
-	<-started
-	time.AfterFunc(50*time.Millisecond, func() { close(finish) })
-	res, err := bEng.Do(context.Background(), "x", fp1, effect(&runs, 200, "from b"))
-	if err != nil || !res.Replayed || string(res.Response.Body) != "from a" {
-		t.Fatalf("waiter: %+v, %v", res, err)
-	}
-	if runs.Load() != 1 {
-		t.Fatalf("runs = %d", runs.Load())
-	}
-}
-
-func TestWaitGivesUpWithInFlight(t *testing.T) {
-	t.Parallel()
-	b := setup(t, idem.Options{Wait: 30 * time.Millisecond, Now: time.Now})
-	hold := make(chan struct{})
-	defer close(hold)
-	started := make(chan struct{})
-	go func() {
-		_, _ = b.eng.Do(context.Background(), "slow", fp1, func(context.Context) (idem.Response, error) {
-			close(started)
-			<-hold
-			return idem.Response{Status: 200}, nil
-		})
-	}()
-	<-started
-	begin := time.Now()
-	_, err := b.eng.Do(context.Background(), "slow", fp1, effect(new(atomic.Int32), 200, ""))
-	var ife *idem.InFlightError
-	if !errors.As(err, &ife) || !errors.Is(err, idem.ErrInFlight) {
-		t.Fatalf("err = %v, want *InFlightError", err)
-	}
-	if ife.RetryAfter < time.Second {
-		t.Errorf("RetryAfter = %v", ife.RetryAfter)
-	}
-	if d := time.Since(begin); d < 30*time.Millisecond || d > 2*time.Second {
-		t.Errorf("waited %v, want about 30ms", d)
-	}
-}
-
-func TestPolicy(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		status int
-		policy idem.Policy
-		kept   bool
-	}{
-		{200, nil, true}, {201, nil, true}, {400, nil, true}, {404, nil, true}, {422, nil, true},
-		{401, nil, false}, {403, nil, false}, {408, nil, false}, {409, nil, false},
-		{425, nil, false}, {429, nil, false}, {500, nil, false}, {503, nil, false},
-		{500, idem.StoreServerErrors, true}, {502, idem.StoreServerErrors, true}, {429, idem.StoreServerErrors, false},
-	}
-	for _, tc := range cases {
-		b := setup(t, idem.Options{Policy: tc.policy})
-		var runs atomic.Int32
-		res, err := b.eng.Do(context.Background(), "k", fp1, effect(&runs, tc.status, "x"))
-		if err != nil || res.Kept != tc.kept || res.Response.Status != tc.status {
-			t.Fatalf("status %d: %+v, %v; want kept=%v", tc.status, res, err, tc.kept)
-		}
-		again, err := b.eng.Do(context.Background(), "k", fp1, effect(&runs, tc.status, "x"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := map[bool]int32{true: 1, false: 2}[tc.kept]; runs.Load() != want || again.Replayed != tc.kept {
-			t.Errorf("status %d: runs=%d replayed=%v, want runs=%d", tc.status, runs.Load(), again.Replayed, want)
-		}
-	}
-}
-
 func TestErrorReleasesClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idem.Options{})
@@ -341,75 +256,6 @@ func TestUncertain(t *testing.T) {
 	})
 }
 
-func TestHeartbeatKeepsLongWork(t *testing.T) {
-	t.Parallel()
-	st := memstore.New()
-	a, _ := idem.New(st, idem.Options{Lease: 150 * time.Millisecond, Heartbeat: 30 * time.Millisecond})
-	other, _ := idem.New(st, idem.Options{Lease: 150 * time.Millisecond})
-	started, finish := make(chan struct{}), make(chan struct{})
-	done := make(chan error)
-	go func() {
-		_, err := a.Do(context.Background(), "long", fp1, func(ctx context.Context) (idem.Response, error) {
-			close(started)
-			select {
-			case <-finish: // the work lasts until the other process has tried 8 times
-			case <-ctx.Done():
-				return idem.Response{}, context.Cause(ctx)
-			}
-			return idem.Response{Status: 200}, nil
-		})
-		done <- err
-	}()
-	<-started
-	for range 8 {
-		time.Sleep(50 * time.Millisecond)
-		var runs atomic.Int32
-		if _, err := other.Do(context.Background(), "long", fp1, effect(&runs, 200, "")); !errors.Is(err, idem.ErrInFlight) {
-			close(finish)
-			t.Fatalf("long work was taken over: %v (runs %d)", err, runs.Load())
-		}
-	}
-	close(finish)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestLeaseLostCancelsEffect(t *testing.T) {
-	t.Parallel()
-	b := setup(t, idem.Options{Lease: time.Second, Heartbeat: 10 * time.Millisecond})
-	started := make(chan struct{})
-	var cause error
-	var doErr error
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		_, doErr = b.eng.Do(context.Background(), "k", fp1, func(ctx context.Context) (idem.Response, error) {
-			close(started)
-			<-ctx.Done()
-			cause = context.Cause(ctx)
-			return idem.Response{Status: 200}, nil
-		})
-	}()
-	<-started
-	// Another holder takes over after the lease (on the fake clock).
-	res, err := b.mem.Reserve(context.Background(), idem.ReserveRequest{Key: "k", Fingerprint: fp1, Now: b.clock.Now().Add(2 * time.Second), Lease: time.Minute, TTL: time.Hour})
-	if err != nil || !res.Claimed {
-		t.Fatalf("takeover: %+v %v", res, err)
-	}
-	<-finished
-	if !errors.Is(cause, idem.ErrLeaseLost) {
-		t.Errorf("effect's context cause = %v, want ErrLeaseLost", cause)
-	}
-	if !errors.Is(doErr, idem.ErrLeaseLost) {
-		t.Errorf("Do = %v, want ErrLeaseLost", doErr)
-	}
-	rec, _ := b.mem.Get(context.Background(), "k")
-	if rec.Token != res.Record.Token || rec.State != idem.StateInProgress {
-		t.Errorf("the new holder's claim was disturbed: %+v", rec)
-	}
-}
-
 func TestStoreDownFailsClosed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idem.Options{})
@@ -474,73 +320,6 @@ func TestExpiredRecordExecutesAgain(t *testing.T) {
 	b.clock.Advance(time.Microsecond)
 	if res, err := b.eng.Do(context.Background(), "k", fp2, effect(&runs, 200, "")); err != nil || res.Replayed || runs.Load() != 2 {
 		t.Fatalf("after expiry: %+v %v runs=%d", res, err, runs.Load())
-	}
-}
-
-func TestCache(t *testing.T) {
-	t.Parallel()
-	b := setup(t, idem.Options{CacheSize: 2, TTL: time.Hour})
-	var runs atomic.Int32
-	ctx := context.Background()
-	for _, k := range []string{"a", "b"} {
-		if _, err := b.eng.Do(ctx, k, fp1, effect(&runs, 200, k)); err != nil {
-			t.Fatal(err)
-		}
-		// The first replay reads the store and fills the cache.
-		before := b.store.reserves.Load()
-		if res, err := b.eng.Do(ctx, k, fp1, effect(&runs, 200, k)); err != nil || !res.Replayed || b.store.reserves.Load() != before+1 {
-			t.Fatalf("first replay: %+v %v", res, err)
-		}
-	}
-	before := b.store.reserves.Load()
-	for range 5 {
-		res, err := b.eng.Do(ctx, "a", fp1, effect(&runs, 200, "x"))
-		if err != nil || !res.Replayed || string(res.Response.Body) != "a" {
-			t.Fatalf("cached replay: %+v %v", res, err)
-		}
-	}
-	if _, err := b.eng.Do(ctx, "a", fp2, effect(&runs, 200, "x")); !errors.Is(err, idem.ErrMismatch) {
-		t.Fatalf("cached mismatch: %v", err)
-	}
-	if got := b.store.reserves.Load(); got != before {
-		t.Fatalf("cached replays reached the store %d times", got-before)
-	}
-	// A third key evicts the least recently used ("b"), which then comes from the store.
-	_, _ = b.eng.Do(ctx, "c", fp1, effect(&runs, 200, "c"))
-	_, _ = b.eng.Do(ctx, "c", fp1, effect(&runs, 200, "c"))
-	before = b.store.reserves.Load()
-	if res, _ := b.eng.Do(ctx, "b", fp1, effect(&runs, 200, "x")); !res.Replayed || b.store.reserves.Load() != before+1 {
-		t.Fatalf("evicted key: replayed=%v store calls=%d", res.Replayed, b.store.reserves.Load()-before)
-	}
-	// Expired entries are not served.
-	b.clock.Advance(time.Hour)
-	if res, _ := b.eng.Do(ctx, "a", fp1, effect(&runs, 200, "new")); res.Replayed {
-		t.Fatal("served an expired record from the cache")
-	}
-	// A record too large for the byte budget is not cached.
-	big := setup(t, idem.Options{CacheSize: 10, CacheBytes: 8 << 10})
-	_, _ = big.eng.Do(ctx, "big", fp1, effect(&runs, 200, strings.Repeat("x", 2<<10)))
-	_, _ = big.eng.Do(ctx, "big", fp1, effect(&runs, 200, ""))
-	before = big.store.reserves.Load()
-	if res, _ := big.eng.Do(ctx, "big", fp1, effect(&runs, 200, "")); !res.Replayed || big.store.reserves.Load() != before+1 {
-		t.Fatalf("oversized record served from the cache")
-	}
-	// In-progress records are never cached.
-	hold := make(chan struct{})
-	started := make(chan struct{})
-	go func() {
-		_, _ = b.eng.Do(ctx, "p", fp1, func(context.Context) (idem.Response, error) {
-			close(started)
-			<-hold
-			return idem.Response{Status: 200}, nil
-		})
-	}()
-	<-started
-	before = b.store.reserves.Load()
-	_, err := b.eng.Do(ctx, "p", fp1, effect(&runs, 200, ""))
-	close(hold)
-	if !errors.Is(err, idem.ErrInFlight) || b.store.reserves.Load() != before+1 {
-		t.Fatalf("in-progress key: %v", err)
 	}
 }
 
@@ -677,92 +456,119 @@ func TestCompleteWhoseAnswerWasLostAsTheCallerLeft(t *testing.T) {
 	}
 }
 
-func TestCacheBoundedByBytes(t *testing.T) {
+// A duplicate with another fingerprint gets ErrMismatch while the key is in flight, whether it
+// fails fast or waits, and from another process too; never ErrInFlight.
+func TestMismatchWhileInFlight(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Options{CacheSize: 100, CacheBytes: 16 << 10})
-	ctx := context.Background()
-	var runs atomic.Int32
-	for i := range 20 { // ~1.1 KiB each: 22 KiB over a 16 KiB budget
-		k := fmt.Sprintf("k%d", i)
-		_, _ = b.eng.Do(ctx, k, fp1, effect(&runs, 200, strings.Repeat("x", 900)))
-		_, _ = b.eng.Do(ctx, k, fp1, effect(&runs, 200, "")) // replayed from the store, then cached
-	}
-	before := b.store.reserves.Load()
-	_, _ = b.eng.Do(ctx, "k19", fp1, effect(&runs, 200, ""))
-	if b.store.reserves.Load() != before {
-		t.Fatal("the most recent record is not cached")
-	}
-	_, _ = b.eng.Do(ctx, "k0", fp1, effect(&runs, 200, ""))
-	if b.store.reserves.Load() != before+1 {
-		t.Fatal("the oldest record was not evicted to keep within CacheBytes")
+	for _, wait := range []time.Duration{0, 2 * time.Second} {
+		t.Run(fmt.Sprint("wait=", wait), func(t *testing.T) {
+			t.Parallel()
+			st := memstore.New()
+			holder, _ := idem.New(st, idem.Options{Logger: quiet, Wait: wait})
+			remote, _ := idem.New(st, idem.Options{Logger: quiet, Wait: wait, PollInterval: time.Millisecond})
+			release, started := make(chan struct{}), make(chan struct{})
+			holderDone := make(chan struct{})
+			go func() {
+				defer close(holderDone)
+				_, _ = holder.Do(context.Background(), "k", fp1, func(context.Context) (idem.Response, error) {
+					close(started)
+					<-release
+					return idem.Response{Status: 201}, nil
+				})
+			}()
+			<-started
+			var runs atomic.Int32
+			var wg sync.WaitGroup
+			errs := make([]error, 64)
+			for i := range errs {
+				eng := holder
+				if i%2 == 1 {
+					eng = remote
+				}
+				wg.Go(func() {
+					_, errs[i] = eng.Do(context.Background(), "k", fp2, effect(&runs, 200, ""))
+				})
+			}
+			wg.Wait()
+			close(release)
+			<-holderDone
+			for i, err := range errs {
+				if !errors.Is(err, idem.ErrMismatch) || errors.Is(err, idem.ErrInFlight) {
+					t.Fatalf("duplicate %d with another fingerprint: %v, want ErrMismatch", i, err)
+				}
+			}
+			if runs.Load() != 0 {
+				t.Fatalf("the mismatched effect ran %d times", runs.Load())
+			}
+		})
 	}
 }
 
-// extendSpy records Extend calls that do not belong to a claim running now.
-type extendSpy struct {
-	idem.Store
-	mu      sync.Mutex
-	active  map[string]int64 // key → token of the execution running now
-	extends int
-	wrong   []string
-}
-
-// Reserve marks a claim active from the moment it is made: the heartbeat may fire before the
-// effect does anything.
-func (s *extendSpy) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
-	res, err := s.Store.Reserve(ctx, req)
-	if err == nil && res.Claimed {
-		s.mu.Lock()
-		s.active[req.Key] = res.Record.Token
-		s.mu.Unlock()
-	}
-	return res, err
-}
-
-func (s *extendSpy) Extend(ctx context.Context, key string, token int64, until time.Time) error {
-	s.mu.Lock()
-	s.extends++
-	if tok, ok := s.active[key]; !ok || tok != token {
-		s.wrong = append(s.wrong, fmt.Sprintf("Extend(%s, %d) with active token %d (%t)", key, token, tok, ok))
-	}
-	s.mu.Unlock()
-	return s.Store.Extend(ctx, key, token, until)
-}
-
-// Heartbeat timers are reused from one execution to the next: an extension must only ever
-// reach the claim running now, with its own token, never a finished one.
-func TestHeartbeatsReusedSafely(t *testing.T) {
+// Retry-After on ErrInFlight estimates when the answer will exist: about as long as the effect
+// has run so far, at least a second, never more than one heartbeat interval nor the lease left.
+func TestInFlightRetryAfter(t *testing.T) {
 	t.Parallel()
-	spy := &extendSpy{Store: memstore.New(), active: map[string]int64{}}
-	eng, err := idem.New(spy, idem.Options{Lease: 60 * time.Millisecond, Heartbeat: 3 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		name      string
+		opt       idem.Options
+		running   time.Duration // how long the effect has run when the duplicate comes
+		wantAfter time.Duration
+	}{
+		{"just started", idem.Options{}, 100 * time.Millisecond, time.Second},
+		{"ran 2.5s", idem.Options{}, 2500 * time.Millisecond, 3 * time.Second},
+		{"bounded by the heartbeat", idem.Options{Lease: time.Minute}, 25 * time.Second, 20 * time.Second},
+		{"bounded by the lease left", idem.Options{Lease: 30 * time.Second, Heartbeat: -1}, 26 * time.Second, 4 * time.Second},
+		{"at least a second", idem.Options{Lease: 3 * time.Second, Heartbeat: -1}, 2900 * time.Millisecond, time.Second},
 	}
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 25 {
-				key := fmt.Sprintf("g%d-%d", g, i)
-				_, err := eng.Do(context.Background(), key, fp1, func(ctx context.Context) (idem.Response, error) {
-					time.Sleep(time.Duration(i%4) * 4 * time.Millisecond)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tc.opt)
+			release, started := make(chan struct{}), make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = b.eng.Do(context.Background(), "k", fp1, func(context.Context) (idem.Response, error) {
+					close(started)
+					<-release
 					return idem.Response{Status: 200}, nil
 				})
-				spy.mu.Lock()
-				delete(spy.active, key) // Do returns only after its heartbeat stopped
-				spy.mu.Unlock()
-				if err != nil {
-					t.Errorf("Do(%s): %v", key, err)
-					return
+			}()
+			<-started
+			b.clock.Advance(tc.running)
+			var errs [32]error
+			var wg sync.WaitGroup
+			for i := range errs {
+				wg.Go(func() { _, errs[i] = b.eng.Do(context.Background(), "k", fp1, effect(new(atomic.Int32), 200, "")) })
+			}
+			wg.Wait()
+			close(release)
+			<-done
+			for _, err := range errs {
+				var ife *idem.InFlightError
+				if !errors.As(err, &ife) {
+					t.Fatalf("err = %v, want *InFlightError", err)
+				}
+				if ife.RetryAfter != tc.wantAfter {
+					t.Fatalf("RetryAfter = %v, want %v", ife.RetryAfter, tc.wantAfter)
 				}
 			}
 		})
 	}
-	wg.Wait()
-	if len(spy.wrong) > 0 {
-		t.Fatalf("%d stray extensions, first: %s", len(spy.wrong), spy.wrong[0])
+}
+
+// An effect that returned an error still ran: Executed says so.
+func TestExecutedWithError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	boom := errors.New("boom")
+	for _, fn := range []idem.Func{
+		func(context.Context) (idem.Response, error) { return idem.Response{}, boom },
+		func(context.Context) (idem.Response, error) { return idem.Response{}, idem.Uncertain(boom) },
+	} {
+		res, err := b.eng.Do(context.Background(), fmt.Sprint("k", b.store.reserves.Load()), fp1, fn)
+		if !errors.Is(err, boom) || !res.Executed || res.Replayed || res.Kept {
+			t.Fatalf("Do = %+v, %v; want Executed with the effect's error", res, err)
+		}
 	}
-	if spy.extends == 0 {
-		t.Fatal("no heartbeat ran: the test proves nothing")
-	}
-	t.Logf("%d extensions, all to the running claim", spy.extends)
 }

@@ -77,7 +77,7 @@ const (
 	// UncertainRelease frees the claim at once, so a retry executes again. Use it only when
 	// the effect is itself safe to repeat.
 	UncertainRelease
-	// UncertainHold extends the lease to the end of the record's window, so no retry executes
+	// UncertainHold extends the lease to the end of the record's TTL, so no retry executes
 	// until an operator resolves the key (idem release) or the record expires.
 	UncertainHold
 )

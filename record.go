@@ -97,7 +97,7 @@ type Record struct {
 	CreatedAt time.Time
 	// CompletedAt is when the record completed; zero while in progress.
 	CompletedAt time.Time
-	// ExpiresAt ends the record's business window: from then on it counts as absent.
+	// ExpiresAt is when the record's TTL runs out: from then on it counts as absent.
 	ExpiresAt time.Time
 	// Route names what claimed the key, for operators (such as "POST /v1/orders/{id}/pay"):
 	// the route given with WithRoute when the key was claimed (ReserveRequest.Route), at most

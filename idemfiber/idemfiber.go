@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -41,7 +42,10 @@ func singleCaller(*fiber.Ctx) (string, error) { return "", nil }
 
 // HeaderScope scopes requests by the value of the named header (such as X-API-Key), hashed
 // with idemhttp.HashScope so that no secret reaches the store. A request without the header is
-// anonymous (scope ""); one that sends it more than once is refused (400), as idemhttp does.
+// anonymous (scope ""); one that sends it more than once is refused (400), as idemhttp does;
+// and so is one that carries it under another spelling that servers following CGI's naming
+// read as the same header, such as X_API_KEY for X-API-Key (400, ProblemScopeHeaderSpelling:
+// see idemhttp.ErrScopeHeaderSpelling), with or without the header itself.
 //
 // An unkeyed hash of a guessable credential can be reversed by trying guesses: prefer
 // KeyedHeaderScope, whose hash needs a secret kept apart from the store.
@@ -63,6 +67,16 @@ func KeyedHeaderScope(name string, secret []byte) ScopeFunc {
 
 func headerScope(name string, hash func(...string) string) ScopeFunc {
 	return func(c *fiber.Ctx) (string, error) {
+		var other []byte
+		c.Request().Header.VisitAll(func(k, _ []byte) {
+			if other == nil && !strings.EqualFold(string(k), name) && idemhttp.SameCGIHeader(string(k), name) {
+				other = bytes.Clone(k)
+			}
+		})
+		if other != nil {
+			return "", fmt.Errorf("%w: %w: header %q is read as %s by servers that follow CGI's naming; send %s",
+				idemhttp.ErrInvalidScope, idemhttp.ErrScopeHeaderSpelling, other, name, name)
+		}
 		vs := c.Request().Header.PeekAll(name)
 		switch len(vs) {
 		case 0:
@@ -75,6 +89,18 @@ func headerScope(name string, hash func(...string) string) ScopeFunc {
 		}
 		return "", fmt.Errorf("%w: header %s sent %d times", idemhttp.ErrInvalidScope, name, len(vs))
 	}
+}
+
+// otherKeySpelling reports whether the request carries the key header under another spelling
+// that servers following CGI's naming read as Idempotency-Key.
+func otherKeySpelling(c *fiber.Ctx) bool {
+	found := false
+	c.Request().Header.VisitAll(func(k, _ []byte) {
+		if !found && len(k) == len(idem.KeyHeader) && !strings.EqualFold(string(k), idem.KeyHeader) && idemhttp.SameCGIHeader(string(k), idem.KeyHeader) {
+			found = true
+		}
+	})
+	return found
 }
 
 // Options configure New. Runner and Scope are required.
@@ -158,6 +184,11 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	keys := c.Request().Header.PeekAll(idem.KeyHeader)
+	if otherKeySpelling(c) {
+		// Idempotency_Key: an application that reads CGI names would see a key this
+		// middleware did not (see idemhttp.ErrInvalidKey).
+		return probInvalidKey.write(c, "")
+	}
 	switch {
 	case len(keys) == 0 || len(keys) == 1 && len(keys[0]) == 0:
 		if m.requireKey {
@@ -180,6 +211,9 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		}
 		if err != nil {
 			m.log.Warn("idemfiber: could not scope the request", "method", c.Method(), "path", c.Path(), "err", err)
+			if errors.Is(err, idemhttp.ErrScopeHeaderSpelling) {
+				return probScopeSpelling.write(c, "")
+			}
 			return probInvalidScope.write(c, "")
 		}
 	}

@@ -242,6 +242,10 @@ func TestKeys(t *testing.T) {
 		problem(t, b.do("POST", "/v1/charges", k, "x"), 400, idemhttp.ProblemInvalidKey)
 	}
 	problem(t, b.do("POST", "/v1/charges", "", "x", idem.KeyHeader, "a", idem.KeyHeader, "b"), 400, idemhttp.ProblemInvalidKey)
+	// The key under a spelling CGI-style applications read as Idempotency-Key, alone or
+	// beside it, as idemhttp refuses it.
+	problem(t, b.do("POST", "/v1/charges", "", "x", "Idempotency_Key", "a"), 400, idemhttp.ProblemInvalidKey)
+	problem(t, b.do("POST", "/v1/charges", "a", "x", "IDEMPOTENCY_KEY", "a"), 400, idemhttp.ProblemInvalidKey)
 	if n := b.n.Load(); n != 0 {
 		t.Fatalf("%d executions after bad keys", n)
 	}
@@ -405,11 +409,33 @@ func TestKeyedHeaderScope(t *testing.T) {
 	if _, err := scope("alice", "bob"); !errors.Is(err, idemhttp.ErrInvalidScope) {
 		t.Errorf("header sent twice: %v, want ErrInvalidScope", err)
 	}
+	// Another spelling that a CGI-style application reads as the same header is refused, with
+	// or without the header itself, as idemhttp refuses it.
+	for _, hdr := range [][2]string{{"X_API_KEY", "mallory"}, {"x_api_key", "mallory"}, {"X-API_Key", "mallory"}} {
+		c := app.AcquireCtx(&fasthttp.RequestCtx{})
+		c.Request().Header.Set(hdr[0], hdr[1])
+		_, err := fs(c)
+		c.Request().Header.Set("X-API-Key", "alice")
+		_, err2 := fs(c)
+		app.ReleaseCtx(c)
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header[hdr[0]] = []string{hdr[1]}
+		_, herr := hs(r)
+		for _, e := range []error{err, err2, herr} {
+			if !errors.Is(e, idemhttp.ErrScopeHeaderSpelling) || !errors.Is(e, idemhttp.ErrInvalidScope) {
+				t.Errorf("%s: %v, want ErrScopeHeaderSpelling (idemfiber without and with the header, then idemhttp)", hdr[0], e)
+			}
+		}
+	}
 
 	b := setup(t, idem.Options{}, idemfiber.Options{Scope: fs}, charge)
 	a1 := b.do("POST", "/v1/charges", "k", "x", "X-API-Key", "alice")
 	b1 := b.do("POST", "/v1/charges", "k", "x", "X-API-Key", "bob")
 	if a1.Status != 201 || b1.Status != 201 || b1.Header.Get(idemhttp.ReplayedHeader) != "" || b1.Body == a1.Body || b.n.Load() != 2 {
 		t.Fatalf("bob sent alice's key and body: %+v after %+v (%d runs)", b1, a1, b.n.Load())
+	}
+	m1 := b.do("POST", "/v1/charges", "k2", "x", "X_API_KEY", "alice")
+	if m1.Status != 400 || !strings.Contains(m1.Body, idemhttp.ProblemScopeHeaderSpelling) || b.n.Load() != 2 {
+		t.Fatalf("the scope header spelled X_API_KEY: %+v (%d runs), want 400 %s and nothing run", m1, b.n.Load(), idemhttp.ProblemScopeHeaderSpelling)
 	}
 }

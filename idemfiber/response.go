@@ -140,13 +140,14 @@ func newProblem(status int, typ, title string) *problem {
 }
 
 var (
-	probMissingKey   = newProblem(400, idemhttp.ProblemMissingKey, "This request requires an idempotency key")
-	probInvalidKey   = newProblem(400, idemhttp.ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once")
-	probInvalidScope = newProblem(400, idemhttp.ProblemInvalidScope, "The caller could not be identified")
-	probInFlight     = newProblem(409, idemhttp.ProblemInFlight, "A request with this idempotency key is being processed; retry later")
-	probMismatch     = newProblem(422, idemhttp.ProblemMismatch, "This idempotency key was used with a different request")
-	probStore        = newProblem(503, idemhttp.ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later")
-	probInternal     = newProblem(500, idemhttp.ProblemInternal, "The request was not processed")
+	probMissingKey    = newProblem(400, idemhttp.ProblemMissingKey, "This request requires an idempotency key")
+	probInvalidKey    = newProblem(400, idemhttp.ProblemInvalidKey, "The idempotency key must be 1 to 255 printable ASCII characters, sent once")
+	probInvalidScope  = newProblem(400, idemhttp.ProblemInvalidScope, "The caller could not be identified")
+	probScopeSpelling = newProblem(400, idemhttp.ProblemScopeHeaderSpelling, "The scope header was sent with underscores for hyphens; send it under its own name")
+	probInFlight      = newProblem(409, idemhttp.ProblemInFlight, "A request with this idempotency key is being processed; retry later")
+	probMismatch      = newProblem(422, idemhttp.ProblemMismatch, "This idempotency key was used with a different request")
+	probStore         = newProblem(503, idemhttp.ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later")
+	probInternal      = newProblem(500, idemhttp.ProblemInternal, "The request was not processed")
 )
 
 // write answers the problem, with Retry-After if retryAfter is not empty.

@@ -2,6 +2,8 @@ package idemhttp_test
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"io"
 	"log"
 	"log/slog"
@@ -168,4 +170,33 @@ func problemType(t *testing.T, r reply) string {
 	}
 	s = s[i+8:]
 	return s[:strings.IndexByte(s, '"')]
+}
+
+// runnerFunc is an idem.Runner whose Do is the function itself.
+type runnerFunc func(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
+
+func (f runnerFunc) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
+	return f(ctx, key, fingerprint, fn)
+}
+
+func (f runnerFunc) Options() idem.Options { return idem.Options{} }
+
+// serveOnce sends one keyed POST with context ctx through the middleware over runner r
+// (logging to log, if set) to a handler that answers 201 "made", and returns the answer and
+// the events.
+func serveOnce(t *testing.T, ctx context.Context, r idem.Runner, log *slog.Logger) (*httptest.ResponseRecorder, []idemhttp.Event) {
+	t.Helper()
+	var events []idemhttp.Event
+	mw, err := idemhttp.New(idemhttp.Options{Runner: r, Logger: cmp.Or(log, quiet), OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }, Scope: idemhttp.SingleCaller()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "k")
+	rec := httptest.NewRecorder()
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "made")
+	})).ServeHTTP(rec, req)
+	return rec, events
 }

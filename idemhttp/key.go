@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -9,8 +10,9 @@ import (
 )
 
 // ErrInvalidKey reports a key that is not 1 to idem.MaxClientKeyLen printable ASCII characters, a
-// malformed structured-field string, or a header sent more than once. The middleware answers
-// it with 400 (ProblemInvalidKey).
+// malformed structured-field string, a header sent more than once, or a key header sent under
+// another spelling that CGI-style servers read as the same header (Idempotency_Key: see
+// SameCGIHeader). The middleware answers it with 400 (ProblemInvalidKey).
 var ErrInvalidKey = errors.New("idemhttp: invalid idempotency key")
 
 // ParseKey parses an Idempotency-Key header value. It accepts a structured-field string
@@ -154,11 +156,19 @@ func (s *KeySource) validate() error {
 	return nil
 }
 
-// fromHeader returns the key from the request's header: "" when absent.
+// fromHeader returns the key from the request's header: "" when absent. A request that
+// carries the header under another spelling that servers following CGI's naming read as the
+// same header (Idempotency_Key) is refused: an application behind would read a key the
+// middleware never saw, and take the request for one made safe to retry.
 func (s *KeySource) fromHeader(h http.Header) (string, error) {
 	name := s.header
 	if name == "" {
 		name = idem.KeyHeader
+	}
+	for k := range h {
+		if k != name && SameCGIHeader(k, name) {
+			return "", fmt.Errorf("%w: header %q is read as %s by servers that follow CGI's naming; send %s", ErrInvalidKey, k, name, name)
+		}
 	}
 	vs := h[name]
 	switch len(vs) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -95,5 +96,29 @@ func TestStorageKeyAndScope(t *testing.T) {
 	}
 	if h := idemhttp.HashScope("secret"); len(h) != 64 || strings.Contains(h, "secret") {
 		t.Fatal(h)
+	}
+}
+
+// A key header under another spelling that CGI-style applications read as Idempotency-Key
+// (HTTP_IDEMPOTENCY_KEY) is refused, alone or beside the real one: on a route where the key is
+// optional, the middleware would pass the request through unkeyed while the application read a
+// key and took the request for one made safe to retry. Nothing runs.
+func TestKeyHeaderSpelling(t *testing.T) {
+	t.Parallel()
+	h := &charge{}
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
+	for _, hdr := range []string{"Idempotency_Key", "IDEMPOTENCY_KEY", "idempotency_key"} {
+		for _, key := range []string{"", "k1"} {
+			r := b.do("POST", "/", key, "x", hdr, "k1")
+			if r.Status != 400 || problemType(t, r) != idemhttp.ProblemInvalidKey {
+				t.Errorf("%s (Idempotency-Key %q): %d %s, want 400 %s", hdr, key, r.Status, r.Body, idemhttp.ProblemInvalidKey)
+			}
+		}
+	}
+	if n := h.n.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+	if r := b.do("POST", "/", "k1", "x", "Idempotency-Keys", "x"); r.Status != 201 {
+		t.Fatalf("another header whose name is close: %d %s", r.Status, r.Body)
 	}
 }

@@ -385,3 +385,76 @@ func TestSharedBudget(t *testing.T) {
 		t.Fatalf("MemoryBudget and Budget both set: %v, want idem.ErrInvalidInput", err)
 	}
 }
+
+// A response buffer that grows is charged to the memory budget by what it grows, not by its
+// new size and its old one together: a 1 MiB response written in 4 KiB pieces, its buffer
+// doubling up to MaxResponseBody, holds 1 MiB of the budget (the request's buffer aside).
+func TestResponseGrowthChargedOnce(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 20
+	budget := idemhttp.NewBudget(1 << 30)
+	var held atomic.Int64
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxResponseBody: size, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := strings.Repeat("g", 4<<10)
+		for range size / len(chunk) {
+			_, _ = io.WriteString(w, chunk)
+		}
+		held.Store(budget.InUse())
+	}))
+	if r := b.do(http.MethodPost, "/", "k", `{}`); r.Status != http.StatusOK || len(r.Body) != size {
+		t.Fatalf("got %d, %d bytes", r.Status, len(r.Body))
+	}
+	if h := held.Load(); h < size || h > size+128<<10 {
+		t.Fatalf("%d bytes of the budget held for a %d-byte response, want it and at most 128 KiB more", h, size)
+	}
+}
+
+// A request buffer that grows is charged to the memory budget by what it grows: a 1 MiB body
+// of unknown length (chunked), its buffer doubling from 4 KiB, holds 1 MiB of the budget and
+// little more (the response's buffer, up to 64 KiB when pooled, and at most 64 KiB of slack);
+// a body of declared length grows its buffer to that length and one byte, no further.
+func TestRequestGrowthChargedOnce(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 20
+	for _, tc := range []struct {
+		name    string
+		length  int64 // the request's ContentLength; -1: chunked
+		atLeast int64
+		atMost  int64
+	}{
+		{"chunked", -1, size, size + 128<<10},
+		{"declared", 300 << 10, 300 << 10, 300<<10 + 128<<10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			budget := idemhttp.NewBudget(1 << 30)
+			var held, got atomic.Int64
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Budget: budget, MaxRequestBody: size, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n, _ := io.Copy(io.Discard, r.Body)
+				got.Store(n)
+				held.Store(budget.InUse())
+			}))
+			body := strings.Repeat("r", size)
+			if tc.length > 0 {
+				body = body[:tc.length]
+			}
+			req, err := http.NewRequest(http.MethodPost, b.srv.URL, struct{ io.Reader }{strings.NewReader(body)}) // no length: chunked
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = tc.length
+			req.Header.Set("Idempotency-Key", "k")
+			resp, err := b.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || got.Load() != int64(len(body)) {
+				t.Fatalf("got %d, the handler read %d bytes; want 200 and all %d", resp.StatusCode, got.Load(), len(body))
+			}
+			if h := held.Load(); h < tc.atLeast || h > tc.atMost {
+				t.Fatalf("%d bytes of the budget held for a %d-byte body, want %d to %d", h, len(body), tc.atLeast, tc.atMost)
+			}
+		})
+	}
+}

@@ -1,11 +1,15 @@
 package idemhttp_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/syncbuf"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -703,5 +708,292 @@ func TestHeaderChangedAfterCommit(t *testing.T) {
 	}
 	if r2.Header.Get(idemhttp.ReplayedHeader) != "true" {
 		t.Fatalf("second reply not replayed: %v", r2.Header)
+	}
+}
+
+// DenyHeaders of every length are honoured, those of 63 and 64 bytes (either side of the
+// lookup table's end) included.
+func TestDenyHeadersAtTheTableEnd(t *testing.T) {
+	t.Parallel()
+	n63 := "X-" + strings.Repeat("a", 61)
+	n64 := "X-" + strings.Repeat("b", 62)
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{DenyHeaders: []string{n63, n64}, Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(n63, "secret")
+		w.Header().Set(n64, "secret")
+		w.Header().Set("X-Kept", "yes")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	b.do(http.MethodPost, "/", "k", `{}`)
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if r.Header.Get("Idempotent-Replayed") != "true" || r.Header.Get("X-Kept") != "yes" || r.Header.Get(n63) != "" || r.Header.Get(n64) != "" {
+		t.Fatalf("replay headers %v: want X-Kept and neither denied header", r.Header)
+	}
+}
+
+// The Connection header's list is split at commas and each name trimmed of spaces and tabs on
+// both sides; an empty element (",,", ", ,") names nothing. Every header it names is hop-by-hop
+// and not stored; the others are.
+func TestConnectionListTrimmed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd["Connection"] = []string{"X-Hop-A \t, \tX-Hop-B,,X-Hop-C, ,", "\tx-hop-d"}
+		for _, k := range []string{"X-Hop-A", "X-Hop-B", "X-Hop-C", "X-Hop-D", "X-Kept"} {
+			hd.Set(k, "1")
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	first := b.do(http.MethodPost, "/", "k", `{}`)
+	r := b.do(http.MethodPost, "/", "k", `{}`)
+	if first.Status != http.StatusOK || r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" || r.Header.Get("X-Kept") != "1" {
+		t.Fatalf("first %d, replay %d %v; want 200 and a replay with X-Kept", first.Status, r.Status, r.Header)
+	}
+	for _, k := range []string{"X-Hop-A", "X-Hop-B", "X-Hop-C", "X-Hop-D"} {
+		if r.Header.Get(k) != "" {
+			t.Errorf("%s, named in Connection, was stored: %v", k, r.Header)
+		}
+	}
+}
+
+// A panic before the handler began to answer goes on to the caller of ServeHTTP (http.Server
+// logs it and closes the connection) once the middleware has answered 500 and reported the
+// release with status 500; http.ErrAbortHandler goes on too, but with nothing answered and a
+// status of 0.
+func TestPanicBeforeAnswerGoesOn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		value  any
+		status int // the recorder's (200: nothing written) and the event's (0 then)
+	}{
+		{"panic", "boom", http.StatusInternalServerError},
+		{"abort", http.ErrAbortHandler, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng, err := idem.New(memstore.New(), idem.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var events []idemhttp.Event
+			mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Logger: quiet, OnEvent: func(ev idemhttp.Event) { events = append(events, ev) }, Scope: idemhttp.SingleCaller()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic(tc.value) }))
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+			req.Header.Set("Idempotency-Key", "k")
+			got := func() (v any) {
+				defer func() { v = recover() }()
+				h.ServeHTTP(rec, req)
+				return nil
+			}()
+			if got != tc.value {
+				t.Fatalf("ServeHTTP recovered %v, want the handler's panic %v to go on", got, tc.value)
+			}
+			if want := max(tc.status, http.StatusOK); rec.Code != want || (tc.status == 0) != (rec.Body.Len() == 0) {
+				t.Errorf("answered %d %q, want %d (a problem only for a panic)", rec.Code, rec.Body, want)
+			}
+			if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeReleased || events[0].Status != tc.status || events[0].Key != "k" {
+				t.Fatalf("events %+v, want one release with status %d", events, tc.status)
+			}
+		})
+	}
+}
+
+// scriptedBody is a request body that checks how it is read: it hands out data in pieces of
+// at most 1000 bytes, returns (0, nil) first when stall is set, then tail once data is out
+// (after open closes, if set: a stream its client keeps open), and fails a Read with an empty buffer (which could never make progress).
+type scriptedBody struct {
+	data  []byte
+	stall bool
+	open  <-chan struct{} // if set, a Read once data is out waits for it to close
+	tail  error
+}
+
+var (
+	errEmptyRead = errors.New("Read with an empty buffer")
+	errPastEnd   = errors.New("Read past the declared length")
+)
+
+func (b *scriptedBody) Read(p []byte) (int, error) {
+	switch {
+	case len(p) == 0:
+		return 0, errEmptyRead
+	case b.stall:
+		b.stall = false
+		return 0, nil
+	case len(b.data) == 0:
+		if b.open != nil {
+			<-b.open
+		}
+		return 0, b.tail
+	}
+	n := copy(p[:min(len(p), 1000)], b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
+
+func (b *scriptedBody) Close() error { return nil }
+
+// The middleware reads a request body to its declared length and not past it (a client may
+// keep the stream open after its last byte), to EOF when the length is unknown or 0 (as
+// net/http's client reads a 0 with a body), across a Read that returns nothing, and a body of
+// exactly MaxRequestBody bytes is accepted, either way, without ever reading into an empty
+// buffer.
+func TestRequestBodyReadToItsEnd(t *testing.T) {
+	t.Parallel()
+	const limit = 10_000
+	full := []byte(strings.Repeat("q", limit))
+	open := make(chan struct{})
+	t.Cleanup(func() { close(open) }) // after the subtests
+	for _, tc := range []struct {
+		name   string
+		length int64
+		body   scriptedBody
+		status int
+	}{
+		{"declared, the limit", limit, scriptedBody{data: full, tail: errPastEnd}, http.StatusOK},
+		{"declared, short", 2, scriptedBody{data: []byte("{}"), tail: errPastEnd}, http.StatusOK},
+		{"declared, the stream left open", 2, scriptedBody{data: []byte("{}"), open: open, tail: io.EOF}, http.StatusOK},
+		{"unknown, the limit", -1, scriptedBody{data: full, tail: io.EOF}, http.StatusOK},
+		{"unknown, stalled first", -1, scriptedBody{data: []byte("{}"), stall: true, tail: io.EOF}, http.StatusOK},
+		{"zero, with a body", 0, scriptedBody{data: []byte("{}"), stall: true, tail: io.EOF}, http.StatusOK},
+		{"unknown, past the limit", -1, scriptedBody{data: append(full, 'q'), tail: io.EOF}, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng, err := idem.New(memstore.New(), idem.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, err := idemhttp.New(idemhttp.Options{Runner: eng, Logger: quiet, MaxRequestBody: limit, Scope: idemhttp.SingleCaller()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got, _ = io.ReadAll(r.Body)
+			}))
+			want := string(tc.body.data)
+			req := httptest.NewRequest(http.MethodPost, "/", nil)
+			req.Body, req.ContentLength = &tc.body, tc.length
+			req.Header.Set("Idempotency-Key", "k")
+			rec := httptest.NewRecorder()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.ServeHTTP(rec, req)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the middleware still reads the body 10s after its declared length arrived")
+			}
+			if rec.Code != tc.status {
+				t.Fatalf("got %d %q, want %d", rec.Code, rec.Body, tc.status)
+			}
+			if tc.status == http.StatusOK && string(got) != want {
+				t.Fatalf("the handler read %d bytes, want all %d", len(got), len(want))
+			}
+		})
+	}
+}
+
+// The 409 of a request in flight has a Retry-After of the runner's estimate in whole seconds,
+// rounded up, and 1 when the error carries none.
+func TestInFlightRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&idem.InFlightError{Key: "k", RetryAfter: 3 * time.Second}, "3"},
+		{&idem.InFlightError{Key: "k", RetryAfter: 1500 * time.Millisecond}, "2"},
+		{&idem.InFlightError{Key: "k", RetryAfter: 41*time.Second + time.Nanosecond}, "42"},
+		{&idem.InFlightError{Key: "k"}, "1"},
+		{fmt.Errorf("wrapped: %w", idem.ErrInFlight), "1"},
+	} {
+		rec, events := serveOnce(t, context.Background(), runnerFunc(func(context.Context, string, string, idem.Func) (idem.Result, error) {
+			return idem.Result{}, tc.err
+		}), nil)
+		if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") != tc.want {
+			t.Errorf("%v: got %d, Retry-After %q; want 409, %s", tc.err, rec.Code, rec.Header().Get("Retry-After"), tc.want)
+		}
+		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeInFlight {
+			t.Errorf("%v: events %+v, want one in_flight", tc.err, events)
+		}
+	}
+}
+
+// A panic after the handler began to answer is logged as an error with the panic's value and
+// the stack where it began; http.ErrAbortHandler (a reverse proxy's upstream cut off) is
+// logged as a warning, without a stack.
+func TestAbortAfterAnswerLogged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		value any
+		want  []string
+		not   []string
+	}{
+		{"panic", "boom-value", []string{"level=ERROR", "panicked after it began to answer", "panic=boom-value", "stack=", "TestAbortAfterAnswerLogged"}, []string{"level=WARN"}},
+		{"abort", http.ErrAbortHandler, []string{"level=WARN", "aborted after it began to answer"}, []string{"level=ERROR", "stack="}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var logs syncbuf.Buffer
+			b := setup(t, nil, idem.Options{}, idemhttp.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Scope: idemhttp.SingleCaller()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "partial")
+				panic(tc.value)
+			}))
+			if r := b.do(http.MethodPost, "/", "k", `{}`); r.Err == nil {
+				t.Fatalf("got %d %q, want the answer cut off", r.Status, r.Body)
+			}
+			var got string
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if got = logs.String(); strings.Contains(got, "after it began to answer") {
+					break
+				}
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("logs lack %q:\n%s", w, got)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(got, w) {
+					t.Errorf("logs have %q:\n%s", w, got)
+				}
+			}
+		})
+	}
+}
+
+// An error the middleware does not expect from its runner is answered 500 and logged as an
+// error, unless the client went away (the error is then its context's, and nothing was done).
+func TestUnexpectedRunnerErrorLogged(t *testing.T) {
+	t.Parallel()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		logged bool
+	}{
+		{"client there", context.Background(), true},
+		{"client gone", gone, false},
+	} {
+		var logs bytes.Buffer
+		rec, events := serveOnce(t, tc.ctx, runnerFunc(func(ctx context.Context, _, _ string, _ idem.Func) (idem.Result, error) {
+			return idem.Result{}, cmp.Or(ctx.Err(), errors.New("runner confused"))
+		}), slog.New(slog.NewTextHandler(&logs, nil)))
+		if rec.Code != http.StatusInternalServerError || len(events) != 1 || events[0].Outcome != idemhttp.OutcomeError || events[0].Err == nil {
+			t.Errorf("%s: got %d, events %+v; want 500 and one error event with its error", tc.name, rec.Code, events)
+		}
+		if logged := strings.Contains(logs.String(), "level=ERROR") && strings.Contains(logs.String(), "unexpected engine error"); logged != tc.logged {
+			t.Errorf("%s: logs %q; want the unexpected error logged: %v", tc.name, logs.String(), tc.logged)
+		}
 	}
 }

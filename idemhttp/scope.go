@@ -78,10 +78,10 @@ func HeaderScope(name string) ScopeFunc {
 
 // scopeHeader returns the one value of the header name in h (nil without it), or an error
 // wrapping ErrInvalidScope if the header is sent more than once or h carries another spelling
-// of name (sameCGIName).
+// of name (SameCGIHeader).
 func scopeHeader(h http.Header, name string) (*string, error) {
 	for k := range h {
-		if k != name && sameCGIName(k, name) {
+		if k != name && SameCGIHeader(k, name) {
 			return nil, fmt.Errorf("%w: %w: header %q is read as %s by servers that follow CGI's naming; send %s", ErrInvalidScope, ErrScopeHeaderSpelling, k, name, name)
 		}
 	}
@@ -95,9 +95,12 @@ func scopeHeader(h http.Header, name string) (*string, error) {
 	return nil, fmt.Errorf("%w: header %s sent %d times", ErrInvalidScope, name, len(vs))
 }
 
-// sameCGIName reports whether header names a and b are one name to a server that follows
-// CGI's naming (HTTP_ + the name in upper case with "-" turned to "_").
-func sameCGIName(a, b string) bool {
+// SameCGIHeader reports whether header names a and b are one name to a server that follows
+// CGI's naming (HTTP_ + the name in upper case with "-" turned to "_"): X_API_KEY and
+// X-Api-Key are, X-API-Key and X-API-Keys are not. A middleware that scopes requests by a
+// header refuses a request that carries another spelling of it (ErrScopeHeaderSpelling); a
+// middleware for another framework makes the same check with it.
+func SameCGIHeader(a, b string) bool {
 	if len(a) != len(b) {
 		return false
 	}

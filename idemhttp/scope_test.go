@@ -168,3 +168,32 @@ func TestScopeHeaderSpelling(t *testing.T) {
 		t.Fatalf("X-API-Key through the middleware: %d %s", r.Status, r.Body)
 	}
 }
+
+// HashScope of several values hashes all of them, joined by newlines: a scope made of an API
+// key and an account is not the scope of the API key alone.
+func TestHashScopeOfSeveralValues(t *testing.T) {
+	t.Parallel()
+	sum := sha256.Sum256([]byte("sk_live_1\nacct_2"))
+	if got := idemhttp.HashScope("sk_live_1", "acct_2"); got != hex.EncodeToString(sum[:]) || got == idemhttp.HashScope("sk_live_1") {
+		t.Fatalf("HashScope(2 values) = %s, want the hex SHA-256 of both joined by a newline", got)
+	}
+	sum = sha256.Sum256(nil)
+	if got := idemhttp.HashScope(); got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("HashScope() = %s, want the hex SHA-256 of nothing", got)
+	}
+}
+
+// ValidScope's ends: a scope of exactly MaxScopeLen bytes is valid, and a space, the first
+// character after the control characters, is allowed (0x1f is not).
+func TestValidScopeEnds(t *testing.T) {
+	t.Parallel()
+	if s := strings.Repeat("s", idemhttp.MaxScopeLen); !idemhttp.ValidScope(s) {
+		t.Errorf("a scope of %d bytes is refused", len(s))
+	}
+	if !idemhttp.ValidScope("acme corp") || !idemhttp.ValidScope(" ") {
+		t.Error("a scope with a space is refused")
+	}
+	if idemhttp.ValidScope("a\x1fb") || idemhttp.ValidScope("a\x7fb") {
+		t.Error("a scope with 0x1f or DEL is accepted")
+	}
+}

@@ -59,7 +59,8 @@ type PublisherFunc func(ctx context.Context, m Message) error
 // Publish calls f.
 func (f PublisherFunc) Publish(ctx context.Context, m Message) error { return f(ctx, m) }
 
-// Store is an outbox table, as a relay sees it. Implementations: pgoutbox.Store.
+// Store is an outbox table, as a relay sees it. Implementations: pgoutbox.Store,
+// mysqloutbox.Store, sqliteoutbox.Store; outboxtest is the suite an implementation passes.
 type Store interface {
 	// Claim hands out at most limit events that are due at now and not claimed by another
 	// relay, each the oldest unsent event of its key, and claims them until now+lease

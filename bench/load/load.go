@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // Mode says which Idempotency-Key, if any, each request carries.
@@ -74,8 +76,11 @@ type Options struct {
 	H2C bool
 }
 
-// ErrOptions reports invalid Options; the message names the field.
-var ErrOptions = errors.New("load: invalid options")
+// optionError returns the *idem.OptionError of an invalid field of Options: it matches
+// idem.ErrInvalidInput and reads "load: invalid options: <field> <problem>".
+func optionError(field, format string, args ...any) error {
+	return &idem.OptionError{Package: "load", Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 func (o Options) withDefaults() (Options, error) {
 	o.Method = cmp.Or(o.Method, http.MethodPost)
@@ -94,15 +99,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.URL == "":
-		return o, fmt.Errorf("%w: Options.URL is required", ErrOptions)
+		return o, optionError("Options.URL", "is required")
 	case o.Mode != NoKey && o.Mode != NewKey && o.Mode != Replay:
-		return o, fmt.Errorf("%w: Options.Mode %q is not nokey, newkey or replay", ErrOptions, o.Mode)
+		return o, optionError("Options.Mode", "%q is not nokey, newkey or replay", o.Mode)
 	case o.Clients < 0 || o.Clients > 100_000:
-		return o, fmt.Errorf("%w: Options.Clients %d is not between 1 and 100000", ErrOptions, o.Clients)
+		return o, optionError("Options.Clients", "%d is not between 1 and 100000", o.Clients)
 	case o.Duration < 0 || o.Warmup < 0 || o.Timeout < 0 || o.Requests < 0:
-		return o, fmt.Errorf("%w: Options.Duration, Warmup, Timeout and Requests must not be negative", ErrOptions)
+		return o, optionError("Options.Duration", "%s, Warmup %s, Timeout %s and Requests %d must not be negative", o.Duration, o.Warmup, o.Timeout, o.Requests)
 	case len(o.KeyPrefix) > 20:
-		return o, fmt.Errorf("%w: Options.KeyPrefix %q is longer than 20 bytes", ErrOptions, o.KeyPrefix)
+		return o, optionError("Options.KeyPrefix", "%q is longer than 20 bytes", o.KeyPrefix)
 	}
 	if o.Client == nil {
 		tr := &http.Transport{

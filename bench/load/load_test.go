@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"go.uber.org/goleak"
 )
 
@@ -146,15 +148,21 @@ func TestRunDurationAndErrors(t *testing.T) {
 
 func TestRunOptions(t *testing.T) {
 	t.Parallel()
-	for _, o := range []Options{
-		{},
-		{URL: "http://127.0.0.1:1", Mode: "sometimes"},
-		{URL: "http://127.0.0.1:1", Clients: -1},
-		{URL: "http://127.0.0.1:1", KeyPrefix: "012345678901234567890"},
-		{URL: "http://127.0.0.1:1", Duration: -time.Second},
+	for _, tc := range []struct {
+		o     Options
+		field string
+	}{
+		{Options{}, "Options.URL"},
+		{Options{URL: "http://127.0.0.1:1", Mode: "sometimes"}, "Options.Mode"},
+		{Options{URL: "http://127.0.0.1:1", Clients: -1}, "Options.Clients"},
+		{Options{URL: "http://127.0.0.1:1", KeyPrefix: "012345678901234567890"}, "Options.KeyPrefix"},
+		{Options{URL: "http://127.0.0.1:1", Duration: -time.Second}, "Options.Duration"},
 	} {
-		if _, err := Run(context.Background(), o); !errors.Is(err, ErrOptions) {
-			t.Errorf("Run(%+v) = %v, want ErrOptions", o, err)
+		_, err := Run(context.Background(), tc.o)
+		var oe *idem.OptionError
+		if !errors.Is(err, idem.ErrInvalidInput) || !errors.As(err, &oe) || oe.Package != "load" || oe.Field != tc.field ||
+			!strings.HasPrefix(err.Error(), "load: invalid options: "+tc.field+" ") {
+			t.Errorf("Run(%+v) = %v, want an *idem.OptionError of load naming %s", tc.o, err, tc.field)
 		}
 	}
 	// A server that cannot be reached: priming a replay key fails, and says why.

@@ -18,19 +18,20 @@
 // # Shards, order and checkpoints
 //
 // As consumer/kinesis does: workers share the shards by lease (kinesis.Checkpoints, which this
-// package takes too), read each shard in order from its checkpoint, stop a shard at a record
-// not done with and read it again from there after a delay, and read a parent shard to its end
-// before its children (DynamoDB closes a stream's shards every few hours and opens children).
-// A checkpoint only saves work: the idem store keeps each effect once, so a checkpoint lost or
-// behind costs duplicates, never a second effect.
+// package takes too; consumer/dynamocheckpoints keeps them in a DynamoDB table), read each
+// shard in order from its checkpoint, stop a shard at a record not done with and read it again
+// from there after a delay, and read a parent shard to its end before its children (DynamoDB
+// closes a stream's shards every few hours and opens children). Stop gives the worker's leases
+// up. The idem store keeps each effect once, so a checkpoint behind costs duplicates; but
+// checkpoints kept in memory are lost with the process, and a restarted one reads the stream
+// again from Options.Start: the last 24 hours of changes from TRIM_HORIZON (effects happen again
+// for keys the store no longer keeps), none of those made while it was down from LATEST.
 package dynamostream
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -78,8 +79,12 @@ type Options struct {
 
 // Checkpoints keep, per shard, how far an application has read and which worker reads it now;
 // they only save work (see the package doc). It is the interface of consumer/kinesis's
-// Checkpoints: Claim, Save and Checkpoint.
+// Checkpoints: Claim, Save, Checkpoint, Leases and Take.
 type Checkpoints = shards.Checkpoints
+
+// Lease is a shard's entry in Checkpoints: its checkpoint, and the worker that holds or last
+// held its lease, until when.
+type Lease = shards.Lease
 
 // NewMemoryCheckpoints returns empty checkpoints kept in the process's memory.
 func NewMemoryCheckpoints() *shards.MemoryCheckpoints { return shards.NewMemoryCheckpoints() }
@@ -94,37 +99,31 @@ type Worker struct{ w *shards.Worker }
 // end). It fails with an error matching idem.ErrInvalidInput, naming the field, if an option is
 // invalid. Records are handled as consumer/kinesis's Start handles them (see there).
 func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, error) {
+	common := shards.Options{Name: opt.StreamARN, Checkpoints: opt.Checkpoints, Start: string(opt.Start), Limit: opt.Limit,
+		PollInterval: opt.PollInterval, LeaseDuration: opt.LeaseDuration, OnRejected: opt.OnRejected, Logger: opt.Logger, BeforeAck: opt.beforeAck}
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: the consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "dynamostream", Field: "consumer", Problem: "is nil"}
 	case opt.Client == nil:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.Client is required", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "dynamostream", Field: "Options.Client", Problem: "is required"}
 	case opt.StreamARN == "":
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.StreamARN is required", idem.ErrInvalidInput)
-	case opt.Limit < 0 || opt.PollInterval < 0 || opt.LeaseDuration < 0:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.Limit, PollInterval and LeaseDuration must not be negative", idem.ErrInvalidInput)
-	case opt.Start != "" && opt.Start != types.ShardIteratorTypeTrimHorizon && opt.Start != types.ShardIteratorTypeLatest:
-		return nil, fmt.Errorf("%w: dynamostream: invalid options: Options.Start %q is neither TRIM_HORIZON nor LATEST", idem.ErrInvalidInput, opt.Start)
+		return nil, &idem.OptionError{Package: "dynamostream", Field: "Options.StreamARN", Problem: "is required"}
 	}
-	src := &source{client: opt.Client, arn: opt.StreamARN, start: cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon),
-		limit: cmp.Or(opt.Limit, 100), message: opt.Message}
+	if err := common.Check("dynamostream"); err != nil {
+		return nil, err
+	}
+	common = common.WithDefaults()
+	src := &source{client: opt.Client, arn: opt.StreamARN, start: types.ShardIteratorType(common.Start), limit: common.Limit, message: opt.Message}
 	if src.message == nil {
 		src.message = Message
 	}
-	w := shards.Start(ctx, c, src, shards.Options{
-		Name:          opt.StreamARN,
-		Checkpoints:   cmp.Or[shards.Checkpoints](opt.Checkpoints, shards.NewMemoryCheckpoints()),
-		PollInterval:  cmp.Or(opt.PollInterval, time.Second),
-		LeaseDuration: cmp.Or(opt.LeaseDuration, 30*time.Second),
-		OnRejected:    opt.OnRejected,
-		Logger:        cmp.Or(opt.Logger, slog.Default()),
-		BeforeAck:     opt.beforeAck,
-	})
+	w := shards.Start(ctx, c, src, common)
 	return &Worker{w: w}, nil
 }
 
 // Stop stops the worker: it takes no new record, finishes the ones under way (and saves their
-// checkpoints), and returns when it has stopped.
+// checkpoints), gives up its leases, so that the other workers read its shards at once, and
+// returns when it has stopped.
 func (w *Worker) Stop() { w.w.Stop() }
 
 // Kill stops the worker as a process killed at that instant: no checkpoint is saved from now

@@ -1,10 +1,8 @@
 package kinesis
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -55,23 +53,30 @@ type Options struct {
 // Checkpoints keep, per shard, how far a consumer application has read (the sequence number of
 // the last record done with, or ShardEnd) and which worker reads it now (a lease), so that the
 // workers of one application share the shards and a worker that stops or dies leaves its shards
-// to the others once its lease runs out.
+// to the others.
 //
-// A checkpoint only saves work. The effect of each record happens once because the consumer's
-// idem store keeps its key; a checkpoint that is lost or behind makes a worker read records
-// again, and each of them is then a duplicate (one store round trip), never a second effect.
-// So an implementation may keep checkpoints anywhere: NewMemoryCheckpoints keeps them in the
-// process (workers of one process share them; a restarted process reads each shard from its
-// start, or from Options.Start); for workers in several processes, implement Checkpoints on
-// a table they share (a DynamoDB item per shard with a conditional write on the lease, a
-// PostgreSQL row per shard).
+// A checkpoint saves work, and keeps a restarted application from reading the stream again:
+// the effect of each record happens once because the consumer's idem store keeps its key, but
+// only as long as it keeps it. With NewMemoryCheckpoints (workers of one process share them)
+// a restarted process reads each shard again from Options.Start: from TRIM_HORIZON every record
+// the stream still holds, each a duplicate while the store keeps its key and run again once
+// the key has expired; from LATEST, none of the records put while it was down. For workers
+// that restart, or run in several processes, keep them in a table: consumer/dynamocheckpoints
+// keeps them in DynamoDB, or implement Checkpoints on a table of your own.
 //
 // Claim takes the lease of a shard for an owner until a time, or renews it, unless another
 // owner holds it and its lease has not run out; it returns the shard's checkpoint ("" for
-// none) and whether the owner holds the lease. Save sets the checkpoint if the owner holds the
-// lease, never moving it back (see Later), and reports whether it held it. Checkpoint returns
-// a shard's checkpoint, whoever holds it.
+// none) and whether the owner holds the lease; a time in the past gives the lease up. Save
+// sets the checkpoint if the owner holds the lease, never moving it back (see Later), and
+// reports whether it held it. Checkpoint returns a shard's checkpoint, whoever holds it.
+// Leases lists every shard's Lease. Take moves a shard's lease from the owner named to
+// another, live or not: a worker holding fewer shards than its share takes one from the
+// worker holding the most. Each must be atomic: two owners never hold one shard's lease.
 type Checkpoints = shards.Checkpoints
+
+// Lease is a shard's entry in Checkpoints: its checkpoint, and the worker that holds or last
+// held its lease, until when.
+type Lease = shards.Lease
 
 // MemoryCheckpoints keep checkpoints and leases in the process's memory. Create them with
 // NewMemoryCheckpoints; they are safe for concurrent use.
@@ -104,33 +109,28 @@ type Worker struct{ w *shards.Worker }
 // or merged (resharding) is read to its end before its children are read, so a partition key's
 // records are handled in the order they were put, across the reshard.
 func Start(ctx context.Context, c *consumer.Consumer, opt Options) (*Worker, error) {
+	common := shards.Options{Name: opt.Stream, Checkpoints: opt.Checkpoints, Start: string(opt.Start), Limit: opt.Limit,
+		PollInterval: opt.PollInterval, LeaseDuration: opt.LeaseDuration, OnRejected: opt.OnRejected, Logger: opt.Logger, BeforeAck: opt.beforeAck}
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: the consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "kinesis", Field: "consumer", Problem: "is nil"}
 	case opt.Client == nil:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Client is required", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "kinesis", Field: "Options.Client", Problem: "is required"}
 	case opt.Stream == "":
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Stream is required", idem.ErrInvalidInput)
-	case opt.Limit < 0 || opt.PollInterval < 0 || opt.LeaseDuration < 0:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Limit, PollInterval and LeaseDuration must not be negative", idem.ErrInvalidInput)
-	case opt.Start != "" && opt.Start != types.ShardIteratorTypeTrimHorizon && opt.Start != types.ShardIteratorTypeLatest:
-		return nil, fmt.Errorf("%w: kinesis: invalid options: Options.Start %q is neither TRIM_HORIZON nor LATEST", idem.ErrInvalidInput, opt.Start)
+		return nil, &idem.OptionError{Package: "kinesis", Field: "Options.Stream", Problem: "is required"}
 	}
-	src := &source{client: opt.Client, stream: opt.Stream, start: cmp.Or(opt.Start, types.ShardIteratorTypeTrimHorizon), limit: cmp.Or(opt.Limit, 100)}
-	w := shards.Start(ctx, c, src, shards.Options{
-		Name:          opt.Stream,
-		Checkpoints:   cmp.Or[Checkpoints](opt.Checkpoints, NewMemoryCheckpoints()),
-		PollInterval:  cmp.Or(opt.PollInterval, time.Second),
-		LeaseDuration: cmp.Or(opt.LeaseDuration, 30*time.Second),
-		OnRejected:    opt.OnRejected,
-		Logger:        cmp.Or(opt.Logger, slog.Default()),
-		BeforeAck:     opt.beforeAck,
-	})
+	if err := common.Check("kinesis"); err != nil {
+		return nil, err
+	}
+	common = common.WithDefaults()
+	src := &source{client: opt.Client, stream: opt.Stream, start: types.ShardIteratorType(common.Start), limit: common.Limit}
+	w := shards.Start(ctx, c, src, common)
 	return &Worker{w: w}, nil
 }
 
 // Stop stops the worker: it takes no new record, finishes the ones under way (and saves their
-// checkpoints), and returns when it has stopped. Its leases run out after LeaseDuration.
+// checkpoints), gives up its leases, so that the other workers read its shards at once, and
+// returns when it has stopped.
 func (w *Worker) Stop() { w.w.Stop() }
 
 // Kill stops the worker as a process killed at that instant: no checkpoint is saved from now

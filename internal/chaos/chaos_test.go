@@ -116,9 +116,10 @@ func TestChaos(t *testing.T) {
 }
 
 // TestChaosPlantedBugsFail runs the gateways on real stores with one guarantee removed (the
-// planted command: the store's Complete unfenced, its Extend unfenced, both, or its keys
-// without their scope), under the faults aimed at that guarantee, and requires the verdict to
-// fail where the bug lives, on every store.
+// planted command: the store's Complete unfenced, its Extend unfenced, both, its keys without
+// their scope, or its leases never extended past one lease from now, which removes a draining
+// gateway's floor), under the faults aimed at that guarantee, and requires the verdict to fail
+// where the bug lives, on every store.
 func TestChaosPlantedBugsFail(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "planted")
 	if err := build(bin, "github.com/idemkit/idem/internal/chaos/planted"); err != nil {
@@ -141,6 +142,7 @@ func TestChaosPlantedBugsFail(t *testing.T) {
 			return doubled(planFenceComplete)(v) || doubled(planFenceExtend)(v)
 		}},
 		{"noscope", nil, func(v chaos.Verdict) bool { return v.CrossTenant > 0 }},
+		{"nodrain", []string{"deploy"}, func(v chaos.Verdict) bool { return v.DrainedDoubles > 0 && doubled(planDrain)(v) }},
 	}
 	for _, kind := range storeKinds() {
 		if kind == "sqlite" {
@@ -221,9 +223,10 @@ func runChaos(t *testing.T, cfg config, binary, storePrefix string) chaos.Verdic
 	h.calm(ctx)
 	h.probe(ctx)
 
-	_, _, unstored, _ := h.gatewayLogs()
+	logs := h.gatewayLogs()
 	v := chaos.Judge(chaos.History{Effects: h.up.effects(t), Answers: h.answers, Kills: h.kills, Pauses: h.pauses,
-		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Stalls: h.stalls, Unstored: unstored, Deploys: h.deploys,
+		Outages: h.outages, LostAnswers: h.lost, Releases: h.releases, Stalls: h.stalls, HolderStalls: logs.stalls,
+		Unstored: logs.unstored, Deploys: h.deploys,
 		Lease: cfg.lease, UpstreamTimeout: upstreamTimeout})
 	var b strings.Builder
 	v.Report(&b)
@@ -251,7 +254,7 @@ func (h *harness) load(ctx context.Context) time.Duration {
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults sync.WaitGroup
 	for name, fns := range map[string][]func(context.Context, *sync.WaitGroup){
-		"kill": {h.killer}, "pause": {h.pauser}, "release": {h.operator}, "deploy": {h.deployer},
+		"kill": {h.killer}, "pause": {h.pauser}, "release": {h.operator}, "deploy": {h.deployer, h.drainAims},
 		"fence": {h.fenceCompletions, h.fenceExtensions},
 	} {
 		for _, fn := range fns {
@@ -470,15 +473,15 @@ func (h *harness) faultMix(b *strings.Builder, load time.Duration) {
 		back.delay += k.Delays
 		starts += s.starts
 	}
-	outcomes, takeovers, unstored, fenced := h.gatewayLogs()
-	names := make([]string, 0, len(outcomes))
-	for k := range outcomes {
+	logs := h.gatewayLogs()
+	names := make([]string, 0, len(logs.outcomes))
+	for k := range logs.outcomes {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	var oc []string
 	for _, k := range names {
-		oc = append(oc, fmt.Sprintf("%s %d", k, outcomes[k]))
+		oc = append(oc, fmt.Sprintf("%s %d", k, logs.outcomes[k]))
 	}
 	fmt.Fprintf(b, "fault mix (load phase %s, %d gateways, %s store):\n", load.Round(time.Millisecond), len(h.slots), h.cfg.storeKind)
 	fmt.Fprintf(b, "  gateway kill -9: %d (gateway processes started: %d)\n", len(h.kills), starts)
@@ -488,8 +491,13 @@ func (h *harness) faultMix(b *strings.Builder, load time.Duration) {
 	fmt.Fprintf(b, "  upstream 503 before acting: %d; upstream inserts failed: %d\n", h.up.refused.Load(), h.up.failed.Load())
 	fmt.Fprintf(b, "  client attempts %d, retries %d, gave up %d; answers 409 in flight %d, 503 %d\n",
 		h.clientStats.attempts.Load(), h.clientStats.retries.Load(), h.clientStats.giveUps.Load(), h.clientStats.conflicts.Load(), h.clientStats.unavailable.Load())
-	fmt.Fprintf(b, "  gateway outcomes (from their logs): %s; takeovers %d\n", strings.Join(oc, ", "), takeovers)
-	fmt.Fprintf(b, "  executions answered but not stored: %d, of which completions refused with ErrLeaseLost (fencing) %d\n", len(unstored)/max(1, h.cfg.tenants), fenced)
+	fmt.Fprintf(b, "  gateway outcomes (from their logs): %s; takeovers %d\n", strings.Join(oc, ", "), logs.takeovers)
+	fmt.Fprintf(b, "  executions answered but not stored: %d, of which completions refused with ErrLeaseLost (fencing) %d\n", len(logs.unstored)/max(1, h.cfg.tenants), logs.fenced)
+	var longestHeld time.Duration
+	for _, st := range logs.stalls {
+		longestHeld = max(longestHeld, st.Stalled)
+	}
+	fmt.Fprintf(b, "  gateways stalled past a lease they held (their own log): %d, longest %s\n", len(logs.stalls)/max(1, h.cfg.tenants), longestHeld.Round(time.Millisecond))
 	var paused time.Duration
 	for _, p := range h.pauses {
 		paused += p.To.Sub(p.From)

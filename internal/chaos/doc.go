@@ -49,9 +49,11 @@
 //     while the gateway's claim lands, another gateway takes the key over, and the first must
 //     be refused the extension it asks for before starting, and not start;
 //   - deploy: rolling restarts (SIGTERM, the gateway drains and exits, a new one starts), with
-//     a drain shorter than some upstream calls. A re-execution after a drain is not excused,
-//     except once the call the drain cut had reached its deadline and the lease had run out
-//     after it (the key kept as an uncertain outcome, then taken over): counted apart.
+//     a drain shorter than some upstream calls; and an aimed leg: a gateway is stopped so as
+//     its 2.5s effect reaches the upstream, and its drain cuts the call. A re-execution after
+//     a drain is not excused, except once the call the drain cut had reached its deadline and
+//     the lease had run out after it (the key kept as an uncertain outcome, then taken over):
+//     counted apart.
 //
 // Some effects are slow on purpose (0.2–1.5s; the fence class's take 1.2s), so that pauses,
 // deploys and takeovers land while effects run.
@@ -60,9 +62,11 @@
 //
 // TestChaosPlantedBugsFail runs the gateways of the planted command: the real PostgreSQL and
 // Redis stores with one guarantee removed in their own path (Complete unfenced, Extend
-// unfenced, both; keys without their scope), under the faults aimed at it, and requires the
-// verdict to fail where the bug lives (unexplained re-executions of the fence class's
-// operations; answers that belong to another tenant).
+// unfenced, both; keys without their scope; no lease extended past one lease from now, which
+// removes the floor a draining gateway puts under the calls it cuts), under the faults aimed
+// at it, and requires the verdict to fail where the bug lives (unexplained re-executions of
+// the fence class's or the deploy class's aimed operations; answers that belong to another
+// tenant).
 //
 // # Verdict
 //

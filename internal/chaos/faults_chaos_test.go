@@ -38,6 +38,7 @@ const (
 	planSlowEffect    = "slowfx" // the upstream takes slowEffectMin to slowEffectMax to answer
 	planFenceComplete = "fencec" // the fence class's completion leg (made up by it, not drawn)
 	planFenceExtend   = "fencee" // the fence class's extension leg (made up by it, not drawn)
+	planDrain         = "drain"  // the deploy class's aimed leg (made up by it, not drawn)
 )
 
 // How long slow effects take: a planSlowEffect one, and each execution of a fencing operation.
@@ -47,6 +48,9 @@ const (
 	slowEffectMin = 200 * time.Millisecond
 	slowEffectMax = 1500 * time.Millisecond
 	fenceEffect   = 1200 * time.Millisecond
+	// drainEffect is how long an execution of the deploy class's aimed leg takes: longer than
+	// the drain (shutdownTimeout), shorter than the upstream timeout, so the drain cuts it.
+	drainEffect = 2500 * time.Millisecond
 )
 
 // planMix is the share of operations that get each plan.

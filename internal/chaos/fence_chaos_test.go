@@ -213,6 +213,50 @@ func (h *harness) deployer(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+// drainAims is the deploy class's aimed leg: a gateway forwards a slow effect (drainEffect:
+// longer than the drain, shorter than the upstream timeout) and, as the upstream records it, is
+// stopped as a rolling deploy stops it: SIGTERM, a drain shorter than the call, exit, and a new
+// process on its port. The drain cuts the call, which may still act; its key must stay held
+// until the call's deadline and a lease after it (the drain's floor), so the client's retries
+// get 409 until then and execute, if at all, only after: a re-execution sooner is the double
+// effect a deploy must never cause. It runs until ctx ends, and at least fenceMin times.
+func (h *harness) drainAims(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	missed := 0
+	for n := 0; n < h.cfg.fenceMin || ctx.Err() == nil; {
+		h.fenceRest(ctx, n)
+		a := h.pickSlot(func(s *slot) { s.busy.Store(true) })
+		if a == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		op := h.newFenceOp(planDrain)
+		executed := h.expectFence(op)
+		var deliveries sync.WaitGroup
+		var first chaos.Answer
+		deliveries.Go(func() { first = h.deliverTo(context.WithoutCancel(ctx), a, op) })
+		select {
+		case <-executed:
+		case <-time.After(10 * time.Second):
+			a.busy.Store(false)
+			deliveries.Wait()
+			h.t.Logf("drain: %s sent to %s was not executed within 10s (its answer: %d %s %s)", op, a.name, first.Status, first.Err, clipLine(string(first.Body)))
+			if missed++; missed > 2*h.cfg.fenceMin {
+				h.t.Errorf("drain: %d operations sent to a gateway were not executed", missed)
+				return
+			}
+			continue
+		}
+		n++
+		h.pickMu.Lock()
+		a.up.Store(false)
+		h.pickMu.Unlock()
+		h.deploy(ctx, a)
+		a.busy.Store(false)
+		deliveries.Wait()
+	}
+}
+
 // takeSlot marks s down for a deploy if it is up, not paused nor aimed at, and another
 // gateway is up.
 func (h *harness) takeSlot(s *slot) bool {

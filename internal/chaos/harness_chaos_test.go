@@ -53,8 +53,9 @@ type upstream struct {
 	onLost         func(chaos.LostAnswer)
 	planned        sync.Map // op → struct{}: its plan was applied (to its first execution)
 	injected       sync.Map // plan → *atomic.Int64
-	// onFence hears of every execution of a fencing operation (planFenceComplete,
-	// planFenceExtend) as it is recorded, before the upstream takes fenceEffect to answer.
+	// onFence hears of every execution of an aimed operation (planFenceComplete,
+	// planFenceExtend, planDrain) as it is recorded, before the upstream takes fenceEffect (or
+	// drainEffect) to answer.
 	onFence func(op, gateway string)
 
 	mu  sync.Mutex
@@ -110,6 +111,9 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case planFenceComplete, planFenceExtend:
 		u.onFence(op, gw)
 		time.Sleep(fenceEffect)
+	case planDrain:
+		u.onFence(op, gw)
+		time.Sleep(drainEffect)
 	case planSlowEffect:
 		time.Sleep(slowEffectMin + time.Duration(u.roll()*float64(slowEffectMax-slowEffectMin)))
 	}
@@ -157,7 +161,7 @@ func (u *upstream) answer(w http.ResponseWriter, gw, op, answer string) {
 		time.Sleep(u.timeout + time.Second)
 	case planLease:
 		time.Sleep(u.lease + time.Second)
-	case planFenceComplete, planFenceExtend, planSlowEffect:
+	case planFenceComplete, planFenceExtend, planSlowEffect, planDrain:
 		// Slow on every execution, above.
 	default:
 		time.Sleep(time.Duration(u.roll() * float64(5*time.Millisecond)))
@@ -337,8 +341,8 @@ type config struct {
 	// tenants is how many callers share the gateways, each with its own scope header value,
 	// and each sending every key (default 3).
 	tenants int
-	// fenceMin is how many times each leg of the fence class runs at least, however soon
-	// the operations are done.
+	// fenceMin is how many times each leg of the fence class, and the deploy class's aimed
+	// leg, runs at least, however soon the operations are done.
 	fenceMin int
 	// fenceGap bounds the rest between two aims of a fence leg (default 1s to 3s).
 	fenceGap [2]time.Duration
@@ -624,12 +628,24 @@ func (h *harness) deliver(ctx context.Context, client *http.Client, op, key stri
 	return a
 }
 
-// gatewayLogs reads the gateways' JSON logs: the count of each request outcome, the
-// takeovers, and the executions whose response was sent but could not be stored (the error
-// the middleware reports with an executed outcome), of which fenced is how many lost their
-// lease.
-func (h *harness) gatewayLogs() (outcomes map[string]int, takeovers int, unstored []chaos.Unstored, fenced int) {
-	outcomes = map[string]int{}
+// gwLogs is what the gateways' JSON logs say: the count of each request outcome, the
+// takeovers, the executions whose response was sent but could not be stored (the error the
+// middleware reports with an executed outcome), of which fenced is how many lost their lease,
+// and the stalls past the lease the gateways reported about themselves.
+type gwLogs struct {
+	outcomes  map[string]int
+	takeovers int
+	unstored  []chaos.Unstored
+	fenced    int
+	stalls    []chaos.HolderStall
+}
+
+// stallMsg is the engine's log message for a heartbeat that ran after its lease had ended.
+const stallMsg = "idem: lease lapsed while this process was stalled"
+
+// gatewayLogs reads the gateways' JSON logs.
+func (h *harness) gatewayLogs() gwLogs {
+	r := gwLogs{outcomes: map[string]int{}}
 	files, _ := filepath.Glob(filepath.Join(h.dir, "g*.log"))
 	for _, f := range files {
 		gw := strings.TrimSuffix(filepath.Base(f), ".log")
@@ -641,35 +657,63 @@ func (h *harness) gatewayLogs() (outcomes map[string]int, takeovers int, unstore
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			var line struct {
-				Msg      string `json:"msg"`
-				Outcome  string `json:"outcome"`
-				Key      string `json:"key"`
-				Takeover bool   `json:"takeover"`
-				Err      string `json:"err"`
+				Time     time.Time       `json:"time"`
+				Msg      string          `json:"msg"`
+				Outcome  string          `json:"outcome"`
+				Key      string          `json:"key"`
+				Takeover bool            `json:"takeover"`
+				Err      string          `json:"err"`
+				Stalled  json.RawMessage `json:"stalled"`
+				Lapsed   json.RawMessage `json:"lapsed"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "request" {
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
-			outcomes[line.Outcome]++
-			if line.Takeover {
-				takeovers++
-			}
-			if line.Err != "" && (line.Outcome == "executed" || line.Outcome == "oversize") {
-				// The log names the client's key, not the caller: every tenant's operation
-				// under that key is taken as possibly unstored at that gateway process (a
-				// live answer of one then does not count as stored).
-				base := strings.TrimPrefix(line.Key, h.run+"-")
+			switch line.Msg {
+			case stallMsg:
+				// The engine names the storage key: the caller's scope, "|", the client's key.
+				// Every tenant's operation under that key is taken as stalled at this process.
+				_, key, _ := strings.Cut(line.Key, "|")
+				base := strings.TrimPrefix(key, h.run+"-")
 				for i := range h.cfg.tenants {
-					unstored = append(unstored, chaos.Unstored{Op: opID(tenantName(i), base), Gateway: gw, Err: line.Err})
+					r.stalls = append(r.stalls, chaos.HolderStall{Op: opID(tenantName(i), base), Gateway: gw, At: line.Time,
+						Stalled: logDuration(line.Stalled), Lapsed: logDuration(line.Lapsed)})
 				}
-				if strings.Contains(line.Err, "lease lost") {
-					fenced++
+			case "request":
+				r.outcomes[line.Outcome]++
+				if line.Takeover {
+					r.takeovers++
+				}
+				if line.Err != "" && (line.Outcome == "executed" || line.Outcome == "oversize") {
+					// The log names the client's key, not the caller: every tenant's operation
+					// under that key is taken as possibly unstored at that gateway process (a
+					// live answer of one then does not count as stored).
+					base := strings.TrimPrefix(line.Key, h.run+"-")
+					for i := range h.cfg.tenants {
+						r.unstored = append(r.unstored, chaos.Unstored{Op: opID(tenantName(i), base), Gateway: gw, Err: line.Err})
+					}
+					if strings.Contains(line.Err, "lease lost") {
+						r.fenced++
+					}
 				}
 			}
 		}
 		fh.Close()
 	}
-	return outcomes, takeovers, unstored, fenced
+	return r
+}
+
+// logDuration reads a duration a JSON log wrote as a string ("2.3s") or as nanoseconds; 0 if
+// it is neither.
+func logDuration(raw json.RawMessage) time.Duration {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		d, _ := time.ParseDuration(s)
+		return d
+	}
+	var n int64
+	_ = json.Unmarshal(raw, &n)
+	return time.Duration(n)
 }
 
 func envInt(name string, def int) int {

@@ -105,6 +105,22 @@ type Stall struct {
 	Late time.Duration // how late it was
 }
 
+// HolderStall is a stall a gateway process reported about itself: the heartbeat of a claim it
+// held was due in time but ran only after the claim's lease had ended (the engine logs "lease
+// lapsed while this process was stalled"). The process was not scheduled (starved of CPU on a
+// loaded machine, swapped out): to the other processes it was as good as paused past its
+// lease, so its claim could be taken over while its request was out. The engine measures the
+// stall from when the heartbeat was due, so a heartbeat scheduled too late (a bug) does not
+// pass for a stall: only one with Stalled at least Lapsed is one.
+type HolderStall struct {
+	// Op is the operation whose claim lapsed, Gateway the process that held it.
+	Op, Gateway string
+	// At is when the heartbeat finally ran (the process was running again).
+	At time.Time
+	// Stalled is how late the heartbeat ran; Lapsed how long the lease had ended by then.
+	Stalled, Lapsed time.Duration
+}
+
 // LostAnswer is an upstream answer that never reached the gateway whole although the
 // upstream had acted (cut off on its way, cut short mid-body, or later than the gateway's
 // upstream timeout): the gateway saw an uncertain outcome, which it must hold for its lease.
@@ -157,8 +173,10 @@ type History struct {
 	LostAnswers []LostAnswer
 	Releases    []Release
 	Stalls      []Stall
-	Unstored    []Unstored
-	Deploys     []Deploy
+	// HolderStalls are the stalls past the lease the gateways reported about themselves.
+	HolderStalls []HolderStall
+	Unstored     []Unstored
+	Deploys      []Deploy
 	// Lease is the gateways' lease (default 2s). A holder that is cut off (killed, paused,
 	// or unable to reach the store) keeps its claim until its lease runs out, and renews it
 	// every third of it: a takeover cannot come before about two thirds of a lease after the
@@ -182,8 +200,9 @@ type History struct {
 // A re-execution is excused only when the execution before it was never completed (no client
 // ever got its answer, live or replayed: the gateway answers only once the record is stored)
 // and, in the lease that followed it, its own gateway process was killed, paused past its
-// lease, cut off from the store past its lease, or lost the upstream's answer; or when an
-// operator force-released the completed key in between.
+// lease, reported that it stalled past its lease, cut off from the store past its lease, or
+// lost the upstream's answer; or when an operator force-released the completed key in between.
+// A stall only the harness saw (its own process woke late) excuses nothing.
 type Verdict struct {
 	// UnexplainedDoubles counts executions beyond an operation's first that no excuse above
 	// explains.
@@ -219,6 +238,10 @@ type Verdict struct {
 	// PauseTakeovers counts re-executions after the previous execution's gateway was paused
 	// past its lease.
 	PauseTakeovers int
+	// StallTakeovers counts re-executions after the previous execution's gateway reported that
+	// it had stalled past its lease (see HolderStall), or executions by a gateway that had
+	// just done so and was never completed.
+	StallTakeovers int
 	// OutageTakeovers counts re-executions after the store was down past the lease while the
 	// previous execution's holder waited to complete it.
 	OutageTakeovers int
@@ -291,6 +314,7 @@ const (
 	uncertain
 	operator
 	drainCut
+	stalled
 )
 
 // judge holds a History indexed for Judge.
@@ -305,8 +329,9 @@ type judge struct {
 	forced                           map[string][]*Release       // forced releases that deleted, by op; nil once used
 	releases                         map[string][]Release        // every release, by op, for the examples
 	stalls                           []Stall
-	unstored                         map[[2]string]bool // by op and gateway
-	byBody                           map[string]Effect  // every execution, by its answer's body
+	holderStalls                     map[[2]string][]HolderStall // by op and gateway
+	unstored                         map[[2]string]bool          // by op and gateway
+	byBody                           map[string]Effect           // every execution, by its answer's body
 	deploys                          map[string][]Deploy
 }
 
@@ -317,6 +342,13 @@ func newJudge(h History) *judge {
 		effects:         map[string][]Effect{}, answers: map[string][]Answer{}, kills: map[string][]time.Time{},
 		pauses: map[string][]Pause{}, outages: h.Outages, lost: map[[2]string][]*LostAnswer{}, forced: map[string][]*Release{}, releases: map[string][]Release{}, stalls: h.Stalls,
 		unstored: map[[2]string]bool{}, byBody: map[string]Effect{}, deploys: map[string][]Deploy{},
+		holderStalls: map[[2]string][]HolderStall{},
+	}
+	for _, st := range h.HolderStalls {
+		if st.Lapsed > 0 && st.Stalled >= st.Lapsed {
+			k := [2]string{st.Op, st.Gateway}
+			j.holderStalls[k] = append(j.holderStalls[k], st)
+		}
 	}
 	for _, d := range h.Deploys {
 		j.deploys[d.Gateway] = append(j.deploys[d.Gateway], d)
@@ -388,10 +420,31 @@ func (j *judge) lateAfterPause(next Effect) bool {
 	})
 }
 
+// lateAfterStall reports whether next was run by a holder that reported a stall past its
+// lease on next's operation around when next's request went out, and was never completed:
+// like a paused holder, it sent the request as it woke, after its claim was taken over.
+func (j *judge) lateAfterStall(next Effect) bool {
+	return !j.completed(next) && slices.ContainsFunc(j.holderStalls[[2]string{next.Op, next.Gateway}], func(st HolderStall) bool {
+		return !st.At.Add(-st.Stalled).After(next.At) && !st.At.Before(next.At.Add(-j.inFlight))
+	})
+}
+
+// stalledHolder reports whether prev's holder reported a stall past its lease on prev's
+// operation that began before next ran and ended no sooner than while prev's request was on
+// its way: its claim lapsed under it, and next took the key over.
+func (j *judge) stalledHolder(prev, next Effect) bool {
+	return slices.ContainsFunc(j.holderStalls[[2]string{prev.Op, prev.Gateway}], func(st HolderStall) bool {
+		return !st.At.Before(prev.At.Add(-j.inFlight)) && !st.At.Add(-st.Stalled).After(next.At)
+	})
+}
+
 // explain classifies next, the execution after prev of the same operation.
 func (j *judge) explain(prev, next Effect) excuse {
 	if j.lateAfterPause(next) {
 		return pause
+	}
+	if j.lateAfterStall(next) {
+		return stalled
 	}
 	if j.completed(prev) {
 		// Only an operator's forced release makes a completed key execute again.
@@ -421,6 +474,9 @@ func (j *judge) explain(prev, next Effect) excuse {
 		return p.To.Sub(p.From) >= j.lease && !p.To.Before(prev.At.Add(-j.inFlight)) && !p.From.After(next.At.Add(-j.lease/2))
 	}) {
 		return pause
+	}
+	if j.stalledHolder(prev, next) {
+		return stalled
 	}
 	if len(j.drained(prev, next)) > 0 && !next.At.Before(prev.At.Add(j.upstreamTimeout+j.lease)) {
 		return drainCut
@@ -516,6 +572,8 @@ func (j *judge) reexecutions(v *Verdict, es []Effect) (forced bool) {
 			forced = true
 		case drainCut:
 			v.DrainCutTakeovers++
+		case stalled:
+			v.StallTakeovers++
 		default:
 			v.UnexplainedDoubles++
 			if len(j.drained(prev, next)) > 0 {
@@ -659,6 +717,9 @@ func (v Verdict) Report(w io.Writer) {
 	fmt.Fprintf(w, "documented windows (each only for an execution never completed, or forced):\n")
 	fmt.Fprintf(w, "  re-executions after a gateway kill -9         %d\n", v.CrashTakeovers)
 	fmt.Fprintf(w, "  re-executions after a pause past the lease    %d\n", v.PauseTakeovers)
+	if v.StallTakeovers > 0 {
+		fmt.Fprintf(w, "  re-executions after a holder stalled past it  %d (reported by the holder)\n", v.StallTakeovers)
+	}
 	fmt.Fprintf(w, "  re-executions after a store outage            %d\n", v.OutageTakeovers)
 	fmt.Fprintf(w, "  re-executions after a lost upstream answer    %d\n", v.UncertainTakeovers)
 	fmt.Fprintf(w, "  re-executions after a forced release          %d\n", v.OperatorReexecutions)

@@ -412,3 +412,39 @@ func TestJudgeMismatchOnFreedKey(t *testing.T) {
 		{"its probe is not stuck only when the key was freed", mismatchRun, func(v chaos.Verdict) int { return v.StuckKeys }, false},
 	})
 }
+
+// A holder that reports it stalled past its lease (its heartbeat ran late, after the lease
+// had ended) explains a takeover as a pause does; a stall reported by another gateway, on
+// another operation, one that ended before the holder's request left, or one shorter than the
+// lapse it reports (a heartbeat scheduled too late: a bug, not a stall) does not.
+func TestJudgeHolderStall(t *testing.T) {
+	t.Parallel()
+	stallTakeovers := func(v chaos.Verdict) int { return v.StallTakeovers }
+	stall := func(op, gw string, atMs int, stalled, lapsed time.Duration) func(h *chaos.History) {
+		return func(h *chaos.History) {
+			twice(h, 2500)
+			h.HolderStalls = []chaos.HolderStall{{Op: op, Gateway: gw, At: at(atMs), Stalled: stalled, Lapsed: lapsed}}
+		}
+	}
+	runJudgeCases(t, []judgeCase{
+		{"holder stalled past its lease", stall("c", "g0i1", 2600, 2300*time.Millisecond, 300*time.Millisecond), stallTakeovers, true},
+		{"another gateway stalled", stall("c", "g1i1", 2600, 2300*time.Millisecond, 300*time.Millisecond), unexplained, false},
+		{"a stall on another operation", stall("a", "g0i1", 2600, 2300*time.Millisecond, 300*time.Millisecond), unexplained, false},
+		{"a stall over before the request left", stall("c", "g0i1", -2500, 2300*time.Millisecond, 300*time.Millisecond), unexplained, false},
+		{"a stall that began after the takeover", stall("c", "g0i1", 4000, 1000*time.Millisecond, 300*time.Millisecond), unexplained, false},
+		{"a heartbeat scheduled too late", stall("c", "g0i1", 2600, 100*time.Millisecond, 300*time.Millisecond), unexplained, false},
+	})
+	// The stalled holder's own request, sent as it woke after the key was taken over, and
+	// never completed (its completion refused): excused like a late request after a pause.
+	var h chaos.History
+	h.Effects = []chaos.Effect{eff("c", "1", "g2i1", 0), eff("c", "2", "g0i1", 2500)}
+	h.Answers = []chaos.Answer{ok("c", "1", false), probe("c", "1")}
+	h.HolderStalls = []chaos.HolderStall{{Op: "c", Gateway: "g0i1", At: at(2550), Stalled: 2400 * time.Millisecond, Lapsed: 200 * time.Millisecond}}
+	if v := chaos.Judge(h); v.StallTakeovers != 1 || !v.OK() {
+		t.Errorf("late request of a stalled holder: %+v", v)
+	}
+	h.Answers = append(h.Answers, ok("c", "2", true)) // but it was completed: a real double
+	if v := chaos.Judge(h); v.OK() {
+		t.Errorf("a completed execution of a stalled holder passed: %+v", v)
+	}
+}

@@ -96,7 +96,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 	defer st.Close()
 	l, ok := st.(idem.Lister)
 	if !ok {
-		return fmt.Errorf("this store cannot list its records (listing is supported by memory://, sqlite://, postgres://, mysql://, redis:// and dynamodb://)")
+		scheme, _, _ := strings.Cut(*store, "://")
+		scheme = strings.ToLower(scheme)
+		return fmt.Errorf("the %s:// store cannot list its records (the stores of %s can)", scheme, storeSchemes(scheme))
 	}
 	var tw *tabwriter.Writer
 	if !*asJSON {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/store/storeurl"
 	"github.com/idemkit/idem/store/sweeper"
@@ -46,7 +48,7 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.config, "config", e.getenv("IDEM_CONFIG"), "YAML config file; flags and IDEM_* variables override it (env IDEM_CONFIG)")
 	str(&c.Listen, "listen", "address to serve on (default 127.0.0.1:8080)")
 	str(&c.Upstream, "upstream", "URL of the API behind the gateway (required)")
-	str(&c.Store, "store", "store URL (default sqlite://./idem.db; also memory://, postgres://, mysql://, redis://, rediss://, redis+cluster://, dynamodb://TABLE)")
+	str(&c.Store, "store", "store URL, default "+defaultStore+": "+storeSchemes())
 	str(&c.ScopeHeader, "scope-header", "header naming the caller, hashed (HMAC under --scope-secret) into the key's scope: a stable identity such as an API key, not a rotating token; this or --scope none is required")
 	str(&c.Scope, "scope", "none: keys are global, for a gateway one trusted caller uses (excludes --scope-header)")
 	// Not str: its environment variable must not become a default that -h prints.
@@ -160,7 +162,8 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 			return gateway.Config{}, err
 		}
 		cfg = merge(f.cfg, file, f.set)
-		if file.ShutdownDelay != 0 {
+		// A file that sets shutdown_delay, to 0 too, has decided it.
+		if file.ShutdownDelay != 0 || fileSets(f.config, "shutdown_delay") {
 			f.set["shutdown-delay"] = true
 		}
 	}
@@ -172,6 +175,21 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 	// The console serves where the flags, the environment or the file put it.
 	f.console.listen, f.console.tokenFile = cfg.ConsoleListen, cfg.ConsoleTokenFile
 	return cfg, nil
+}
+
+// fileSets reports whether the YAML config file at path has the top-level key (which
+// gateway.LoadFile has already read without error).
+func fileSets(path, key string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var keys map[string]any
+	if yaml.Unmarshal([]byte(os.ExpandEnv(string(b))), &keys) != nil {
+		return false
+	}
+	_, ok := keys[key]
+	return ok
 }
 
 // merge fills the fields of over that are unset from base.

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -23,8 +25,20 @@ func storeFlag(e *env, fs interface {
 	if v := e.getenv("IDEM_STORE"); v != "" {
 		def = v
 	}
-	fs.StringVar(&s, "store", def, "store URL (env IDEM_STORE): sqlite://FILE, memory://, postgres://…, mysql://…, redis://…, redis+cluster://…, dynamodb://TABLE")
+	fs.StringVar(&s, "store", def, "store URL (env IDEM_STORE): "+storeSchemes())
 	return &s
+}
+
+// storeSchemes names the schemes a store URL may have, as storeurl registers them
+// ("dynamodb://, memory://, …"), leaving out those in except.
+func storeSchemes(except ...string) string {
+	var names []string
+	for _, s := range storeurl.Schemes() {
+		if !slices.Contains(except, s) {
+			names = append(names, s+"://")
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // openStore opens the existing store at raw for a command that reports its own failure: the

@@ -2,13 +2,20 @@ package optioncheck_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/dynamocheckpoints"
+	"github.com/idemkit/idem/consumer/dynamostream"
+	"github.com/idemkit/idem/consumer/kinesis"
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
@@ -16,8 +23,10 @@ import (
 	"github.com/idemkit/idem/idemlambda"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/amqpout"
+	"github.com/idemkit/idem/outbox/mysqloutbox"
 	"github.com/idemkit/idem/outbox/natsout"
 	"github.com/idemkit/idem/outbox/pgoutbox"
+	"github.com/idemkit/idem/outbox/sqliteoutbox"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sweeper"
 )
@@ -85,6 +94,22 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 		}},
 		{"outbox", "pub", func() error { _, err := outbox.NewRelay(&pgoutbox.Store{}, nil, outbox.RelayOptions{}); return err }},
 		{"pgoutbox", "db", func() error { _, err := pgoutbox.New(nil, pgoutbox.Options{}); return err }},
+		{"mysqloutbox", "Options.Table", func() error { _, err := mysqloutbox.New(&sql.DB{}, mysqloutbox.Options{Table: "a-b"}); return err }},
+		{"sqliteoutbox", "db", func() error { _, err := sqliteoutbox.New(nil, sqliteoutbox.Options{}); return err }},
+		{"kinesis", "Options.LeaseDuration", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := kinesis.Start(context.Background(), c, kinesis.Options{Client: &awskinesis.Client{}, Stream: "s", LeaseDuration: -1})
+			return err
+		}},
+		{"dynamostream", "Options.StreamARN", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := dynamostream.Start(context.Background(), c, dynamostream.Options{Client: &dynamodbstreams.Client{}})
+			return err
+		}},
+		{"dynamocheckpoints", "Options.Application", func() error {
+			_, err := dynamocheckpoints.New(dynamocheckpoints.Options{Client: &dynamodb.Client{}, Table: "t"})
+			return err
+		}},
 		{"natsout", "js", func() error { _, err := natsout.New(nil, "t"); return err }},
 		{"amqpout", "ch", func() error { _, err := amqpout.New(nil, ""); return err }},
 		{"gateway", "upstream", func() error {

@@ -136,7 +136,7 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 }
 
 // Extend implements idem.Store. One conditional UpdateItem when until is within the record's
-// window (the heartbeat's case); when it is beyond, a second one that also moves ExpiresAt and
+// TTL (the heartbeat's case); when it is beyond, a second one that also moves ExpiresAt and
 // the storage TTL.
 func (s *Store) Extend(ctx context.Context, key string, token int64, until time.Time) error {
 	if err := s.begin(ctx, key); err != nil {
@@ -162,7 +162,7 @@ func (s *Store) Extend(ctx context.Context, key string, token int64, until time.
 		if ccf.Item == nil || derr != nil || old.Token != token || old.State != idem.StateInProgress || micros(old.ExpiresAt) == 0 {
 			return idem.ErrLeaseLost
 		}
-		// Held, but until is past the window: move both.
+		// Held, but until is past the TTL: move both.
 		vals := map[string]types.AttributeValue{":tok": num(token), ":ip": str(stateInProgress), ":zero": num(0),
 			":until": num(u), ":ttl": num(s.ttl(u))}
 		_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{

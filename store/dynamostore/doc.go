@@ -23,7 +23,7 @@
 // Complete, Release and Extend are UpdateItems conditioned on token = :token AND state =
 // in_progress AND expires_at <> 0 (Release marks a record by setting expires_at and
 // lease_until to 0, like memstore, keeping the token so the next claim's is larger). A failed
-// condition is idem.ErrLeaseLost. Extend within the window is one UpdateItem; past it, a
+// condition is idem.ErrLeaseLost. Extend within the TTL is one UpdateItem; past it, a
 // second one moves expires_at and the TTL too.
 //
 // # Calls and cost

@@ -157,7 +157,7 @@ var (
 		vals:  []string{":prev", ":now"},
 	}
 	// claimTakeover takes over a stale claim: the same token, still in progress, still within
-	// its window, its lease still run out (the holder did not extend it in between) and the
+	// its TTL, its lease still run out (the holder did not extend it in between) and the
 	// same fingerprint.
 	claimTakeover = claimCond{
 		expr:     "#tok = :prev AND #st = :ip AND #lease <= :now AND #exp > :now AND #fp = :fp",

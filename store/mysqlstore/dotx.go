@@ -160,13 +160,13 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		wctx, cancel = context.WithTimeout(ctx, w.lock)
 		defer cancel()
 	}
-	restore := false // the session's innodb_lock_wait_timeout is to be given back
+	var lw lockWait
 	var tx *sql.Tx
 	defer func() {
 		if tx != nil {
 			_ = tx.Rollback() // after Commit: sql.ErrTxDone, nothing done
 		}
-		if restore {
+		if lw.restore {
 			// Detached: the connection must go back to the pool with its own setting, or not
 			// at all.
 			if _, err := conn.ExecContext(context.WithoutCancel(ctx), restoreLockWait); err != nil {
@@ -175,33 +175,8 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 		}
 		_ = conn.Close()
 	}()
-	// The server's bound on the claim's lock waits, in whole seconds, the only unit
-	// innodb_lock_wait_timeout has. It ends the wait before the claim's context does: a
-	// client that gives up first closes its connection, and MariaDB then goes on waiting
-	// for the lock, past its own timeout, until the holder's transaction ends.
-	wait := int64(sessionWait)
-	poll := false // the claim is tried again until wctx ends, each try without a wait
-	if d, ok := wctx.Deadline(); ok && w != nil {
-		wait = int64((time.Until(d) - lockWaitMargin) / time.Second)
-		maria, err := s.mariaDB(ctx, conn)
-		if err != nil {
-			return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
-		}
-		switch {
-		case wait < 1 && maria:
-			wait, poll = 0, true
-		case wait < 1:
-			wait = 1 // MySQL's least: a client that gives up first leaves the server waiting
-		}
-		if !maria {
-			// MySQL has no per-statement setting for it (SET_VAR takes no InnoDB variable):
-			// the session's is set for the claim and given back after it.
-			restore = true
-			if _, err := conn.ExecContext(ctx, setLockWait+strconv.FormatInt(wait, 10)); err != nil {
-				return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
-			}
-			wait = sessionWait
-		}
+	if lw, err = s.boundLockWait(ctx, wctx, conn, w); err != nil {
+		return res, false, &idem.StoreError{Op: "begin", Err: opErr("begin", err)}
 	}
 	tx, err = conn.BeginTx(ctx, nil)
 	if err != nil {
@@ -210,20 +185,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
 	route := storekit.CleanRoute(idem.RouteFromContext(ctx))
-	r, err := s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, route, now, ttl)
-	for pause := 10 * time.Millisecond; poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
-		// Only the statement was rolled back: the transaction goes on, and the claim is
-		// tried again in it.
-		if idemretry.Sleep(wctx, pause) != nil {
-			break
-		}
-		r, err = s.claimTx(wctx, txExec{s, tx, wait}, key, fingerprint, route, now, ttl)
-	}
-	if err == nil && r.Claimed && restore {
-		if _, err = tx.ExecContext(ctx, restoreLockWait); err == nil {
-			restore = false
-		}
-	}
+	r, err := s.claimWaiting(ctx, wctx, tx, &lw, key, fingerprint, route, now, ttl)
 	if err != nil {
 		if errors.Is(err, idem.ErrInvalidInput) {
 			return res, false, err
@@ -236,6 +198,80 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	if !r.Claimed {
 		return txmode.Answer(&r.Record, fingerprint, now)
 	}
+	return s.runClaimed(ctx, tx, key, r, fn, ttl)
+}
+
+// lockWait is how a claim waits for a concurrent holder of its key, as boundLockWait set it.
+type lockWait struct {
+	// wait is the claim's txExec wait: the bound sent with each statement (MariaDB), or
+	// sessionWait.
+	wait int64
+	// poll: the claim is tried again until the claim's context ends, each try without a wait.
+	poll bool
+	// restore: the session's innodb_lock_wait_timeout was changed (MySQL) and is to be given
+	// back, in the transaction once the key is claimed, or on the connection at the end.
+	restore bool
+}
+
+// boundLockWait sets how the claim on conn waits for a concurrent holder: without w or a
+// deadline on wctx, by the session's setting; otherwise by the server's bound on lock waits,
+// in whole seconds (the only unit innodb_lock_wait_timeout has), ending lockWaitMargin before
+// wctx does. The server's bound must end the wait before the claim's context does: a client
+// that gives up first closes its connection, and MariaDB then goes on waiting for the lock,
+// past its own timeout, until the holder's transaction ends. On an error, lw.restore still
+// says whether the session's setting may have changed.
+func (s *Store) boundLockWait(ctx, wctx context.Context, conn *sql.Conn, w *txWait) (lw lockWait, err error) {
+	lw.wait = sessionWait
+	d, ok := wctx.Deadline()
+	if !ok || w == nil {
+		return lw, nil
+	}
+	lw.wait = int64((time.Until(d) - lockWaitMargin) / time.Second)
+	maria, err := s.mariaDB(ctx, conn)
+	if err != nil {
+		return lw, err
+	}
+	switch {
+	case lw.wait < 1 && maria:
+		lw.wait, lw.poll = 0, true
+	case lw.wait < 1:
+		lw.wait = 1 // MySQL's least: a client that gives up first leaves the server waiting
+	}
+	if !maria {
+		// MySQL has no per-statement setting for it (SET_VAR takes no InnoDB variable): the
+		// session's is set for the claim and given back after it.
+		lw.restore = true
+		if _, err := conn.ExecContext(ctx, setLockWait+strconv.FormatInt(lw.wait, 10)); err != nil {
+			return lw, err
+		}
+		lw.wait = sessionWait
+	}
+	return lw, nil
+}
+
+// claimWaiting claims key in tx, waiting for a concurrent holder as lw says (bounded by
+// wctx), and gives the session's lock wait setting back in tx once the key is claimed.
+func (s *Store) claimWaiting(ctx, wctx context.Context, tx *sql.Tx, lw *lockWait, key, fingerprint, route string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
+	r, err := s.claimTx(wctx, txExec{s, tx, lw.wait}, key, fingerprint, route, now, ttl)
+	for pause := 10 * time.Millisecond; lw.poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
+		// Only the statement was rolled back: the transaction goes on, and the claim is
+		// tried again in it.
+		if idemretry.Sleep(wctx, pause) != nil {
+			break
+		}
+		r, err = s.claimTx(wctx, txExec{s, tx, lw.wait}, key, fingerprint, route, now, ttl)
+	}
+	if err == nil && r.Claimed && lw.restore {
+		if _, err = tx.ExecContext(ctx, restoreLockWait); err == nil {
+			lw.restore = false
+		}
+	}
+	return r, err
+}
+
+// runClaimed runs fn in tx, where key is claimed as r, stores fn's response in the record and
+// commits. tx is done when it returns (committed, or to be rolled back by the caller).
+func (s *Store) runClaimed(ctx context.Context, tx *sql.Tx, key string, r idem.Reservation, fn txmode.Func[*sql.Tx], ttl time.Duration) (res idem.Result, retry bool, err error) {
 	resp, ferr := fn(ctx, tx)
 	if ferr != nil {
 		return res, retryable(ferr) && ctx.Err() == nil, ferr
@@ -244,9 +280,9 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	if err := changedOne(txExec{s: s, tx: tx, wait: sessionWait}.exec(ctx, s.q.complete, storekit.EncodeResponse(resp), s.opt.Now().UnixMicro(), expires.UnixMicro(), key, r.Record.Token)); err != nil {
 		return res, retryable(err), &idem.StoreError{Op: "complete", Err: opErr("complete", err)}
 	}
-	err = tx.Commit()
-	tx = nil // Commit ends the transaction whatever its outcome
-	if err != nil {
+	// Commit ends the transaction whatever its outcome: the caller's Rollback after it is a
+	// no-op (sql.ErrTxDone).
+	if err := tx.Commit(); err != nil {
 		return res, retryable(err), &idem.StoreError{Op: "commit", Err: opErr("commit", err)}
 	}
 	return idem.Result{Response: resp, Kept: true, Takeover: r.Takeover, ExpiresAt: time.UnixMicro(expires.UnixMicro())}, false, nil

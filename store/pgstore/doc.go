@@ -97,12 +97,12 @@
 // clocks that run behind) before now. The check is made under an ACCESS EXCLUSIVE lock on the
 // table, so no claim, takeover or Extend can revive one of its records between the check and
 // the drop; and a claim in progress never expires before its lease ends (a claim writes the
-// later of its window and its lease, Extend raises expires_at with the lease), so no holder's
+// later of its TTL and its lease, Extend raises expires_at with the lease), so no holder's
 // record is dropped while its lease runs.
 //
 // The costs: each claim probes the primary key of every partition (choose PartitionWidth
-// between a quarter of the records' window and the whole window: a 24h window with 6h
-// partitions keeps 5 to 6); the table holds window + width + margin worth of records before
+// between a quarter of the records' TTL and the whole TTL: a 24h TTL with 6h partitions
+// keeps 5 to 6); the table holds TTL + width + margin worth of records before
 // a partition goes; each drop locks the table for the milliseconds of the check and the drop,
 // once per period, waiting at most 2s for the lock (a long DoTx on the table makes it retry
 // at the next Sweep); a released or expired record keeps its row, counted as absent, until its

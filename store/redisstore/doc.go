@@ -34,7 +34,7 @@
 // still has no record, and a record found (by either command) that may be claimable (past
 // its expires_at, released, or a stale lease of the same fingerprint to take over) is handed
 // to the reserve script, which decides atomically on the record it finds then. Those cases
-// (a retry after a failure, a key reused after its window, a takeover) cost two round trips.
+// (a retry after a failure, a key reused after its TTL, a takeover) cost two round trips.
 // Two ways to claim without Lua were measured and left: SET … NX GET followed by a separate
 // ZADD leaves a claim unlisted if its holder dies between the two, and MULTI … EXEC of both
 // costs about half a script on every replay and cannot share the automatic pipeliner's
@@ -71,7 +71,7 @@
 //
 // Every write sets the record with a storage TTL (PX) of expires_at − now + Options.TTLMargin,
 // so Redis deletes old records by itself. It is relative to the caller's now, not an absolute
-// PXAT, so a Redis clock behind idem's cannot delete a record before its window ends; Extend
+// PXAT, so a Redis clock behind idem's cannot delete a record before its TTL runs out; Extend
 // moves it by as much as it moves expires_at. The TTL is for cost only.
 //
 // A call that go-redis retries because its reply was lost (a broken connection) carries the

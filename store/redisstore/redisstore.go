@@ -226,7 +226,7 @@ func (s *Store) base() string { return strconv.Itoa(len(s.opt.Prefix) + len("{ss
 
 func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
-// ttl is the storage TTL of a record whose business window ends d from now, in whole
+// ttl is the storage TTL of a record whose TTL runs out d from now, in whole
 // milliseconds.
 func (s *Store) ttl(d time.Duration) time.Duration {
 	ms := (max(d, 0) + s.opt.TTLMargin + time.Millisecond - 1) / time.Millisecond

@@ -211,5 +211,5 @@ func globEscape(s string) string {
 }
 
 // SelfExpiring implements idem.SelfExpiring: it reports true, since every record carries a
-// storage TTL (its window plus TTLMargin) and Redis deletes it by itself. Sweep is optional.
+// storage TTL (its own TTL plus TTLMargin) and Redis deletes it by itself. Sweep is optional.
 func (s *Store) SelfExpiring() bool { return true }

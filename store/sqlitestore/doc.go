@@ -33,7 +33,7 @@
 //	INSERT … ON CONFLICT (key) DO UPDATE SET … WHERE <expired, or in progress with its lease
 //	run out and the same fingerprint> RETURNING token, attempts, created_at
 //
-// It either claims (a new record, a record past its window, or a takeover whose token is
+// It either claims (a new record, a record past its TTL, or a takeover whose token is
 // storekit.NextToken of the previous one) or writes nothing. Complete, Release and Extend are
 // single UPDATEs fenced on the claim's token; Release expires the record rather than
 // deleting it, so the next claim's token is larger. Reserve also looks at the record without

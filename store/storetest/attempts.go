@@ -24,7 +24,7 @@ func (s suite) attemptsAcrossReleases(t *testing.T, b *bundle) {
 			if !viaRoute {
 				return mustReserve(t, b.store, key, fp, now)
 			}
-			res, err := b.store.Reserve(ctx(t), idem.ReserveRequest{Key: key, Fingerprint: fp, Route: "POST /pay", Now: now, Lease: lease, TTL: window})
+			res, err := b.store.Reserve(ctx(t), idem.ReserveRequest{Key: key, Fingerprint: fp, Route: "POST /pay", Now: now, Lease: lease, TTL: ttl})
 			if err != nil {
 				t.Fatalf("Reserve(%q) with a route: %v", key, err)
 			}
@@ -51,7 +51,7 @@ func claimAgain(t *testing.T, reserve reserveFunc, key string, now, first time.T
 	}
 	checkTime(t, "CreatedAt", res.Record.CreatedAt, first)
 	checkTime(t, "LeaseUntil", res.Record.LeaseUntil, now.Add(lease))
-	checkTime(t, "ExpiresAt", res.Record.ExpiresAt, now.Add(window))
+	checkTime(t, "ExpiresAt", res.Record.ExpiresAt, now.Add(ttl))
 	return res.Record
 }
 
@@ -77,7 +77,7 @@ func (s suite) attemptsSequence(t *testing.T, b *bundle, k string, reserve reser
 		t.Errorf("Get while the third attempt runs: Starts %d CreatedAt %v, want 3 and %v", got.Starts, got.CreatedAt, b.base)
 	}
 	done := b.base.Add(3 * time.Second)
-	if err := b.store.Complete(c, k, rec.Token, idem.Response{Status: 201}, done, done.Add(window)); err != nil {
+	if err := b.store.Complete(c, k, rec.Token, idem.Response{Status: 201}, done, done.Add(ttl)); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	replay := reserve(k, fpA, done.Add(time.Second))
@@ -114,8 +114,8 @@ func (s suite) attemptsRestart(t *testing.T, b *bundle, k string, reserve reserv
 		t.Fatalf("Release: %v", err)
 	}
 	claimAgain(t, reserve, k, b.base.Add(time.Second), b.base, 2, 1, false)
-	// The second attempt's record runs out of its window without a release.
-	later := b.base.Add(time.Second + window)
+	// The second attempt's record runs out of its TTL without a release.
+	later := b.base.Add(time.Second + ttl)
 	claimAgain(t, reserve, k, later, later, 1, 1, false)
 	// Released, then claimed by another request: that request's record starts at 1.
 	rec = mustGet(t, b.store, k)

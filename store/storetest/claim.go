@@ -1,24 +1,3 @@
-// Package storetest is the conformance suite for idem.Store implementations.
-//
-// Every backend passes it unchanged: its test is a constructor and a call.
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) })
-//	}
-//
-// The constructor is called once per subtest and must return a store that shares nothing with
-// the others (its own table, schema or key prefix), so subtests run in parallel. It registers
-// its own cleanup with t.Cleanup.
-//
-// # What it checks
-//
-// Concurrent claims of one key (exactly one wins, repeated), takeover only after the lease ran
-// out and only with the same fingerprint, fencing of Complete, Release and Extend, expired
-// records counting as absent, Sweep deleting only expired records in bounded batches, exact
-// round trips of empty, binary and large bodies, long and unicode keys and multi-valued headers,
-// cancelled contexts, Complete racing a takeover, a closed store failing cleanly, and a
-// porcupine check that concurrent histories of all operations are linearizable with respect
-// to the contract (see CheckLinearizable).
 package storetest
 
 import (
@@ -48,7 +27,7 @@ func (s suite) reserveNew(t *testing.T, b *bundle) {
 		t.Errorf("token = %d, want NextToken(0, now) = %d", r.Token, storekit.NextToken(0, b.base))
 	}
 	checkTime(t, "LeaseUntil", r.LeaseUntil, b.base.Add(lease))
-	checkTime(t, "ExpiresAt", r.ExpiresAt, b.base.Add(window))
+	checkTime(t, "ExpiresAt", r.ExpiresAt, b.base.Add(ttl))
 	checkTime(t, "CreatedAt", r.CreatedAt, b.base)
 	checkSame(t, "Get after claim", mustGet(t, b.store, k), r)
 }
@@ -76,7 +55,7 @@ func (s suite) concurrentReserve(t *testing.T, b *bundle) {
 		for range s.opt.Goroutines {
 			wg.Go(func() {
 				<-start
-				res, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
+				res, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: ttl})
 				if err != nil {
 					errs <- err
 					return
@@ -128,7 +107,7 @@ func (s suite) takeover(t *testing.T, b *bundle) {
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				r, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
+				r, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: now, Lease: lease, TTL: ttl})
 				if err != nil {
 					t.Error(err)
 					return
@@ -164,13 +143,13 @@ func (s suite) manyKeys(t *testing.T, b *bundle) {
 		wg.Go(func() {
 			for i := range perWorker {
 				k := b.key(fmt.Sprintf("many-%d-%d", w, i))
-				res, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
+				res, err := b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: ttl})
 				if err != nil || !res.Claimed {
 					t.Errorf("Reserve %s: %v claimed=%v", k, err, res.Claimed)
 					return
 				}
 				body := []byte(k)
-				if err := b.store.Complete(context.Background(), k, res.Record.Token, idem.Response{Status: 200, Body: body}, b.base, b.base.Add(window)); err != nil {
+				if err := b.store.Complete(context.Background(), k, res.Record.Token, idem.Response{Status: 200, Body: body}, b.base, b.base.Add(ttl)); err != nil {
 					t.Errorf("Complete %s: %v", k, err)
 					return
 				}
@@ -192,12 +171,12 @@ func (s suite) manyKeys(t *testing.T, b *bundle) {
 // loserGetsBlockingRecord: a Reserve that loses returns the record that blocked it, never an
 // older version (one read from a snapshot, or between the statements of a multi-step claim).
 // The record changes all the time (claimed, released, claimed again, completed with a short
-// window and swept) while others reserve it; every record a loser gets must be one that, at
+// TTL and swept) while others reserve it; every record a loser gets must be one that, at
 // its time, could not be claimed.
 func (s suite) loserGetsBlockingRecord(t *testing.T, b *bundle) {
 	c := ctx(t)
 	k := b.key("hot")
-	const lease, window = time.Minute, time.Hour
+	const lease, ttl = time.Minute, time.Hour
 	stop := make(chan struct{})
 	var churn sync.WaitGroup
 	for w := range 2 {
@@ -209,7 +188,7 @@ func (s suite) loserGetsBlockingRecord(t *testing.T, b *bundle) {
 				default:
 				}
 				now := time.Now()
-				res, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: now, Lease: lease, TTL: window})
+				res, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: now, Lease: lease, TTL: ttl})
 				if err != nil {
 					t.Error(err)
 					return
@@ -241,7 +220,7 @@ func (s suite) loserGetsBlockingRecord(t *testing.T, b *bundle) {
 		readers.Go(func() {
 			for range 100 {
 				now := time.Now()
-				res, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpB, Now: now, Lease: lease, TTL: window})
+				res, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpB, Now: now, Lease: lease, TTL: ttl})
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,24 +1,3 @@
-// Package storetest is the conformance suite for idem.Store implementations.
-//
-// Every backend passes it unchanged: its test is a constructor and a call.
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) })
-//	}
-//
-// The constructor is called once per subtest and must return a store that shares nothing with
-// the others (its own table, schema or key prefix), so subtests run in parallel. It registers
-// its own cleanup with t.Cleanup.
-//
-// # What it checks
-//
-// Concurrent claims of one key (exactly one wins, repeated), takeover only after the lease ran
-// out and only with the same fingerprint, fencing of Complete, Release and Extend, expired
-// records counting as absent, Sweep deleting only expired records in bounded batches, exact
-// round trips of empty, binary and large bodies, long and unicode keys and multi-valued headers,
-// cancelled contexts, Complete racing a takeover, a closed store failing cleanly, and a
-// porcupine check that concurrent histories of all operations are linearizable with respect
-// to the contract (see CheckLinearizable).
 package storetest
 
 import (
@@ -55,13 +34,13 @@ func (s suite) expiredIsAbsent(t *testing.T, b *bundle) {
 
 func (s suite) expiredInProgressIsAbsent(t *testing.T, b *bundle) {
 	k := b.key("expired-in-progress")
-	const shortWindow = 2 * lease
-	res, err := b.store.Reserve(ctx(t), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: shortWindow})
+	const shortTTL = 2 * lease
+	res, err := b.store.Reserve(ctx(t), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: shortTTL})
 	if err != nil || !res.Claimed {
 		t.Fatalf("Reserve: %v %+v", err, res)
 	}
-	// Past the window, another fingerprint claims it: expired counts as absent.
-	got := mustReserve(t, b.store, k, fpB, b.base.Add(shortWindow))
+	// Past the TTL, another fingerprint claims it: expired counts as absent.
+	got := mustReserve(t, b.store, k, fpB, b.base.Add(shortTTL))
 	if !got.Claimed || got.Takeover {
 		t.Fatalf("Claimed=%v Takeover=%v, want a fresh claim", got.Claimed, got.Takeover)
 	}
@@ -75,7 +54,7 @@ func (s suite) sweep(t *testing.T, b *bundle) {
 		claim := mustClaim(t, b.store, k, fpA, b.base)
 		exp := b.base.Add(time.Minute)
 		if i >= expired {
-			exp = b.base.Add(window)
+			exp = b.base.Add(ttl)
 		}
 		if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, exp); err != nil {
 			t.Fatal(err)
@@ -115,19 +94,19 @@ func (s suite) sweep(t *testing.T, b *bundle) {
 	}
 }
 
-// sweepKeepsLiveClaims: Sweep decides on expires_at alone. A claim whose window is still open
+// sweepKeepsLiveClaims: Sweep decides on expires_at alone. A claim whose TTL has not run out
 // is kept whether its lease is held or ran out (a holder that died leaves it for a takeover,
-// not for the sweeper); claims whose window closed, and released ones, are deleted.
+// not for the sweeper); claims whose TTL ran out, and released ones, are deleted.
 func (s suite) sweepKeepsLiveClaims(t *testing.T, b *bundle) {
 	c := ctx(t)
 	now := b.base.Add(2 * lease)
 	held, stale := b.key("sweep-held"), b.key("sweep-stale")
 	// The held claim's lease runs past now; the stale one's ran out at base+lease.
-	if res, err := b.store.Reserve(c, idem.ReserveRequest{Key: held, Fingerprint: fpA, Now: b.base, Lease: 3 * lease, TTL: window}); err != nil || !res.Claimed {
+	if res, err := b.store.Reserve(c, idem.ReserveRequest{Key: held, Fingerprint: fpA, Now: b.base, Lease: 3 * lease, TTL: ttl}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve(%q) = %+v, %v", held, res, err)
 	}
 	staleRec := mustClaim(t, b.store, stale, fpA, b.base)
-	gone, released := b.key("sweep-window-closed"), b.key("sweep-released")
+	gone, released := b.key("sweep-ttl-closed"), b.key("sweep-released")
 	if res, err := b.store.Reserve(c, idem.ReserveRequest{Key: gone, Fingerprint: fpA, Now: b.base, Lease: lease / 2, TTL: lease}); err != nil || !res.Claimed {
 		t.Fatalf("Reserve(%q) = %+v, %v", gone, res, err)
 	}
@@ -147,7 +126,7 @@ func (s suite) sweepKeepsLiveClaims(t *testing.T, b *bundle) {
 	for _, k := range []string{held, stale} {
 		rec, err := b.store.Get(c, k)
 		if err != nil {
-			t.Fatalf("in-progress %s within its window after Sweep: %v, want it kept", k, err)
+			t.Fatalf("in-progress %s within its ttl after Sweep: %v, want it kept", k, err)
 		}
 		if rec.State != idem.StateInProgress || !rec.ExpiresAt.After(now) {
 			t.Fatalf("%s after Sweep: %+v", k, rec)

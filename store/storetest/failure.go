@@ -1,24 +1,3 @@
-// Package storetest is the conformance suite for idem.Store implementations.
-//
-// Every backend passes it unchanged: its test is a constructor and a call.
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) })
-//	}
-//
-// The constructor is called once per subtest and must return a store that shares nothing with
-// the others (its own table, schema or key prefix), so subtests run in parallel. It registers
-// its own cleanup with t.Cleanup.
-//
-// # What it checks
-//
-// Concurrent claims of one key (exactly one wins, repeated), takeover only after the lease ran
-// out and only with the same fingerprint, fencing of Complete, Release and Extend, expired
-// records counting as absent, Sweep deleting only expired records in bounded batches, exact
-// round trips of empty, binary and large bodies, long and unicode keys and multi-valued headers,
-// cancelled contexts, Complete racing a takeover, a closed store failing cleanly, and a
-// porcupine check that concurrent histories of all operations are linearizable with respect
-// to the contract (see CheckLinearizable).
 package storetest
 
 import (
@@ -36,7 +15,7 @@ func (s suite) cancelledContext(t *testing.T, b *bundle) {
 	cancel()
 	k := b.key("cancelled")
 	start := time.Now()
-	if _, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window}); err == nil {
+	if _, err := b.store.Reserve(c, idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: b.base, Lease: lease, TTL: ttl}); err == nil {
 		t.Error("Reserve with a cancelled context succeeded")
 	}
 	if _, err := b.store.Get(c, k); err == nil {
@@ -52,13 +31,13 @@ func (s suite) cancelledContext(t *testing.T, b *bundle) {
 		t.Errorf("after cancelled Reserve, Get: %v, want ErrNotFound (no half-written record)", err)
 	}
 	claim := mustClaim(t, b.store, k, fpA, b.base)
-	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)); err == nil {
+	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(ttl)); err == nil {
 		t.Error("Complete with a cancelled context succeeded")
 	}
 	if err := b.store.Release(c, k, claim.Token); err == nil {
 		t.Error("Release with a cancelled context succeeded")
 	}
-	if err := b.store.Extend(c, k, claim.Token, b.base.Add(window)); err == nil {
+	if err := b.store.Extend(c, k, claim.Token, b.base.Add(ttl)); err == nil {
 		t.Error("Extend with a cancelled context succeeded")
 	}
 	checkSame(t, "record after cancelled calls", mustGet(t, b.store, k), claim)
@@ -68,7 +47,7 @@ func (s suite) cancelledContext(t *testing.T, b *bundle) {
 	defer cancel2()
 	time.Sleep(2 * time.Millisecond)
 	start = time.Now()
-	_, _ = b.store.Reserve(short, idem.ReserveRequest{Key: b.key("deadline"), Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
+	_, _ = b.store.Reserve(short, idem.ReserveRequest{Key: b.key("deadline"), Fingerprint: fpA, Now: b.base, Lease: lease, TTL: ttl})
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Reserve past its deadline took %v", d)
 	}
@@ -94,10 +73,10 @@ func (s suite) closed(t *testing.T, b *bundle) {
 			t.Errorf("%s on a closed store: %v, want idem.ErrClosed (idem.ErrStoreUnavailable)", op, err)
 		}
 	}
-	_, err := b.store.Reserve(c, idem.ReserveRequest{Key: b.key("after-close"), Fingerprint: fpA, Now: b.base, Lease: lease, TTL: window})
+	_, err := b.store.Reserve(c, idem.ReserveRequest{Key: b.key("after-close"), Fingerprint: fpA, Now: b.base, Lease: lease, TTL: ttl})
 	closed("Reserve", err)
-	closed("Complete", b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)))
-	closed("Extend", b.store.Extend(c, k, claim.Token, b.base.Add(window)))
+	closed("Complete", b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(ttl)))
+	closed("Extend", b.store.Extend(c, k, claim.Token, b.base.Add(ttl)))
 	closed("Release", b.store.Release(c, k, claim.Token))
 	_, err = b.store.Get(c, k)
 	closed("Get", err)

@@ -1,24 +1,3 @@
-// Package storetest is the conformance suite for idem.Store implementations.
-//
-// Every backend passes it unchanged: its test is a constructor and a call.
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) })
-//	}
-//
-// The constructor is called once per subtest and must return a store that shares nothing with
-// the others (its own table, schema or key prefix), so subtests run in parallel. It registers
-// its own cleanup with t.Cleanup.
-//
-// # What it checks
-//
-// Concurrent claims of one key (exactly one wins, repeated), takeover only after the lease ran
-// out and only with the same fingerprint, fencing of Complete, Release and Extend, expired
-// records counting as absent, Sweep deleting only expired records in bounded batches, exact
-// round trips of empty, binary and large bodies, long and unicode keys and multi-valued headers,
-// cancelled contexts, Complete racing a takeover, a closed store failing cleanly, and a
-// porcupine check that concurrent histories of all operations are linearizable with respect
-// to the contract (see CheckLinearizable).
 package storetest
 
 import (
@@ -39,7 +18,7 @@ func (s suite) fencing(t *testing.T, b *bundle) {
 	now := b.base.Add(lease + time.Second)
 	cur := mustClaim(t, b.store, k, fpA, now)
 	resp := idem.Response{Status: 201, Body: []byte("stale")}
-	if err := b.store.Complete(c, k, old.Token, resp, now, now.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Complete(c, k, old.Token, resp, now, now.Add(ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Complete with stale token: %v, want ErrLeaseLost", err)
 	}
 	if err := b.store.Release(c, k, old.Token); !errors.Is(err, idem.ErrLeaseLost) {
@@ -51,7 +30,7 @@ func (s suite) fencing(t *testing.T, b *bundle) {
 	checkSame(t, "record after stale calls", mustGet(t, b.store, k), cur)
 
 	// A token never claimed, and a key never claimed.
-	if err := b.store.Complete(c, k, cur.Token+1000, resp, now, now.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Complete(c, k, cur.Token+1000, resp, now, now.Add(ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Complete with unknown token: %v, want ErrLeaseLost", err)
 	}
 	if err := b.store.Release(c, b.key("never"), 1); !errors.Is(err, idem.ErrLeaseLost) {
@@ -65,17 +44,17 @@ func (s suite) fencing(t *testing.T, b *bundle) {
 	}
 
 	// A completed record is fenced too: its holder cannot complete, release or extend again.
-	if err := b.store.Complete(c, k, cur.Token, resp, now, now.Add(window)); err != nil {
+	if err := b.store.Complete(c, k, cur.Token, resp, now, now.Add(ttl)); err != nil {
 		t.Fatal(err)
 	}
 	done := mustGet(t, b.store, k)
-	if err := b.store.Complete(c, k, cur.Token, idem.Response{Status: 500}, now, now.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Complete(c, k, cur.Token, idem.Response{Status: 500}, now, now.Add(ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("second Complete: %v, want ErrLeaseLost", err)
 	}
 	if err := b.store.Release(c, k, cur.Token); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Release after Complete: %v, want ErrLeaseLost", err)
 	}
-	if err := b.store.Extend(c, k, cur.Token, now.Add(2*window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Extend(c, k, cur.Token, now.Add(2*ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Extend after Complete: %v, want ErrLeaseLost", err)
 	}
 	checkSame(t, "completed record after fenced calls", mustGet(t, b.store, k), done)
@@ -87,7 +66,7 @@ func (s suite) completeAndReplay(t *testing.T, b *bundle) {
 	claim := mustClaim(t, b.store, k, fpA, b.base)
 	resp := idem.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
 	done := b.base.Add(time.Second)
-	exp := done.Add(window)
+	exp := done.Add(ttl)
 	if err := b.store.Complete(c, k, claim.Token, resp, done, exp); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -123,10 +102,10 @@ func (s suite) releaseThenReclaim(t *testing.T, b *bundle) {
 		t.Fatalf("Get after Release: %v", err)
 	}
 	// The released token is dead: a late heartbeat cannot resurrect the claim.
-	if err := b.store.Extend(c, k, claim.Token, b.base.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Extend(c, k, claim.Token, b.base.Add(ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Extend after Release: %v, want ErrLeaseLost", err)
 	}
-	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Complete after Release: %v, want ErrLeaseLost", err)
 	}
 	if err := b.store.Release(c, k, claim.Token); !errors.Is(err, idem.ErrLeaseLost) {
@@ -144,7 +123,7 @@ func (s suite) releaseThenReclaim(t *testing.T, b *bundle) {
 		t.Errorf("reclaimed record %+v", res.Record)
 	}
 	// The released holder is fenced off the new claim.
-	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(window)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.store.Complete(c, k, claim.Token, idem.Response{Status: 200}, b.base, b.base.Add(ttl)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("Complete by released holder: %v, want ErrLeaseLost", err)
 	}
 }
@@ -165,17 +144,17 @@ func (s suite) extend(t *testing.T, b *bundle) {
 	if res := mustReserve(t, b.store, k, fpA, b.base.Add(2*lease)); res.Claimed {
 		t.Fatal("taken over within an extended lease")
 	}
-	// Extending past the window keeps the record alive past its old ExpiresAt.
-	far := b.base.Add(2 * window)
+	// Extending past the TTL keeps the record alive past its old ExpiresAt.
+	far := b.base.Add(2 * ttl)
 	if err := b.store.Extend(c, k, claim.Token, far); err != nil {
-		t.Fatalf("Extend past window: %v", err)
+		t.Fatalf("Extend past ttl: %v", err)
 	}
 	rec = mustGet(t, b.store, k)
 	if rec.ExpiresAt.Before(far.Truncate(time.Microsecond)) {
 		t.Errorf("ExpiresAt %v is before the extended lease %v", rec.ExpiresAt, far)
 	}
-	if res := mustReserve(t, b.store, k, fpA, b.base.Add(window+time.Minute)); res.Claimed {
-		t.Fatal("claimed a record whose lease was extended past its window")
+	if res := mustReserve(t, b.store, k, fpA, b.base.Add(ttl+time.Minute)); res.Claimed {
+		t.Fatal("claimed a record whose lease was extended past its ttl")
 	}
 }
 
@@ -191,10 +170,10 @@ func (s suite) completeRacesTakeover(t *testing.T, b *bundle) {
 		var resErr error
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			completeErr = b.store.Complete(context.Background(), k, old.Token, resp, later, later.Add(window))
+			completeErr = b.store.Complete(context.Background(), k, old.Token, resp, later, later.Add(ttl))
 		})
 		wg.Go(func() {
-			res, resErr = b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: later, Lease: lease, TTL: window})
+			res, resErr = b.store.Reserve(context.Background(), idem.ReserveRequest{Key: k, Fingerprint: fpA, Now: later, Lease: lease, TTL: ttl})
 		})
 		wg.Wait()
 		if resErr != nil {

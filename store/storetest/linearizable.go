@@ -64,8 +64,8 @@ type linState struct {
 }
 
 const (
-	linLease  = int64(10 * time.Second / time.Microsecond)
-	linWindow = 8 * linLease
+	linLease = int64(10 * time.Second / time.Microsecond)
+	linTTL   = 8 * linLease
 )
 
 func (s linState) released() bool { return s.exists && s.expires == 0 }
@@ -99,11 +99,11 @@ var linModel = porcupine.Model{
 			case !s.exists || s.expires <= i.now:
 				prev := s.token
 				n := linState{exists: true, fp: i.fp, state: idem.StateInProgress, token: storekit.NextToken(prev, now),
-					lease: i.now + linLease, expires: i.now + linWindow, attempts: 1}
+					lease: i.now + linLease, expires: i.now + linTTL, attempts: 1}
 				return o.err == "" && o.claimed && !o.takeover && o.rec == n, n
 			case s.state == idem.StateInProgress && s.lease <= i.now && s.fp == i.fp:
 				n := s
-				n.token, n.lease, n.expires, n.attempts = storekit.NextToken(s.token, now), i.now+linLease, i.now+linWindow, s.attempts+1
+				n.token, n.lease, n.expires, n.attempts = storekit.NextToken(s.token, now), i.now+linLease, i.now+linTTL, s.attempts+1
 				return o.err == "" && o.claimed && o.takeover && o.rec == n, n
 			default:
 				return o.err == "" && !o.claimed && o.rec == s, s
@@ -219,7 +219,7 @@ func CheckLinearizable(st idem.Store, prefix string, opt LinearizabilityOptions)
 				switch in.kind {
 				case opReserve:
 					var res idem.Reservation
-					res, err = st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: in.fp, Now: now, Lease: time.Duration(linLease) * time.Microsecond, TTL: time.Duration(linWindow) * time.Microsecond})
+					res, err = st.Reserve(ctx, idem.ReserveRequest{Key: key, Fingerprint: in.fp, Now: now, Lease: time.Duration(linLease) * time.Microsecond, TTL: time.Duration(linTTL) * time.Microsecond})
 					if err == nil {
 						out = linOutput{claimed: res.Claimed, takeover: res.Takeover, rec: toLin(res.Record)}
 						if res.Claimed {
@@ -227,7 +227,7 @@ func CheckLinearizable(st idem.Store, prefix string, opt LinearizabilityOptions)
 						}
 					}
 				case opComplete:
-					in.until = in.now + linWindow
+					in.until = in.now + linTTL
 					err = st.Complete(ctx, key, in.token, idem.Response{Status: 200}, now, time.UnixMicro(in.until))
 				case opRelease:
 					err = st.Release(ctx, key, in.token)

@@ -34,7 +34,7 @@ func (s suite) newest(t *testing.T, b *bundle) {
 		t.Helper()
 		r := rec{key: key, created: created}
 		r.route = routes[i%len(routes)]
-		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: r.route, Now: created, Lease: lease, TTL: window})
+		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: r.route, Now: created, Lease: lease, TTL: ttl})
 		if err != nil || !res.Claimed {
 			t.Fatalf("Reserve(%q, route %q): %+v, %v", key, r.route, res, err)
 		}
@@ -42,7 +42,7 @@ func (s suite) newest(t *testing.T, b *bundle) {
 		if i%2 == 0 {
 			r.status = 200 + i%3
 			resp := idem.Response{Status: r.status, Body: []byte("body"), BodyOmitted: i%4 == 0}
-			if err := b.store.Complete(c, key, claim.Token, resp, created, created.Add(window)); err != nil {
+			if err := b.store.Complete(c, key, claim.Token, resp, created, created.Add(ttl)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -17,7 +17,7 @@ func (s suite) route(t *testing.T, b *bundle) {
 	c := ctx(t)
 	reserve := func(key, route string, now time.Time) idem.Reservation {
 		t.Helper()
-		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: route, Now: now, Lease: lease, TTL: window})
+		res, err := b.store.Reserve(c, idem.ReserveRequest{Key: key, Fingerprint: fpA, Route: route, Now: now, Lease: lease, TTL: ttl})
 		if err != nil {
 			t.Fatalf("Reserve(%q, route %q): %v", key, route, err)
 		}
@@ -63,7 +63,7 @@ func (s suite) route(t *testing.T, b *bundle) {
 	}
 	check("takeover by Reserve", res.Record.Route, routeA)
 	// Completed: Get, a replay and List carry it.
-	if err := b.store.Complete(c, k, res.Record.Token, idem.Response{Status: 201, Body: []byte("ok")}, later, later.Add(window)); err != nil {
+	if err := b.store.Complete(c, k, res.Record.Token, idem.Response{Status: 201, Body: []byte("ok")}, later, later.Add(ttl)); err != nil {
 		t.Fatal(err)
 	}
 	check("Get after Complete", mustGet(t, b.store, k).Route, routeA)
@@ -87,13 +87,13 @@ func (s suite) route(t *testing.T, b *bundle) {
 	// Expired, then claimed again: the new claim's route, or none.
 	exp := b.key("route-expired")
 	reserve(exp, routeA, b.base)
-	res = reserve(exp, routeB, b.base.Add(window+time.Second))
+	res = reserve(exp, routeB, b.base.Add(ttl+time.Second))
 	if !res.Claimed || res.Takeover || res.Record.Attempts != 1 {
 		t.Fatalf("Reserve with a route after expiry: %+v, want a new claim", res)
 	}
 	check("claim of an expired key", res.Record.Route, routeB)
 	check("Get after that claim", mustGet(t, b.store, exp).Route, routeB)
-	res = mustReserve(t, b.store, exp, fpA, b.base.Add(2*window+2*time.Second))
+	res = mustReserve(t, b.store, exp, fpA, b.base.Add(2*ttl+2*time.Second))
 	if !res.Claimed || res.Takeover {
 		t.Fatalf("Reserve without a route after expiry: %+v, want a new claim", res)
 	}

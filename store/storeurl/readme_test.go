@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +41,49 @@ func TestReadmeStoreURLs(t *testing.T) {
 	for _, p := range params {
 		if !strings.Contains(section, "`"+p+"`") {
 			t.Errorf("README's Store URLs table does not name the %q parameter", p)
+		}
+	}
+}
+
+// TestDocsNameOnlyRegisteredSchemes checks the other way round: every scheme a URL in the
+// README or docs/ has, but http and https, is one storeurl opens, and the package
+// documentation names every scheme it opens.
+func TestDocsNameOnlyRegisteredSchemes(t *testing.T) {
+	registered := map[string]bool{"http": true, "https": true}
+	for _, s := range Schemes() {
+		registered[s] = true
+	}
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../../README.md")
+	urlScheme := regexp.MustCompile(`([a-z][a-z0-9+.-]*)://`)
+	found := 0
+	for _, name := range files {
+		text, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range urlScheme.FindAllSubmatch(text, -1) {
+			found++
+			if s := string(m[1]); !registered[s] {
+				t.Errorf("%s names the scheme %s://, which no store registers", filepath.Base(name), s)
+			}
+		}
+	}
+	if found < 10 {
+		t.Fatalf("found %d URLs in the README and docs/; the scan is broken", found)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "storeurl.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := f.Doc.Text()
+	for _, s := range Schemes() {
+		if !strings.Contains(doc, s+"://") {
+			t.Errorf("the package documentation does not name the %s:// scheme", s)
 		}
 	}
 }

@@ -8,10 +8,11 @@
 //	sqlite://./idem.db   sqlite:///var/idem.db    sqlitestore: a file, the embedded default
 //	                                              (params: table, migrate, busy_timeout, synchronous)
 //	postgres://user@host:5432/db?sslmode=disable  pgstore (params: table, schema, migrate, group_commit,
-//	                                              partition_width, partition_margin)
+//	postgresql://…                                partition_width, partition_margin)
 //	mysql://user:pass@host:3306/db                mysqlstore (params: table, migrate)
 //	redis://host:6379/0   rediss://…              redisstore (params: prefix, autopipeline)
-//	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (same params)
+//	redis+cluster://h1:7001,h2:7002,h3:7003       redisstore on a Redis Cluster (same params;
+//	rediss+cluster://…                            rediss+cluster over TLS)
 //	dynamodb://TABLE?region=eu-west-1             dynamostore (params: endpoint, region,
 //	                                              prefix, create=true to create the table)
 //

@@ -20,7 +20,8 @@ import (
 	"github.com/idemkit/idem/store/sweeper"
 )
 
-// roundTrip opens raw, claims and completes a key, reads it back and closes the store.
+// roundTrip opens raw, claims and completes a key, reads it back and closes the store. The
+// store must list its records (idem.Lister): idem list and the console read every store.
 func roundTrip(t *testing.T, raw string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -30,6 +31,9 @@ func roundTrip(t *testing.T, raw string) {
 		t.Fatalf("Open(%s): %v", raw, err)
 	}
 	defer st.Close()
+	if _, ok := st.(idem.Lister); !ok {
+		t.Errorf("%s: the store cannot list its records (no idem.Lister)", raw)
+	}
 	// Redis and DynamoDB delete expired records by themselves, through the store URL too, so
 	// idem serve does not sweep them (a DynamoDB Sweep is a paid Scan); the others need it.
 	selfExpiring := strings.HasPrefix(raw, "redis") || strings.HasPrefix(raw, "dynamodb")
@@ -53,9 +57,14 @@ func roundTrip(t *testing.T, raw string) {
 }
 
 func TestOpenEachScheme(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { roundTrip(t, "memory://") })
-	t.Run("sqlite", func(t *testing.T) { roundTrip(t, "sqlite://"+filepath.Join(t.TempDir(), "x.db")+"?table=t1") })
-	t.Run("postgres", func(t *testing.T) {
+	covered := map[string]bool{}
+	run := func(scheme string, f func(t *testing.T)) {
+		covered[scheme] = true
+		t.Run(scheme, f)
+	}
+	run("memory", func(t *testing.T) { roundTrip(t, "memory://") })
+	run("sqlite", func(t *testing.T) { roundTrip(t, "sqlite://"+filepath.Join(t.TempDir(), "x.db")+"?table=t1") })
+	run("postgres", func(t *testing.T) {
 		u := testenv.PostgresURL(t)
 		sep := "?"
 		if strings.Contains(u, "?") {
@@ -74,23 +83,46 @@ func TestOpenEachScheme(t *testing.T) {
 			st.Close()
 		}
 	})
-	t.Run("mysql", func(t *testing.T) {
+	run("mysql", func(t *testing.T) {
 		testenv.MySQLDSN(t)
 		roundTrip(t, "mysql://root@127.0.0.1:3306/test?table=storeurl_records")
 	})
-	t.Run("redis", func(t *testing.T) { roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:") })
-	t.Run("redis/autopipeline", func(t *testing.T) {
+	run("redis", func(t *testing.T) { roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:") })
+	run("redis/autopipeline", func(t *testing.T) {
 		roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:&autopipeline=true")
 	})
-	t.Run("redis+cluster", func(t *testing.T) {
+	run("redis+cluster", func(t *testing.T) {
 		testenv.Service(t, "Redis Cluster", "IDEM_REDIS_CLUSTER_ADDRS", "127.0.0.1:7001", func(v string) string { return strings.Split(v, ",")[0] })
 		roundTrip(t, "redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003?prefix=storeurl:")
 		roundTrip(t, "redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003?prefix=storeurl:&autopipeline=1")
 	})
-	t.Run("dynamodb", func(t *testing.T) {
+	run("dynamodb", func(t *testing.T) {
 		ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
 		roundTrip(t, fmt.Sprintf("dynamodb://storeurl_%d?endpoint=%s&create=true", time.Now().UnixNano(), ep))
 	})
+	run("postgresql", func(t *testing.T) {
+		u := testenv.PostgresURL(t)
+		_, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			t.Fatalf("PostgreSQL URL %q has no scheme", u)
+		}
+		sep := "?"
+		if strings.Contains(rest, "?") {
+			sep = "&"
+		}
+		roundTrip(t, "postgresql://"+rest+sep+"table=storeurl_records")
+	})
+	// Every registered scheme has its subtest above, or is the TLS spelling of one that has and
+	// opens the same way: no store a URL can name goes unchecked.
+	tls := map[string]string{"rediss": "redis", "rediss+cluster": "redis+cluster"}
+	for _, s := range storeurl.Schemes() {
+		if plain, ok := tls[s]; ok && storeurl.SameOpener(s, plain) {
+			s = plain
+		}
+		if !covered[s] {
+			t.Errorf("the %s:// scheme is registered but no subtest opens and checks its store", s)
+		}
+	}
 }
 
 // memory:// is bounded by default; max_records and max_bytes change the bounds, 0 lifts one.

@@ -27,7 +27,8 @@ const ShardEnd = "SHARD_END"
 type Checkpoints interface {
 	// Claim takes the lease of the shard for owner until the given time, or renews it,
 	// unless another owner holds it and its lease has not run out. It returns the shard's
-	// checkpoint ("" for none) and whether owner holds the lease.
+	// checkpoint ("" for none) and whether owner holds the lease. A time in the past gives
+	// the lease up: another owner may claim the shard at once (a worker's Stop does so).
 	Claim(ctx context.Context, shard, owner string, until time.Time) (checkpoint string, held bool, err error)
 	// Save sets the shard's checkpoint if owner holds its lease, never moving it back (a
 	// sequence number lower than the saved one is ignored; ShardEnd is the highest), and
@@ -35,7 +36,26 @@ type Checkpoints interface {
 	Save(ctx context.Context, shard, owner, checkpoint string) (held bool, err error)
 	// Checkpoint returns the shard's checkpoint ("" for none), whoever holds it.
 	Checkpoint(ctx context.Context, shard string) (string, error)
+	// Leases returns every shard that has a checkpoint or a lease (held or run out).
+	Leases(ctx context.Context) ([]Lease, error)
+	// Take takes the lease of the shard for owner until the given time if the owner from
+	// holds it now, whether or not its lease has run out (a worker that holds fewer shards
+	// than its share takes one from a worker that holds more). It returns the shard's
+	// checkpoint and whether owner holds the lease.
+	Take(ctx context.Context, shard, from, owner string, until time.Time) (checkpoint string, held bool, err error)
 }
+
+// Lease is a shard's entry in Checkpoints: its checkpoint ("" for none), and the worker that
+// holds or last held its lease, until when.
+type Lease struct {
+	Shard      string
+	Checkpoint string
+	Owner      string
+	Until      time.Time
+}
+
+// Live reports whether the lease is held at now.
+func (l Lease) Live(now time.Time) bool { return l.Owner != "" && now.Before(l.Until) }
 
 // MemoryCheckpoints keep checkpoints and leases in the process's memory. Create them with
 // NewMemoryCheckpoints; they are safe for concurrent use.
@@ -98,6 +118,29 @@ func (m *MemoryCheckpoints) Checkpoint(_ context.Context, shard string) (string,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.shard(shard).checkpoint, nil
+}
+
+// Leases implements Checkpoints.
+func (m *MemoryCheckpoints) Leases(context.Context) ([]Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Lease, 0, len(m.shards))
+	for id, s := range m.shards {
+		out = append(out, Lease{Shard: id, Checkpoint: s.checkpoint, Owner: s.owner, Until: s.until})
+	}
+	return out, nil
+}
+
+// Take implements Checkpoints.
+func (m *MemoryCheckpoints) Take(_ context.Context, shard, from, owner string, until time.Time) (string, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.shard(shard)
+	if s.owner != from {
+		return s.checkpoint, false, nil
+	}
+	s.owner, s.until = owner, until
+	return s.checkpoint, true, nil
 }
 
 // Later reports whether checkpoint a is past checkpoint b: ShardEnd is past every sequence

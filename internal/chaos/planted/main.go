@@ -11,6 +11,10 @@
 //   - nofence+<scheme>: both.
 //   - noscope+<scheme>: keys lose their scope (everything up to the first scope separator), so
 //     tenants that use the same key share one record.
+//   - nodrain+<scheme>: no lease is extended past one lease (the command's --lease) from now.
+//     A heartbeat's extensions are unchanged, but the floor a draining gateway puts under the
+//     claims of the upstream calls it cuts (their deadline and a lease after it) is gone: the
+//     claim lapses a lease after the gateway exits, while the cut call may still act.
 //
 // It is never built into the product.
 package main
@@ -35,10 +39,28 @@ var bugs = map[string]bug{
 	"nofence-extend":   {extend: true},
 	"nofence":          {complete: true, extend: true},
 	"noscope":          {scope: true},
+	"nodrain":          {drain: true},
 }
 
 // bug says which guarantees a planted store removes.
-type bug struct{ complete, extend, scope bool }
+type bug struct{ complete, extend, scope, drain bool }
+
+// lease is the command's --lease (the gateway's default when absent), for nodrain.
+func lease(args []string) time.Duration {
+	d := 30 * time.Second
+	for i, a := range args {
+		v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "lease=")
+		if !ok && strings.TrimLeft(a, "-") == "lease" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			if p, err := time.ParseDuration(v); err == nil {
+				d = p
+			}
+		}
+	}
+	return d
+}
 
 func main() {
 	for prefix, b := range bugs {
@@ -57,14 +79,15 @@ func opener(prefix string, b bug) storeurl.Opener {
 		if err != nil {
 			return nil, fmt.Errorf("planted %s: %w", prefix, err)
 		}
-		return plantedStore{Store: st, bug: b}, nil
+		return plantedStore{Store: st, bug: b, lease: lease(os.Args[1:])}, nil
 	}
 }
 
 // plantedStore is a real store with one bug planted.
 type plantedStore struct {
 	storeurl.Store
-	bug bug
+	bug   bug
+	lease time.Duration
 }
 
 // key drops the scope of a storage key when the scope bug is planted.
@@ -102,6 +125,9 @@ func (s plantedStore) Extend(ctx context.Context, key string, token int64, until
 	key = s.key(key)
 	if s.bug.extend {
 		token = s.currentToken(ctx, key, token)
+	}
+	if limit := time.Now().Add(s.lease); s.bug.drain && until.After(limit) {
+		until = limit
 	}
 	return s.Store.Extend(ctx, key, token, until)
 }

@@ -3,11 +3,7 @@ package idem
 import (
 	"strings"
 	"testing"
-	"time"
 )
-
-// These tests pin down properties that mutation testing showed no other test held: the
-// memory the response cache accounts for.
 
 // A cached record's accounted size grows with each part of it that takes memory: the key, the
 // fingerprint, the body, header names and header values.
@@ -76,35 +72,5 @@ func TestCacheReplaceAccountsTheNewSize(t *testing.T) {
 	c.put(small)
 	if c.bytes != size(&small) {
 		t.Fatalf("after replacing back: %d bytes, want %d", c.bytes, size(&small))
-	}
-}
-
-// The zero Options get the defaults their documentation states.
-func TestOptionDefaults(t *testing.T) {
-	e, err := New(nopStore{}, Options{CacheSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := e.opt
-	if o.Lease != 30*time.Second || o.TTL != 24*time.Hour || o.Heartbeat != 10*time.Second ||
-		o.PollInterval != 20*time.Millisecond || o.StoreTimeout != 10*time.Second || e.cache.maxBytes != 64<<20 {
-		t.Fatalf("defaults: lease %s, TTL %s, heartbeat %s, poll %s, store timeout %s, cache bytes %d",
-			o.Lease, o.TTL, o.Heartbeat, o.PollInterval, o.StoreTimeout, e.cache.maxBytes)
-	}
-}
-
-// nopStore is a Store that New accepts; these tests never call it.
-type nopStore struct{ Store }
-
-// A lease has run out at its LeaseUntil instant, not before; a completed record has no lease.
-func TestLeaseExpired(t *testing.T) {
-	until := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	r := Record{State: StateInProgress, LeaseUntil: until}
-	if r.LeaseExpired(until.Add(-time.Nanosecond)) || !r.LeaseExpired(until) {
-		t.Error("an in-progress lease must run out at its instant, not before")
-	}
-	r.State = StateCompleted
-	if r.LeaseExpired(until.Add(time.Hour)) {
-		t.Error("a completed record's lease expired")
 	}
 }

@@ -1,0 +1,76 @@
+package mysqloutbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/mysqloutbox"
+	"github.com/idemkit/idem/outbox/outboxtest"
+)
+
+// The outbox conformance suite on MySQL or MariaDB (IDEM_MYSQL_URL).
+func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test (MySQL); skipped with -short")
+	}
+	db, err := sql.Open("mysql", testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	outboxtest.Run(t, func(t *testing.T) outboxtest.Table {
+		ctx := context.Background()
+		opt := mysqloutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64N(1<<62))}
+		if err := mysqloutbox.Migrate(ctx, db, opt); err != nil {
+			t.Fatal(err)
+		}
+		if err := mysqloutbox.Migrate(ctx, db, opt); err != nil {
+			t.Fatalf("Migrate on an existing table: %v", err)
+		}
+		t.Cleanup(func() { _, _ = db.Exec("DROP TABLE " + opt.Table) })
+		st, err := mysqloutbox.New(db, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outboxtest.Table{
+			Store: st,
+			AddTx: func(ctx context.Context, m outbox.Message, commit bool) error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tx.Rollback() }()
+				if err := mysqloutbox.Add(ctx, tx, opt, m); err != nil {
+					return err
+				}
+				if commit {
+					return tx.Commit()
+				}
+				return nil
+			},
+			Count: func(ctx context.Context) (n int, err error) {
+				return n, db.QueryRowContext(ctx, "SELECT count(*) FROM "+opt.Table).Scan(&n)
+			},
+		}
+	})
+}
+
+// A table name that is not letters, digits and underscores, or a nil db, is an OptionError.
+func TestOptions(t *testing.T) {
+	var oe *idem.OptionError
+	if _, err := mysqloutbox.New(nil, mysqloutbox.Options{}); !errors.As(err, &oe) || oe.Field != "db" {
+		t.Errorf("nil db: %v", err)
+	}
+	if _, err := mysqloutbox.New(&sql.DB{}, mysqloutbox.Options{Table: "x`; DROP"}); !errors.As(err, &oe) || oe.Field != "Options.Table" || !errors.Is(err, idem.ErrInvalidInput) {
+		t.Errorf("bad table name: %v", err)
+	}
+}

@@ -1,0 +1,292 @@
+// Package outboxtest is the conformance suite of outbox.Store implementations: events added
+// with a transaction, order per key, concurrent relays, a stopped relay taken over, lag. Each
+// outbox table package (pgoutbox, mysqloutbox, sqliteoutbox) runs it on its database; run it
+// on a Store of your own the same way.
+package outboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outbox"
+)
+
+// Table is one fresh, empty outbox table.
+type Table struct {
+	// Store is the table as a relay reads it.
+	Store outbox.Store
+	// AddTx adds m in a transaction of the database that commits when commit is true and
+	// rolls back otherwise, returning Add's error (before the commit or rollback).
+	AddTx func(ctx context.Context, m outbox.Message, commit bool) error
+	// Count returns how many events the table holds.
+	Count func(ctx context.Context) (int, error)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// Run runs the suite; newTable returns a fresh table for each test (dropped at its end).
+func Run(t *testing.T, newTable func(t *testing.T) Table) {
+	t.Run("AddCommitsWithTheTransaction", func(t *testing.T) { t.Parallel(); addCommits(t, newTable(t)) })
+	t.Run("OrderPerKey", func(t *testing.T) { t.Parallel(); orderPerKey(t, newTable(t)) })
+	t.Run("ConcurrentRelays", func(t *testing.T) { t.Parallel(); concurrentRelays(t, newTable(t)) })
+	t.Run("ConcurrentClaims", func(t *testing.T) { t.Parallel(); concurrentClaims(t, newTable(t)) })
+	t.Run("StoppedRelayIsTakenOver", func(t *testing.T) { t.Parallel(); stoppedRelay(t, newTable(t)) })
+	t.Run("Lag", func(t *testing.T) { t.Parallel(); lag(t, newTable(t)) })
+}
+
+func add(t *testing.T, tb Table, key, body string) {
+	t.Helper()
+	if err := tb.AddTx(context.Background(), outbox.Message{Key: key, Topic: "t", Body: []byte(body), Header: map[string][]string{"X-Trace": {"abc"}}}, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(t *testing.T, tb Table) int {
+	t.Helper()
+	n, err := tb.Count(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// An event added in a transaction that rolls back is never published; one in a transaction
+// that commits is. An event without a key is refused.
+func addCommits(t *testing.T, tb Table) {
+	ctx := context.Background()
+	for _, commit := range []bool{false, true} {
+		if err := tb.AddTx(ctx, outbox.Message{Key: "order-1/paid", Topic: "orders", Body: []byte("{}")}, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, tb); n != 1 {
+		t.Fatalf("%d events in the outbox, want 1 (the committed one)", n)
+	}
+	if err := tb.AddTx(ctx, outbox.Message{Topic: "orders"}, true); !errors.Is(err, idem.ErrInvalidInput) {
+		t.Fatalf("an event without a key: %v, want ErrInvalidInput", err)
+	}
+}
+
+// recorder is a publisher that notes every publish it accepted, and fails as told.
+type recorder struct {
+	mu   sync.Mutex
+	got  []outbox.Message
+	fail func(m outbox.Message) (deliver bool, err error)
+}
+
+func (r *recorder) Publish(_ context.Context, m outbox.Message) error {
+	deliver, err := true, error(nil)
+	if r.fail != nil {
+		deliver, err = r.fail(m)
+	}
+	if deliver {
+		r.mu.Lock()
+		r.got = append(r.got, m)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func bodies(ms []outbox.Message) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, string(m.Body))
+	}
+	return out
+}
+
+// A key's later events wait while its first one fails, and are published in the order they
+// were added; other keys' events are not held up.
+func orderPerKey(t *testing.T, tb Table) {
+	add(t, tb, "k1", "a")
+	add(t, tb, "k2", "x")
+	add(t, tb, "k1", "b")
+	add(t, tb, "k1", "c")
+	failures := 2
+	pub := &recorder{fail: func(m outbox.Message) (bool, error) {
+		if string(m.Body) == "a" && failures > 0 {
+			failures--
+			return false, errors.New("broker down")
+		}
+		return true, nil
+	}}
+	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{MinBackoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := relay.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.got) != 1 || string(pub.got[0].Body) != "x" {
+		t.Fatalf("first round published %v, want only k2's x (k1's a failed, b and c wait)", bodies(pub.got))
+	}
+	if pub.got[0].Header["X-Trace"][0] != "abc" {
+		t.Errorf("headers lost: %v", pub.got[0].Header)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, tb) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox not drained; published %v", bodies(pub.got))
+		}
+		if _, err := relay.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := fmt.Sprint(bodies(pub.got)); got != "[x a b c]" {
+		t.Fatalf("published %s, want [x a b c]", got)
+	}
+	if lag, err := relay.Lag(ctx); err != nil || lag != 0 {
+		t.Fatalf("lag of an empty outbox: %v, %v", lag, err)
+	}
+}
+
+// Four relays drain one table while publishes fail at random, some after the broker took the
+// event (so it is published twice). Every event is published, the table ends empty, and per
+// key the first publishes come in the order the events were added.
+func concurrentRelays(t *testing.T, tb Table) {
+	const keys, perKey = 15, 20
+	for i := 0; i < perKey; i++ {
+		for k := 0; k < keys; k++ {
+			add(t, tb, fmt.Sprintf("key-%d", k), fmt.Sprintf("%d", i))
+		}
+	}
+	pub := &recorder{fail: func(outbox.Message) (bool, error) {
+		switch rand.IntN(10) {
+		case 0:
+			return false, errors.New("refused")
+		case 1:
+			return true, errors.New("confirm lost") // the broker has it; the relay does not know
+		}
+		return true, nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{Batch: 7, Interval: 5 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = relay.Run(ctx) })
+	}
+	for count(t, tb) > 0 && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if n := count(t, tb); n != 0 {
+		t.Fatalf("%d events left unpublished", n)
+	}
+	next := map[string]int{}
+	dups := 0
+	for _, m := range pub.got {
+		var i int
+		fmt.Sscan(string(m.Body), &i)
+		switch {
+		case i == next[m.Key]:
+			next[m.Key]++
+		case i < next[m.Key]:
+			dups++ // a repeat of an event already published: the consumer's key absorbs it
+		default:
+			t.Fatalf("%s: event %d published before event %d", m.Key, i, next[m.Key])
+		}
+	}
+	for k := 0; k < keys; k++ {
+		if n := next[fmt.Sprintf("key-%d", k)]; n != perKey {
+			t.Errorf("key-%d: %d events published, want %d", k, n, perKey)
+		}
+	}
+	t.Logf("%d publishes for %d events (%d repeats)", len(pub.got), keys*perKey, dups)
+}
+
+// Eight relays claiming at one instant: each event is handed to one of them, once.
+func concurrentClaims(t *testing.T, tb Table) {
+	const events = 40
+	for i := range events {
+		add(t, tb, fmt.Sprint("key-", i), "x")
+	}
+	now := time.Now()
+	var mu sync.Mutex
+	got := map[int64]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ms, err := tb.Store.Claim(context.Background(), now, events, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range ms {
+				got[m.ID]++
+			}
+		})
+	}
+	wg.Wait()
+	if len(got) != events {
+		t.Errorf("%d events claimed, want %d", len(got), events)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("event %d handed to %d relays at once, want 1", id, n)
+		}
+	}
+}
+
+// A relay that claimed events and stopped (crashed mid-round) holds them only for its lease;
+// another relay publishes them after it.
+func stoppedRelay(t *testing.T, tb Table) {
+	add(t, tb, "k", "a")
+	add(t, tb, "k", "b")
+	now := time.Now()
+	claimed, err := tb.Store.Claim(context.Background(), now, 10, 300*time.Millisecond)
+	if err != nil || len(claimed) != 1 || string(claimed[0].Body) != "a" {
+		t.Fatalf("claim: %v %v, want k's first event only", bodies(claimed), err)
+	}
+	// Within the lease, nothing is handed out: a is held, b waits behind it.
+	if again, err := tb.Store.Claim(context.Background(), now.Add(100*time.Millisecond), 10, time.Second); err != nil || len(again) != 0 {
+		t.Fatalf("second claim within the lease got %v %v", bodies(again), err)
+	}
+	pub := &recorder{}
+	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for count(t, tb) > 0 && time.Now().Before(deadline) {
+		if _, err := relay.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := fmt.Sprint(bodies(pub.got)); got != "[a b]" {
+		t.Fatalf("published %s, want [a b]", got)
+	}
+	if pub.got[0].Attempts != 2 {
+		t.Errorf("a's attempts %d, want 2 (the stopped relay's claim and this one)", pub.got[0].Attempts)
+	}
+	// A late Retry from the stopped relay changes nothing once another claim happened.
+	if err := tb.Store.Retry(context.Background(), claimed[0], now, "late"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Lag is the age of the oldest unsent event.
+func lag(t *testing.T, tb Table) {
+	add(t, tb, "k", "a")
+	time.Sleep(50 * time.Millisecond)
+	lag, err := tb.Store.Lag(context.Background())
+	if err != nil || lag < 40*time.Millisecond || lag > time.Minute {
+		t.Fatalf("lag %v %v, want about 50ms", lag, err)
+	}
+}

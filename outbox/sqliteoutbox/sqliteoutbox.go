@@ -1,0 +1,100 @@
+// Package sqliteoutbox keeps an outbox table in SQLite: Add writes an event in the caller's
+// transaction (sqlitestore's transaction mode hands it one: sqlitestore.TxFromContext), and Store
+// is the table as an outbox.Relay reads it.
+//
+// Like pgoutbox's, the table holds each event until it is published: a relay claims the
+// oldest unsent event of each key (a conditional UPDATE, so two relays never publish one
+// event at once, and a key's later events wait while an earlier one is unsent), publishes it
+// and deletes it; a relay that stops holds its claims only for its lease.
+package sqliteoutbox
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/internal/sqloutbox"
+)
+
+// DefaultTable is the outbox table's name when Options.Table is empty.
+const DefaultTable = "idem_outbox"
+
+// Execer runs a statement: a *sql.Tx, a *sql.DB or a *sql.Conn.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Options name the table.
+type Options struct {
+	// Table is the outbox table's name: letters, digits and underscores. Default DefaultTable.
+	Table string
+}
+
+func (o Options) table() string {
+	if o.Table == "" {
+		return DefaultTable
+	}
+	return o.Table
+}
+
+var dialect = sqloutbox.Dialect{
+	Package:   "sqliteoutbox",
+	Quote:     func(s string) string { return `"` + s + `"` },
+	NowMicros: "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
+	Create: []string{`CREATE TABLE IF NOT EXISTS %[1]s (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	okey       TEXT NOT NULL,
+	topic      TEXT NOT NULL,
+	header     TEXT NOT NULL,
+	body       BLOB NOT NULL,
+	created_us INTEGER NOT NULL,
+	due_us     INTEGER NOT NULL DEFAULT 0,
+	claimed_us INTEGER NOT NULL DEFAULT 0,
+	attempts   INTEGER NOT NULL DEFAULT 0,
+	last_error TEXT
+)`, `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (okey, id)`},
+}
+
+// Add writes m into the outbox through tx, so that it commits (or rolls back) with the rest
+// of tx's writes. m.ID, m.CreatedAt and m.Attempts are ignored. An invalid m is an error
+// matching idem.ErrInvalidInput.
+func Add(ctx context.Context, tx Execer, opt Options, m outbox.Message) error {
+	return dialect.Add(ctx, tx, opt.table(), m)
+}
+
+// Migrate creates the outbox table and its index if they do not exist.
+func Migrate(ctx context.Context, db Execer, opt Options) error {
+	return dialect.Migrate(ctx, db, opt.table())
+}
+
+// Store is an outbox table in SQLite, for outbox.NewRelay. Create it with New.
+type Store struct{ s *sqloutbox.Store }
+
+var _ outbox.Store = (*Store)(nil)
+
+// New returns the outbox table of opt in db. Call Migrate first (once per database). A nil db
+// or an invalid table name is an *idem.OptionError.
+func New(db *sql.DB, opt Options) (*Store, error) {
+	s, err := dialect.New(db, opt.table())
+	if err != nil {
+		return nil, err
+	}
+	return &Store{s}, nil
+}
+
+// Claim implements outbox.Store.
+func (s *Store) Claim(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]outbox.Message, error) {
+	return s.s.Claim(ctx, now, limit, lease)
+}
+
+// Sent implements outbox.Store.
+func (s *Store) Sent(ctx context.Context, m outbox.Message) error { return s.s.Sent(ctx, m) }
+
+// Retry implements outbox.Store.
+func (s *Store) Retry(ctx context.Context, m outbox.Message, at time.Time, cause string) error {
+	return s.s.Retry(ctx, m, at, cause)
+}
+
+// Lag implements outbox.Store.
+func (s *Store) Lag(ctx context.Context) (time.Duration, error) { return s.s.Lag(ctx) }
