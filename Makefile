@@ -86,11 +86,7 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s).
 demo: ## Run the demo: a payments API behind the idem gateway.
 	$(GO) run ./cmd/idem demo
 
-<<<<<<< HEAD
-.PHONY: api help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short mutation fuzz demo
-=======
 .PHONY: help services test test-short test-race lint bench bench-gateway bench-instructions test-bench-module bench-pgbench bench-redis chaos chaos-short mutation fuzz demo api test-modules
->>>>>>> main
 
 image: ## Container image localhost/idem:latest from Containerfile with podman (installs Debian's podman and runc if missing; nothing pulled).
 	bash scripts/image.sh

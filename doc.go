@@ -55,7 +55,7 @@
 //
 // The faces built on the engine follow one rule, so there is one shape to learn: each reports
 // what became of every request, call, message or invocation through the OnEvent func(Event)
-// field of its options (idemhttp, idemgrpc, consumer, idemlambda; the sweeper and
+// field of its options (idemhttp, idemgrpc, consumer, idemlambda, idemfiber; the sweeper and
 // idemclient report their batches and attempts the same way), and the Event says it in an
 // Outcome field: typed constants named after their word (OutcomeReplay is "replay"), short
 // lowercase labels fit for metrics, one word for one meaning on every face (executed,

@@ -392,7 +392,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 			srv.Close()
 			return err
 		}
-		admin = newServer(cfg, g.AdminHandler(), log)
+		admin = newServer(cfg, g.OpsHandler(), log)
 		go func() { errc <- admin.Serve(mln) }()
 		metricsAddr = mln.Addr().String()
 		log.Info("metrics listening", "addr", metricsAddr)

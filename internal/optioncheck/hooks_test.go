@@ -107,7 +107,7 @@ func TestOutcomeConstants(t *testing.T) {
 	}
 	words := map[string]map[string]bool{} // label → constant names that use it
 	for _, dir := range []string{".", "idemhttp", "idemgrpc", "consumer", "idemlambda", "store/sweeper"} {
-		consts := outcomeConstants(t, filepath.Join(root, dir))
+		consts := typedConstants(t, filepath.Join(root, dir), "Outcome")
 		if len(consts) == 0 {
 			t.Errorf("%s: no Outcome constants found", dir)
 		}
@@ -155,9 +155,9 @@ func TestOutcomeConstants(t *testing.T) {
 	}
 }
 
-// outcomeConstants returns the constants of type Outcome declared in the non-test Go files of
-// dir, with their string literal values ("" for those without one, as iota constants).
-func outcomeConstants(t *testing.T, dir string) map[string]string {
+// typedConstants returns the constants of type typ declared in the non-test Go files of dir,
+// with their string literal values ("" for those without one, as iota constants).
+func typedConstants(t *testing.T, dir, typ string) map[string]string {
 	t.Helper()
 	fset := token.NewFileSet()
 	matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -183,7 +183,7 @@ func outcomeConstants(t *testing.T, dir string) map[string]string {
 				vs := s.(*ast.ValueSpec)
 				if vs.Type != nil {
 					id, ok := vs.Type.(*ast.Ident)
-					inOutcome = ok && id.Name == "Outcome"
+					inOutcome = ok && id.Name == typ
 				} else if len(vs.Values) > 0 {
 					inOutcome = false
 				}
@@ -225,4 +225,31 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestConstantsNamedAfterType: the root package's enumerations read as values, not as
+// functions: each constant is named after its type (DispositionRelease, not Release).
+func TestConstantsNamedAfterType(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	for typ, prefix := range map[string]string{"Disposition": "Disposition", "Stage": "Stage", "UncertainPolicy": "Uncertain", "Outcome": "Outcome"} {
+		consts := typedConstants(t, root, typ)
+		if len(consts) < 3 {
+			t.Errorf("%s: %d constants found", typ, len(consts))
+		}
+		for name := range consts {
+			if !strings.HasPrefix(name, prefix) {
+				t.Errorf("idem.%s is a %s: name it %s…", name, typ, prefix)
+			}
+		}
+	}
+	// "hold" is the uncertain policy's word alone; a policy's verdict that the outcome is
+	// uncertain says so.
+	if got := idem.DispositionUncertain.String(); got != "uncertain" {
+		t.Errorf("DispositionUncertain.String() = %q, want uncertain", got)
+	}
+	if got := idem.UncertainHold.String(); got != "hold" {
+		t.Errorf("UncertainHold.String() = %q, want hold", got)
+	}
 }
