@@ -29,6 +29,9 @@
 // includes any wait), idem.cache.hits, idem.takeovers, idem.uncertain (counters) and
 // idem.claims.in_flight (an up-down counter of effects running now), all with idem.store.
 //
+// OutboxLag adds the gauge idem.outbox.lag (seconds, with idem.outbox): the age of the oldest
+// event of an outbox table not yet published, read from its relay at each collection.
+//
 // # The client
 //
 // Transport wraps the RoundTripper that sends each attempt: one client span per attempt,

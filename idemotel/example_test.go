@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -48,4 +49,17 @@ func Example() {
 	// idem.complete ok
 	// idem.effect kept
 	// idem.replay replay
+}
+
+// The outbox relay's lag as the gauge idem.outbox.lag, read at each collection.
+func ExampleOutboxLag() {
+	var relay *outbox.Relay // outbox.NewRelay(st, pub, outbox.RelayOptions{})
+	if relay == nil {
+		return // in a service: the running relay
+	}
+	reg, err := idemotel.OutboxLag(relay, "idem_outbox", idemotel.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer reg.Unregister()
 }

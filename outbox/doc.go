@@ -6,8 +6,10 @@
 //
 // Writing the row and the event in one transaction removes the dual write: there is never a
 // committed payment without its event, nor an event for a payment that rolled back. The relay
-// is at least once by construction (it publishes, then deletes the row; a crash between the
-// two publishes again), which the key makes harmless.
+// is at least once by construction (it publishes, then marks the row sent; a crash between
+// the two publishes again), which the key makes harmless. Sent rows are kept for the store's
+// retention, to look into, and then deleted in batches by Store.Sweep, which store/sweeper
+// runs as it does for idem records.
 //
 // Events of one key are published in the order they were written: only the oldest unsent
 // event of a key is ever handed to a relay, and a failed publish is retried, with backoff,
@@ -16,7 +18,10 @@
 // under a lease, and a relay that stops mid-publish leaves its events to another after the
 // lease.
 //
-// The table lives in your database: package outbox/pgoutbox for PostgreSQL (pgx). Publishers
-// for the brokers the consumer package reads: outbox/natsout (NATS JetStream) and
-// outbox/amqpout (RabbitMQ). Any other is a Publisher of a few lines.
+// The table lives in your database: package outbox/pgoutbox for PostgreSQL (pgx),
+// outbox/mysqloutbox for MySQL and MariaDB, outbox/sqliteoutbox for SQLite; outbox/outboxtest
+// is the conformance suite they pass. Publishers
+// for the brokers the consumer package reads: outbox/natsout (NATS JetStream),
+// outbox/amqpout (RabbitMQ), outbox/sqsout (Amazon SQS) and outbox/kafkaout (Kafka). Any other
+// is a Publisher of a few lines.
 package outbox

@@ -47,7 +47,7 @@ func (m Message) Check() error {
 }
 
 // Publisher sends an event to a broker. It returns nil only once the broker has accepted the
-// event (a publish acknowledgement, a confirm); the relay deletes the event then, and
+// event (a publish acknowledgement, a confirm); the relay marks the event sent then, and
 // publishes it again after any error.
 type Publisher interface {
 	Publish(ctx context.Context, m Message) error
@@ -66,13 +66,19 @@ type Store interface {
 	// relay, each the oldest unsent event of its key, and claims them until now+lease
 	// (adding one to their Attempts), oldest first.
 	Claim(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]Message, error)
-	// Sent deletes an event that was published.
+	// Sent marks an event published: it is never claimed again, and Sweep deletes it once
+	// the store's retention has passed.
 	Sent(ctx context.Context, m Message) error
 	// Retry makes an event claimed by m (same Attempts) due again at at, noting cause; a
 	// relay whose claim was taken over meanwhile changes nothing.
 	Retry(ctx context.Context, m Message, at time.Time, cause string) error
 	// Lag is the age of the oldest unsent event by the database's clock, 0 when none.
 	Lag(ctx context.Context) (time.Duration, error)
+	// Sweep deletes at most batch events marked sent before now minus the store's retention,
+	// and returns how many it deleted; callers loop until it returns fewer than batch. It is
+	// store/sweeper's Sweepable: sweeper.Start(st, …) sweeps an outbox as it sweeps idem
+	// records.
+	Sweep(ctx context.Context, now time.Time, batch int) (int, error)
 }
 
 // Permanent marks a publish error that retrying cannot fix (a payload the broker refuses

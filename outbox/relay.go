@@ -110,7 +110,7 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // Round claims one batch of due events and publishes each, oldest first: a published event
-// is deleted, a failed one is due again after its backoff. It returns how many events it
+// is marked sent (and swept after the store's retention), a failed one is due again after its backoff. It returns how many events it
 // claimed. Events of a key that failed in this round are not in it: Claim hands out only the
 // oldest unsent event of each key.
 func (r *Relay) Round(ctx context.Context) (int, error) {
@@ -132,7 +132,7 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 			r.opt.OnPublish(m, perr)
 		}
 		if perr == nil {
-			// Published: a failure to delete only means it is published again later.
+			// Published: a failure to mark it only means it is published again later.
 			if err := r.st.Sent(context.WithoutCancel(ctx), m); err != nil {
 				errs = append(errs, fmt.Errorf("outbox: mark %d sent: %w", m.ID, err))
 			}

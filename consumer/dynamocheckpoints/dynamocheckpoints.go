@@ -23,9 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -194,7 +192,7 @@ func (c *Checkpoints) Save(ctx context.Context, shard, owner, checkpoint string)
 		UpdateExpression:          aws.String("SET #cp = :cp, #order = :order"),
 		ConditionExpression:       aws.String("#owner = :owner AND (attribute_not_exists(#order) OR #order < :order)"),
 		ExpressionAttributeNames:  map[string]string{"#owner": attrOwner, "#cp": attrCheckpoint, "#order": attrOrder},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":owner": str(owner), ":cp": str(checkpoint), ":order": str(order(checkpoint))},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":owner": str(owner), ":cp": str(checkpoint), ":order": str(shards.Order(checkpoint))},
 	})
 	switch {
 	case failedCondition(err):
@@ -261,17 +259,4 @@ func text(v types.AttributeValue) string {
 		return s.Value
 	}
 	return ""
-}
-
-// order is checkpoint in a form whose string order is the order of shards.Later: a sequence
-// number (decimal; Kinesis allows up to 129 digits) as "n" and 130 digits, ShardEnd as "z", anything else as
-// "m", its length in 8 digits and itself.
-func order(checkpoint string) string {
-	if checkpoint == shards.ShardEnd {
-		return "z"
-	}
-	if n, ok := new(big.Int).SetString(checkpoint, 10); ok && n.Sign() >= 0 && len(n.String()) <= 130 && !strings.HasPrefix(checkpoint, "+") {
-		return fmt.Sprintf("n%0130s", n.String())
-	}
-	return fmt.Sprintf("m%08d%s", len(checkpoint), checkpoint)
 }

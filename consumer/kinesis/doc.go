@@ -29,7 +29,7 @@
 // again from Options.Start, from TRIM_HORIZON the whole retention of the stream (24 hours by
 // default, records whose keys the store may no longer keep, and whose effects then happen
 // again) or from LATEST, skipping the records put while it was down. Keep the checkpoints in a
-// table (consumer/dynamocheckpoints) for any worker that restarts.
+// table (consumer/dynamocheckpoints, consumer/pgcheckpoints) for any worker that restarts.
 //
 // # Resharding
 //

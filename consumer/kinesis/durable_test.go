@@ -11,11 +11,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/dynamocheckpoints"
 	"github.com/idemkit/idem/consumer/kinesis"
+	"github.com/idemkit/idem/consumer/pgcheckpoints"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/memstore"
@@ -44,6 +46,29 @@ func checkpointTable(t *testing.T) func(app string) kinesis.Checkpoints {
 		_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
 	})
 	return open
+}
+
+// pgCheckpointTable makes a PostgreSQL checkpoint table for the test and returns a function
+// that opens the application's checkpoints in it, as a new process would.
+func pgCheckpointTable(t *testing.T) func(app string) kinesis.Checkpoints {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	table := "checkpoints_" + randHex(6)
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	return func(app string) kinesis.Checkpoints {
+		cps, err := pgcheckpoints.New(db, pgcheckpoints.Options{Table: table, Application: app})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cps.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return cps
+	}
 }
 
 // tally counts, per record id, the handler's runs, and per worker the shards it handled.
@@ -133,20 +158,26 @@ func putRecords(t *testing.T, client *awskinesis.Client, stream string, from, to
 	}
 }
 
-// A worker stopped and started again, in a new process with checkpoints in DynamoDB, reads on
-// after its checkpoints: no record before them is read again (its handler would run again, the
-// store standing for one whose keys have expired), and none after them is skipped. With
-// checkpoints in memory, the new process reads every shard again from TRIM_HORIZON.
+// A worker stopped and started again, in a new process with checkpoints in DynamoDB or in
+// PostgreSQL, reads on after its checkpoints: no record before them is read again (its
+// handler would run again, the store standing for one whose keys have expired), and none after
+// them is skipped. With checkpoints in memory, the new process reads every shard again from
+// TRIM_HORIZON.
 func TestRestartResumesAfterCheckpoint(t *testing.T) {
 	t.Parallel()
 	client := kinesisClient(t)
 	open := checkpointTable(t)
-	for _, durable := range []bool{true, false} {
-		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
+	openPG := pgCheckpointTable(t)
+	for _, kind := range []string{"dynamodb", "postgres", "memory"} {
+		t.Run(kind, func(t *testing.T) {
+			durable := kind != "memory"
 			stream := newStream(t, client, 2)
 			checkpoints := func() kinesis.Checkpoints {
-				if durable {
+				switch kind {
+				case "dynamodb":
 					return open(stream)
+				case "postgres":
+					return openPG(stream)
 				}
 				return kinesis.NewMemoryCheckpoints()
 			}

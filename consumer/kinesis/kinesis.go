@@ -62,7 +62,8 @@ type Options struct {
 // the stream still holds, each a duplicate while the store keeps its key and run again once
 // the key has expired; from LATEST, none of the records put while it was down. For workers
 // that restart, or run in several processes, keep them in a table: consumer/dynamocheckpoints
-// keeps them in DynamoDB, or implement Checkpoints on a table of your own.
+// keeps them in DynamoDB, consumer/pgcheckpoints in PostgreSQL, or implement Checkpoints on a
+// table of your own.
 //
 // Claim takes the lease of a shard for an owner until a time, or renews it, unless another
 // owner holds it and its lease has not run out; it returns the shard's checkpoint ("" for

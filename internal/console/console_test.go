@@ -534,6 +534,63 @@ func TestRates(t *testing.T) {
 	}
 }
 
+// TestRateDefaults: the chart reads the counters every 5 seconds by default and shows 15
+// minutes of the past, and never less than two steps, whatever RateWindow says.
+func TestRateDefaults(t *testing.T) {
+	t.Parallel()
+	counters := func() map[string]float64 { return map[string]float64{"executed": 1} }
+	// series returns the number of steps /api/rates shows, and its step in seconds.
+	series := func(c *client) (int, float64) {
+		_, body := c.get("/api/rates")
+		var r struct {
+			Step   float64 `json:"step_seconds"`
+			Series map[string][]float64
+		}
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Series["new"]), r.Step
+	}
+	// steps waits until /api/rates shows at least n steps, and returns how many it shows then.
+	steps := func(c *client, n int) int {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, _ := series(c)
+			if got >= n || time.Now().After(deadline) {
+				return got
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	def := setup(t, func(o *console.Options) { o.Rates = counters })
+	if _, step := series(def.client(t)); step != 5 {
+		t.Errorf("default step %vs, want 5s", step)
+	}
+
+	// A millisecond step and the default window: 15 minutes are 900,000 steps, so the series
+	// grows well past a few.
+	long := setup(t, func(o *console.Options) { o.Rates = counters; o.RateStep = time.Millisecond })
+	if got := steps(long.client(t), 10); got < 10 {
+		t.Errorf("default window: %d steps shown after 10s of 1ms steps, want at least 10", got)
+	}
+
+	// A window shorter than two steps is two steps: the series reaches 2 and stays there.
+	short := setup(t, func(o *console.Options) {
+		o.Rates = counters
+		o.RateStep = time.Millisecond
+		o.RateWindow = time.Nanosecond
+	})
+	c := short.client(t)
+	if got := steps(c, 2); got != 2 {
+		t.Fatalf("window of 1ns with 1ms steps: %d steps shown, want 2", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got, _ := series(c); got != 2 {
+		t.Errorf("window of 1ns with 1ms steps: %d steps shown later, want 2", got)
+	}
+}
+
 // TestRoute: the list has a route column and the record page shows the route, escaped; a
 // record without one shows a dash.
 func TestRoute(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/consumer/dynamocheckpoints"
 	"github.com/idemkit/idem/consumer/dynamostream"
 	"github.com/idemkit/idem/consumer/kinesis"
+	"github.com/idemkit/idem/consumer/pgcheckpoints"
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
@@ -23,10 +24,12 @@ import (
 	"github.com/idemkit/idem/idemlambda"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/amqpout"
+	"github.com/idemkit/idem/outbox/kafkaout"
 	"github.com/idemkit/idem/outbox/mysqloutbox"
 	"github.com/idemkit/idem/outbox/natsout"
 	"github.com/idemkit/idem/outbox/pgoutbox"
 	"github.com/idemkit/idem/outbox/sqliteoutbox"
+	"github.com/idemkit/idem/outbox/sqsout"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sweeper"
 )
@@ -96,6 +99,8 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 		{"pgoutbox", "db", func() error { _, err := pgoutbox.New(nil, pgoutbox.Options{}); return err }},
 		{"mysqloutbox", "Options.Table", func() error { _, err := mysqloutbox.New(&sql.DB{}, mysqloutbox.Options{Table: "a-b"}); return err }},
 		{"sqliteoutbox", "db", func() error { _, err := sqliteoutbox.New(nil, sqliteoutbox.Options{}); return err }},
+		{"sqsout", "api", func() error { _, err := sqsout.New(nil, ""); return err }},
+		{"kafkaout", "cl", func() error { _, err := kafkaout.New(nil); return err }},
 		{"kinesis", "Options.LeaseDuration", func() error {
 			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
 			_, err := kinesis.Start(context.Background(), c, kinesis.Options{Client: &awskinesis.Client{}, Stream: "s", LeaseDuration: -1})
@@ -106,6 +111,7 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 			_, err := dynamostream.Start(context.Background(), c, dynamostream.Options{Client: &dynamodbstreams.Client{}})
 			return err
 		}},
+		{"pgcheckpoints", "db", func() error { _, err := pgcheckpoints.New(nil, pgcheckpoints.Options{Application: "a"}); return err }},
 		{"dynamocheckpoints", "Options.Application", func() error {
 			_, err := dynamocheckpoints.New(dynamocheckpoints.Options{Client: &dynamodb.Client{}, Table: "t"})
 			return err

@@ -5,14 +5,17 @@
 // Like pgoutbox's, the table holds each event until it is published: a relay claims the
 // oldest unsent event of each key (a conditional UPDATE, so two relays never publish one
 // event at once, and a key's later events wait while an earlier one is unsent), publishes it
-// and deletes it; a relay that stops holds its claims only for its lease.
+// and marks it sent; a relay that stops holds its claims only for its lease. Sent events are
+// kept for Options.Retention, then Store.Sweep deletes them in batches (store/sweeper runs it).
 package mysqloutbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/internal/sqloutbox"
 )
@@ -25,10 +28,16 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// DefaultRetention is how long published events are kept when Options.Retention is 0.
+const DefaultRetention = 24 * time.Hour
+
 // Options name the table.
 type Options struct {
 	// Table is the outbox table's name: letters, digits and underscores. Default DefaultTable.
 	Table string
+	// Retention is how long a published event stays in the table (to look into) before
+	// Store.Sweep deletes it. Default DefaultRetention. Add and Migrate ignore it.
+	Retention time.Duration
 }
 
 func (o Options) table() string {
@@ -53,8 +62,11 @@ var dialect = sqloutbox.Dialect{
 	claimed_us BIGINT NOT NULL DEFAULT 0,
 	attempts   INT NOT NULL DEFAULT 0,
 	last_error TEXT NULL,
-	KEY %[2]s (okey, id)
+	sent_us    BIGINT NOT NULL DEFAULT 0,
+	KEY %[2]s (okey, sent_us, id),
+	KEY %[3]s (sent_us)
 ) ENGINE=InnoDB`},
+	Sweep: "DELETE FROM %[1]s WHERE sent_us > 0 AND sent_us < ? ORDER BY sent_us LIMIT ?",
 }
 
 // Add writes m into the outbox through tx, so that it commits (or rolls back) with the rest
@@ -77,7 +89,10 @@ var _ outbox.Store = (*Store)(nil)
 // New returns the outbox table of opt in db. Call Migrate first (once per database). A nil db
 // or an invalid table name is an *idem.OptionError.
 func New(db *sql.DB, opt Options) (*Store, error) {
-	s, err := dialect.New(db, opt.table())
+	if opt.Retention < 0 {
+		return nil, &idem.OptionError{Package: dialect.Package, Field: "Options.Retention", Problem: opt.Retention.String() + " is negative"}
+	}
+	s, err := dialect.New(db, opt.table(), cmp.Or(opt.Retention, DefaultRetention))
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +110,12 @@ func (s *Store) Sent(ctx context.Context, m outbox.Message) error { return s.s.S
 // Retry implements outbox.Store.
 func (s *Store) Retry(ctx context.Context, m outbox.Message, at time.Time, cause string) error {
 	return s.s.Retry(ctx, m, at, cause)
+}
+
+// Sweep implements outbox.Store: one DELETE of at most batch events sent before
+// now − Options.Retention. store/sweeper runs it: sweeper.Start(st, sweeper.Options{}).
+func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	return s.s.Sweep(ctx, now, batch)
 }
 
 // Lag implements outbox.Store.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 
@@ -29,7 +30,7 @@ func TestConformance(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	outboxtest.Run(t, func(t *testing.T) outboxtest.Table {
 		ctx := context.Background()
-		opt := mysqloutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64N(1<<62))}
+		opt := mysqloutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64N(1<<62)), Retention: time.Hour}
 		if err := mysqloutbox.Migrate(ctx, db, opt); err != nil {
 			t.Fatal(err)
 		}
@@ -57,9 +58,10 @@ func TestConformance(t *testing.T) {
 				}
 				return nil
 			},
-			Count: func(ctx context.Context) (n int, err error) {
-				return n, db.QueryRowContext(ctx, "SELECT count(*) FROM "+opt.Table).Scan(&n)
+			Count: func(ctx context.Context) (unsent, sent int, err error) {
+				return unsent, sent, db.QueryRowContext(ctx, "SELECT COALESCE(SUM(sent_us = 0), 0), COALESCE(SUM(sent_us > 0), 0) FROM "+opt.Table).Scan(&unsent, &sent)
 			},
+			Retention: opt.Retention,
 		}
 	})
 }

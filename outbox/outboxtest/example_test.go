@@ -35,9 +35,10 @@ func ExampleRun() {
 					}
 					return nil
 				},
-				Count: func(ctx context.Context) (n int, err error) {
-					return n, db.QueryRowContext(ctx, "SELECT count(*) FROM "+sqliteoutbox.DefaultTable).Scan(&n)
+				Count: func(ctx context.Context) (unsent, sent int, err error) {
+					return unsent, sent, db.QueryRowContext(ctx, "SELECT COALESCE(SUM(sent_us = 0), 0), COALESCE(SUM(sent_us > 0), 0) FROM "+sqliteoutbox.DefaultTable).Scan(&unsent, &sent)
 				},
+				Retention: sqliteoutbox.DefaultRetention,
 			}
 		})
 	}

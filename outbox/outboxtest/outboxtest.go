@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/store/sweeper"
 )
 
 // Table is one fresh, empty outbox table.
@@ -26,9 +27,15 @@ type Table struct {
 	// AddTx adds m in a transaction of the database that commits when commit is true and
 	// rolls back otherwise, returning Add's error (before the commit or rollback).
 	AddTx func(ctx context.Context, m outbox.Message, commit bool) error
-	// Count returns how many events the table holds.
-	Count func(ctx context.Context) (int, error)
+	// Count returns how many events the table holds that are not sent yet, and how many
+	// are marked sent.
+	Count func(ctx context.Context) (unsent, sent int, err error)
+	// Retention is the Store's: how long it keeps sent events before Sweep deletes them.
+	Retention time.Duration
 }
+
+// An outbox is swept as idem records are.
+var _ sweeper.Sweepable = outbox.Store(nil)
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -40,6 +47,7 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { t.Parallel(); concurrentClaims(t, newTable(t)) })
 	t.Run("StoppedRelayIsTakenOver", func(t *testing.T) { t.Parallel(); stoppedRelay(t, newTable(t)) })
 	t.Run("Lag", func(t *testing.T) { t.Parallel(); lag(t, newTable(t)) })
+	t.Run("SentKeptThenSwept", func(t *testing.T) { t.Parallel(); sentKeptThenSwept(t, newTable(t)) })
 }
 
 func add(t *testing.T, tb Table, key, body string) {
@@ -49,13 +57,20 @@ func add(t *testing.T, tb Table, key, body string) {
 	}
 }
 
+// count returns how many events are not sent yet.
 func count(t *testing.T, tb Table) int {
 	t.Helper()
-	n, err := tb.Count(context.Background())
+	n, _ := counts(t, tb)
+	return n
+}
+
+func counts(t *testing.T, tb Table) (unsent, sent int) {
+	t.Helper()
+	unsent, sent, err := tb.Count(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return unsent, sent
 }
 
 // An event added in a transaction that rolls back is never published; one in a transaction
@@ -288,5 +303,43 @@ func lag(t *testing.T, tb Table) {
 	lag, err := tb.Store.Lag(context.Background())
 	if err != nil || lag < 40*time.Millisecond || lag > time.Minute {
 		t.Fatalf("lag %v %v, want about 50ms", lag, err)
+	}
+}
+
+// A published event is marked sent, not deleted: it stays in the table, is never handed out
+// again, and no longer counts in the lag. Sweep deletes sent events once the retention has
+// passed, at most a batch per call, and never an unsent one.
+func sentKeptThenSwept(t *testing.T, tb Table) {
+	ctx := context.Background()
+	for i := range 3 {
+		add(t, tb, fmt.Sprint("k", i), "a")
+	}
+	pub := &recorder{}
+	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.Round(ctx); err != nil || n != 3 {
+		t.Fatalf("round: %d %v, want 3 published", n, err)
+	}
+	add(t, tb, "k-later", "b") // not published: never swept
+	if unsent, sent := counts(t, tb); unsent != 1 || sent != 3 {
+		t.Fatalf("after publishing: %d unsent and %d sent rows, want 1 and 3 (published rows are kept)", unsent, sent)
+	}
+	later := time.Now().Add(tb.Retention + time.Hour)
+	again, err := tb.Store.Claim(ctx, later, 10, time.Minute)
+	if err != nil || len(again) != 1 || string(again[0].Body) != "b" {
+		t.Fatalf("a claim after publishing handed out %v %v, want only the unsent b", bodies(again), err)
+	}
+	if n, err := tb.Store.Sweep(ctx, time.Now(), 10); err != nil || n != 0 {
+		t.Fatalf("sweep within the retention deleted %d (%v), want 0", n, err)
+	}
+	for _, want := range []int{2, 1, 0} {
+		if n, err := tb.Store.Sweep(ctx, later, 2); err != nil || n != want {
+			t.Fatalf("sweep after the retention deleted %d (%v), want %d (batches of 2)", n, err, want)
+		}
+	}
+	if unsent, sent := counts(t, tb); unsent != 1 || sent != 0 {
+		t.Fatalf("after sweeping: %d unsent and %d sent rows, want 1 and 0", unsent, sent)
 	}
 }

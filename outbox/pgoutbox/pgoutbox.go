@@ -27,12 +27,18 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// DefaultRetention is how long published events are kept when Options.Retention is 0.
+const DefaultRetention = 24 * time.Hour
+
 // Options name the table.
 type Options struct {
 	// Table is the outbox table's name. Default DefaultTable.
 	Table string
 	// Schema holds the table. Default: the connection's search_path.
 	Schema string
+	// Retention is how long a published event stays in the table (to look into) before
+	// Store.Sweep deletes it. Default DefaultRetention. Add and Migrate ignore it.
+	Retention time.Duration
 }
 
 func (o Options) ident() string {
@@ -74,7 +80,9 @@ func Add(ctx context.Context, tx Execer, opt Options, m outbox.Message) error {
 // Migrate creates the outbox table and its index if they do not exist.
 func Migrate(ctx context.Context, db Execer, opt Options) error {
 	t := opt.ident()
-	idx := pgx.Identifier{tableName(opt) + "_key_id"}.Sanitize()
+	idx := func(suffix string) string { return pgx.Identifier{tableName(opt) + suffix}.Sanitize() }
+	// The unsent events are found through partial indexes, however many sent ones are kept;
+	// a table made before sent events were kept gets sent_at and the indexes here.
 	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
 	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	key          text        NOT NULL,
@@ -85,13 +93,25 @@ func Migrate(ctx context.Context, db Execer, opt Options) error {
 	due_at       timestamptz NOT NULL DEFAULT '-infinity',
 	claimed_till timestamptz NOT NULL DEFAULT '-infinity',
 	attempts     integer     NOT NULL DEFAULT 0,
-	last_error   text
+	last_error   text,
+	sent_at      timestamptz
 );
-CREATE INDEX IF NOT EXISTS `+idx+` ON `+t+` (key, id)`)
+ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS sent_at timestamptz;
+DROP INDEX IF EXISTS `+schemaQualified(opt, tableName(opt)+"_key_id")+`;
+CREATE INDEX IF NOT EXISTS `+idx("_unsent_key_id")+` ON `+t+` (key, id) WHERE sent_at IS NULL;
+CREATE INDEX IF NOT EXISTS `+idx("_unsent_id")+` ON `+t+` (id) WHERE sent_at IS NULL;
+CREATE INDEX IF NOT EXISTS `+idx("_sent_at")+` ON `+t+` (sent_at) WHERE sent_at IS NOT NULL`)
 	if err != nil {
 		return fmt.Errorf("pgoutbox: migrate: %w", err)
 	}
 	return nil
+}
+
+func schemaQualified(o Options, name string) string {
+	if o.Schema != "" {
+		return pgx.Identifier{o.Schema, name}.Sanitize()
+	}
+	return pgx.Identifier{name}.Sanitize()
 }
 
 func tableName(o Options) string {
@@ -103,11 +123,13 @@ func tableName(o Options) string {
 
 // Store is an outbox table in PostgreSQL, for outbox.NewRelay. Create it with New.
 type Store struct {
-	db    *pgxpool.Pool
-	claim string
-	sent  string
-	retry string
-	lag   string
+	db        *pgxpool.Pool
+	retention time.Duration
+	claim     string
+	sent      string
+	retry     string
+	lag       string
+	sweep     string
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -117,23 +139,28 @@ func New(db *pgxpool.Pool, opt Options) (*Store, error) {
 	if db == nil {
 		return nil, &idem.OptionError{Package: "pgoutbox", Field: "db", Problem: "is nil"}
 	}
+	if opt.Retention < 0 {
+		return nil, &idem.OptionError{Package: "pgoutbox", Field: "Options.Retention", Problem: opt.Retention.String() + " is negative"}
+	}
 	t := opt.ident()
 	return &Store{
-		db: db,
+		db:        db,
+		retention: cmp.Or(opt.Retention, DefaultRetention),
 		// Only the oldest unsent event of each key is eligible; FOR UPDATE SKIP LOCKED keeps
 		// two relays off one event, and the NOT EXISTS keeps a key's later events back while
 		// an earlier one is unsent, whoever holds it.
 		claim: `UPDATE ` + t + ` o SET claimed_till = $1::timestamptz + $3::interval, attempts = o.attempts + 1
 WHERE o.id IN (
 	SELECT h.id FROM ` + t + ` h
-	WHERE h.due_at <= $1 AND h.claimed_till <= $1
-	  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.key = h.key AND e.id < h.id)
+	WHERE h.sent_at IS NULL AND h.due_at <= $1 AND h.claimed_till <= $1
+	  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.key = h.key AND e.id < h.id AND e.sent_at IS NULL)
 	ORDER BY h.id LIMIT $2
 	FOR UPDATE SKIP LOCKED)
 RETURNING o.id, o.key, o.topic, o.header, o.body, o.created_at, o.attempts`,
-		sent:  `DELETE FROM ` + t + ` WHERE id = $1`,
-		retry: `UPDATE ` + t + ` SET due_at = $2, claimed_till = '-infinity', last_error = left($4, 1000) WHERE id = $1 AND attempts = $3`,
-		lag:   `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM ` + t,
+		sent:  `UPDATE ` + t + ` SET sent_at = clock_timestamp(), claimed_till = '-infinity' WHERE id = $1 AND sent_at IS NULL`,
+		retry: `UPDATE ` + t + ` SET due_at = $2, claimed_till = '-infinity', last_error = left($4, 1000) WHERE id = $1 AND attempts = $3 AND sent_at IS NULL`,
+		lag:   `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM ` + t + ` WHERE sent_at IS NULL`,
+		sweep: `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t + ` WHERE sent_at IS NOT NULL AND sent_at < $1 ORDER BY sent_at LIMIT $2)`,
 	}, nil
 }
 
@@ -189,4 +216,14 @@ func (s *Store) Lag(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// Sweep implements outbox.Store: one DELETE of at most batch events sent before
+// now − Options.Retention.
+func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	tag, err := s.db.Exec(ctx, s.sweep, now.Add(-s.retention), batch)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
 }

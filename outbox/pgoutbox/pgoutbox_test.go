@@ -26,7 +26,7 @@ func table(t *testing.T) (*pgxpool.Pool, pgoutbox.Options, *pgoutbox.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64())}
+	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64()), Retention: time.Hour}
 	if err := pgoutbox.Migrate(ctx, db, opt); err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +58,10 @@ func TestConformance(t *testing.T) {
 				}
 				return nil
 			},
-			Count: func(ctx context.Context) (n int, err error) {
-				return n, db.QueryRow(ctx, "SELECT count(*) FROM "+opt.Table).Scan(&n)
+			Count: func(ctx context.Context) (unsent, sent int, err error) {
+				return unsent, sent, db.QueryRow(ctx, "SELECT count(*) FILTER (WHERE sent_at IS NULL), count(sent_at) FROM "+opt.Table).Scan(&unsent, &sent)
 			},
+			Retention: opt.Retention,
 		}
 	})
 }
@@ -74,5 +75,48 @@ func TestRelayOptions(t *testing.T) {
 		if _, err := outbox.NewRelay(st, pub, o); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%+v: %v, want ErrInvalidInput", o, err)
 		}
+	}
+}
+
+// A table made before published events were kept (no sent_at column, a plain (key, id) index)
+// is brought up to date by Migrate, its unsent events kept and published.
+func TestMigrateKeepsAnOlderTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_old_%d", rand.Int64())}
+	if _, err := db.Exec(ctx, `CREATE TABLE `+opt.Table+` (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, topic text NOT NULL,
+	header jsonb NOT NULL DEFAULT '{}', body bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	due_at timestamptz NOT NULL DEFAULT '-infinity', claimed_till timestamptz NOT NULL DEFAULT '-infinity',
+	attempts integer NOT NULL DEFAULT 0, last_error text);
+CREATE INDEX `+opt.Table+`_key_id ON `+opt.Table+` (key, id);
+INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old')`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE "+opt.Table) })
+	for range 2 {
+		if err := pgoutbox.Migrate(ctx, db, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := pgoutbox.New(db, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.Claim(ctx, time.Now(), 10, time.Minute)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "old" {
+		t.Fatalf("claim after migrating: %v %v, want the old event", ms, err)
+	}
+	if err := st.Sent(ctx, ms[0]); err != nil {
+		t.Fatal(err)
+	}
+	var sent int
+	if err := db.QueryRow(ctx, "SELECT count(sent_at) FROM "+opt.Table).Scan(&sent); err != nil || sent != 1 {
+		t.Fatalf("%d rows marked sent (%v), want 1", sent, err)
 	}
 }

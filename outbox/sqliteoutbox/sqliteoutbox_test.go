@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -24,7 +25,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })
-		opt := sqliteoutbox.Options{}
+		opt := sqliteoutbox.Options{Retention: time.Hour}
 		if err := sqliteoutbox.Migrate(ctx, db, opt); err != nil {
 			t.Fatal(err)
 		}
@@ -51,9 +52,10 @@ func TestConformance(t *testing.T) {
 				}
 				return nil
 			},
-			Count: func(ctx context.Context) (n int, err error) {
-				return n, db.QueryRowContext(ctx, "SELECT count(*) FROM "+sqliteoutbox.DefaultTable).Scan(&n)
+			Count: func(ctx context.Context) (unsent, sent int, err error) {
+				return unsent, sent, db.QueryRowContext(ctx, "SELECT COALESCE(SUM(sent_us = 0), 0), COALESCE(SUM(sent_us > 0), 0) FROM "+sqliteoutbox.DefaultTable).Scan(&unsent, &sent)
 			},
+			Retention: opt.Retention,
 		}
 	})
 }

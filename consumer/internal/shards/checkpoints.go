@@ -2,7 +2,9 @@ package shards
 
 import (
 	"context"
+	"fmt"
 	"math/big"
+	"strings"
 	"sync"
 	"time"
 )
@@ -161,4 +163,18 @@ func Later(a, b string) bool {
 		return len(a) > len(b) || (len(a) == len(b) && a > b)
 	}
 	return x.Cmp(y) > 0
+}
+
+// Order is checkpoint in a form whose string order is the order of Later, for a table that
+// compares checkpoints in a condition: a sequence number (decimal; Kinesis allows up to 129
+// digits) as "n" and 130 digits, ShardEnd as "z", anything else as "m", its length in 8
+// digits and itself.
+func Order(checkpoint string) string {
+	if checkpoint == ShardEnd {
+		return "z"
+	}
+	if n, ok := new(big.Int).SetString(checkpoint, 10); ok && n.Sign() >= 0 && len(n.String()) <= 130 && !strings.HasPrefix(checkpoint, "+") {
+		return fmt.Sprintf("n%0130s", n.String())
+	}
+	return fmt.Sprintf("m%08d%s", len(checkpoint), checkpoint)
 }

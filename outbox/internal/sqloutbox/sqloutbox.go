@@ -22,8 +22,12 @@ type Dialect struct {
 	Quote   func(ident string) string
 	// NowMicros is an SQL expression of the database's clock in Unix microseconds.
 	NowMicros string
-	// Create is the CREATE TABLE statement for the quoted table (%[1]s) and index (%[2]s).
+	// Create are the statements that create the quoted table (%[1]s) and its indexes, whose
+	// names end the quoted table name's (%[2]s: …_unsent_key, %[3]s: …_sent).
 	Create []string
+	// Sweep deletes at most ? (the second argument) rows sent before ? (the first) from the
+	// quoted table (%[1]s).
+	Sweep string
 }
 
 // Execer runs a statement: a *sql.Tx, *sql.DB or *sql.Conn.
@@ -74,7 +78,7 @@ func (d Dialect) Migrate(ctx context.Context, db Execer, table string) error {
 		return err
 	}
 	for _, stmt := range d.Create {
-		if _, err := db.ExecContext(ctx, fmt.Sprintf(stmt, d.Quote(table), d.Quote(table+"_key_id"))); err != nil {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(stmt, d.Quote(table), d.Quote(table+"_unsent_key"), d.Quote(table+"_sent"))); err != nil {
 			return fmt.Errorf("%s: migrate: %w", d.Package, err)
 		}
 	}
@@ -83,33 +87,39 @@ func (d Dialect) Migrate(ctx context.Context, db Execer, table string) error {
 
 // Store is the table as a relay reads it.
 type Store struct {
-	d                                        Dialect
-	db                                       *sql.DB
-	candidates, take, read, sent, retry, lag string
+	d                                               Dialect
+	db                                              *sql.DB
+	retention                                       time.Duration
+	candidates, take, read, sent, retry, lag, sweep string
 }
 
-// New returns the store of table in db.
-func (d Dialect) New(db *sql.DB, table string) (*Store, error) {
+// New returns the store of table in db, keeping sent events for retention.
+func (d Dialect) New(db *sql.DB, table string, retention time.Duration) (*Store, error) {
 	if db == nil {
 		return nil, &idem.OptionError{Package: d.Package, Field: "db", Problem: "is nil"}
 	}
 	if err := d.CheckTable(table); err != nil {
 		return nil, err
 	}
+	if retention <= 0 {
+		return nil, &idem.OptionError{Package: d.Package, Field: "Options.Retention", Problem: retention.String() + " is not positive"}
+	}
 	t := d.Quote(table)
 	return &Store{
-		d:  d,
-		db: db,
+		d:         d,
+		db:        db,
+		retention: retention,
 		// The oldest unsent event of each key, due and unclaimed.
-		candidates: `SELECT h.id FROM ` + t + ` h WHERE h.due_us <= ? AND h.claimed_us <= ?
-  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.okey = h.okey AND e.id < h.id)
+		candidates: `SELECT h.id FROM ` + t + ` h WHERE h.sent_us = 0 AND h.due_us <= ? AND h.claimed_us <= ?
+  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.okey = h.okey AND e.sent_us = 0 AND e.id < h.id)
 ORDER BY h.id LIMIT ?`,
 		// Taken only if nobody took it meanwhile (two relays reading the same candidates).
-		take:  `UPDATE ` + t + ` SET claimed_us = ?, attempts = attempts + 1 WHERE id = ? AND due_us <= ? AND claimed_us <= ?`,
+		take:  `UPDATE ` + t + ` SET claimed_us = ?, attempts = attempts + 1 WHERE id = ? AND sent_us = 0 AND due_us <= ? AND claimed_us <= ?`,
 		read:  `SELECT okey, topic, header, body, created_us, attempts FROM ` + t + ` WHERE id = ?`,
-		sent:  `DELETE FROM ` + t + ` WHERE id = ?`,
-		retry: `UPDATE ` + t + ` SET due_us = ?, claimed_us = 0, last_error = ? WHERE id = ? AND attempts = ?`,
-		lag:   `SELECT COALESCE(` + d.NowMicros + ` - MIN(created_us), 0) FROM ` + t,
+		sent:  `UPDATE ` + t + ` SET sent_us = ` + d.NowMicros + `, claimed_us = 0 WHERE id = ? AND sent_us = 0`,
+		retry: `UPDATE ` + t + ` SET due_us = ?, claimed_us = 0, last_error = ? WHERE id = ? AND attempts = ? AND sent_us = 0`,
+		lag:   `SELECT COALESCE(` + d.NowMicros + ` - MIN(created_us), 0) FROM ` + t + ` WHERE sent_us = 0`,
+		sweep: fmt.Sprintf(d.Sweep, t),
 	}, nil
 }
 
@@ -182,4 +192,15 @@ func (s *Store) Lag(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(max(us, 0)) * time.Microsecond, nil
+}
+
+// Sweep implements outbox.Store: one DELETE of at most batch events sent before
+// now − retention.
+func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error) {
+	res, err := s.db.ExecContext(ctx, s.sweep, micros(now.Add(-s.retention)), batch)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }

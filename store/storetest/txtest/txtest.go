@@ -426,6 +426,11 @@ const slack = time.Second
 func hold(t *testing.T, h Harness, key string) (release func()) {
 	t.Helper()
 	began, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(unblock) }) }
+	// A test that fails while the key is held ends its transaction too, at once, instead of
+	// leaving it open and the test hung until the binary's time limit.
+	t.Cleanup(free)
 	done := make(chan error, 1)
 	go func() {
 		res, err := h.Runner.Do(testCtx(t), key, fpA, func(ctx context.Context) (idem.Response, error) {
@@ -447,7 +452,7 @@ func hold(t *testing.T, h Harness, key string) (release func()) {
 		t.Fatalf("the first request ended before its function ran: %v", err)
 	}
 	return func() {
-		close(unblock)
+		free()
 		if err := <-done; err != nil {
 			t.Fatalf("first request: %v", err)
 		}
@@ -455,7 +460,8 @@ func hold(t *testing.T, h Harness, key string) (release func()) {
 }
 
 // waitsOut runs a duplicate of a held key and checks it gets idem.ErrInFlight within bound
-// (plus slack), without running fn.
+// (plus slack), and not before half of it (a wait bounded by less, or not at all), without
+// running fn.
 func waitsOut(t *testing.T, h Harness, ctx context.Context, key string, bound time.Duration) {
 	t.Helper()
 	start := time.Now()
@@ -470,6 +476,9 @@ func waitsOut(t *testing.T, h Harness, ctx context.Context, key string, bound ti
 	}
 	if took > bound+slack {
 		t.Fatalf("duplicate with a bound of %s answered after %s", bound, took)
+	}
+	if took < bound/2 {
+		t.Errorf("duplicate with a bound of %s gave up after %s", bound, took)
 	}
 }
 

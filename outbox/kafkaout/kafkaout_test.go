@@ -1,0 +1,124 @@
+package kafkaout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/kafka"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/internal/e2e"
+	"github.com/idemkit/idem/outbox/kafkaout"
+)
+
+// brokers are IDEM_KAFKA_BROKERS (comma-separated host:port) for an external Kafka, or else
+// an in-process kfake cluster, as consumer/kafka's tests use.
+var brokers []string
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv("IDEM_KAFKA_BROKERS"); v != "" {
+		brokers = strings.Split(v, ",")
+		os.Exit(m.Run())
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kfake:", err)
+		os.Exit(1)
+	}
+	brokers = c.ListenAddrs()
+	code := m.Run()
+	c.Close()
+	os.Exit(code)
+}
+
+func topic(t *testing.T, partitions int32) string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	name := fmt.Sprintf("outbox-%x", rand.Int64())
+	if _, err := adm.CreateTopic(context.Background(), partitions, 1, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), name) })
+	return name
+}
+
+// TestEndToEnd: payments and their events committed together, relayed to a Kafka topic with
+// every event published twice, consumed by an idem consumer (consumer/kafka) keyed on the
+// Idempotency-Key header: each payment's effect runs once.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	name := topic(t, 3)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	pub, err := kafkaout.New(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.Run(t, pub, name, func(ctx context.Context, c *consumer.Consumer) error {
+		w, err := kafka.NewWorker(c, kafka.Options{}, kgo.SeedBrokers(brokers...), kgo.ConsumerGroup("g-"+name), kgo.ConsumeTopics(name),
+			kgo.HeartbeatInterval(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	})
+}
+
+// TestRecord: the key is the record's key (one partition per key) and the Idempotency-Key
+// header, the event's headers come along; a nil client is an option error.
+func TestRecord(t *testing.T) {
+	t.Parallel()
+	name := topic(t, 4)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(name), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, _ := kafkaout.New(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 6 {
+		m := outbox.Message{ID: int64(i), Key: "order-1/paid", Topic: name, Body: fmt.Appendf(nil, "%d", i), Header: map[string][]string{"X-Trace": {"abc"}}}
+		if err := pub.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	partitions := map[int32]bool{}
+	var got []string
+	for len(got) < 6 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			partitions[r.Partition] = true
+			got = append(got, string(r.Value))
+			m := kafka.Message(r)
+			if key, err := outbox.KeyOf(m.Header); err != nil || key != "order-1/paid" || string(r.Key) != key || fmt.Sprint(m.Header["X-Trace"]) != "[abc]" {
+				t.Errorf("record key %q, header %v: %v", r.Key, m.Header, err)
+			}
+		})
+	}
+	if fmt.Sprint(got) != "[0 1 2 3 4 5]" || len(partitions) != 1 {
+		t.Fatalf("received %v in %d partitions, want 0..5 in order in one", got, len(partitions))
+	}
+	var oe *idem.OptionError
+	if _, err := kafkaout.New(nil); !errors.As(err, &oe) || oe.Field != "cl" {
+		t.Errorf("nil client: %v", err)
+	}
+}
