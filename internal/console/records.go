@@ -122,8 +122,9 @@ func printable(s string) string {
 	return s
 }
 
-func (c *Console) stuck(cond Condition, rec idem.Record, now time.Time) bool {
-	return cond == Held || cond == Stale || cond == Running && now.Sub(rec.CreatedAt) >= c.opt.StuckAfter
+// stuck reports whether rec is stuck at now (Stuck, with Options.StuckAfter).
+func (c *Console) stuck(rec idem.Record, now time.Time) bool {
+	return Stuck(rec, now, c.opt.StuckAfter)
 }
 
 func (c *Console) row(rec idem.Record, now time.Time) row {
@@ -131,7 +132,7 @@ func (c *Console) row(rec idem.Record, now time.Time) row {
 	cond := ConditionOf(rec, now)
 	r := row{
 		Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope, Condition: cond,
-		Stuck: c.stuck(cond, rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: Starts(rec), Status: "—", created: rec.CreatedAt,
+		Stuck: c.stuck(rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: Starts(rec), Status: "—", created: rec.CreatedAt,
 		Route: routeText(rec.Route),
 	}
 	if cond.Live() {
@@ -345,7 +346,7 @@ func (c *Console) matches(rec idem.Record, f filter, now time.Time) bool {
 	case anyState:
 		return true
 	case stuckState:
-		return c.stuck(cond, rec, now)
+		return c.stuck(rec, now)
 	}
 	return string(cond) == f.State
 }
@@ -403,7 +404,7 @@ func (c *Console) view(w http.ResponseWriter, r *http.Request, rec idem.Record, 
 	cond := ConditionOf(rec, now)
 	v := recordView{
 		page: c.page(w, r, "Record"), Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope,
-		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(cond, rec, now), Live: cond.Live(),
+		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(rec, now), Live: cond.Live(),
 		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: Starts(rec), Route: routeText(rec.Route),
 		Created: rec.CreatedAt.UTC().Format(timeLayout) + " (" + age(now.Sub(rec.CreatedAt)) + " ago)",
 	}

@@ -28,6 +28,10 @@ const (
 	// attrListShard, on records only, is the partition key of the listing index: one of
 	// ListShards groups (listShard). The index's sort key is the table's partition key.
 	attrListShard = "list_shard"
+	// attrListCreated, on records only, is the sort key of the newest-first index
+	// (NewestIndex): the record's created_at in 16 zero-padded decimal digits of Unix
+	// microseconds, then its key (listCreated).
+	attrListCreated = "list_created"
 	// attrResponseHead, on completed records, holds the first storekit.ListResponseHeadLen bytes
 	// of the encoded response: what a listing shows of it (status, body omitted).
 	attrResponseHead = "response_head"
@@ -112,6 +116,8 @@ func (s *Store) attrName(placeholder string) string {
 		return attrPart
 	case "#shard":
 		return attrListShard
+	case "#lcreated":
+		return attrListCreated
 	case "#rhead":
 		return attrResponseHead
 	case "#route":

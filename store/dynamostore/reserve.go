@@ -67,6 +67,7 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 		item[attrExpiresAt] = num(expires)
 		item[s.opt.TTLAttribute] = num(s.ttl(expires))
 		item[attrListShard] = num(listShard(key))
+		item[attrListCreated] = str(listCreated(micros(claim.CreatedAt), key))
 		if claim.Route != "" {
 			item[attrRoute] = str(claim.Route)
 		}

@@ -83,6 +83,8 @@ type Store struct {
 	ap     *redis.AutoPipeliner // the client's, when Options.AutoPipeline is set
 	opt    Options
 	closed atomic.Bool
+	// timeIndexed is set once List found every shard's time index complete (backfill).
+	timeIndexed atomic.Bool
 
 	// balance is positive while most Reserves find a record, and Reserve then starts with a
 	// plain GET (see readFirst).
@@ -214,10 +216,16 @@ func (s *Store) indexKey(sh int) string {
 	return s.opt.Prefix + tag(sh) + "i"
 }
 
-// keys returns the record key of key and its shard's index key, as the scripts take them.
+// timeKey is the Redis key of a shard's time index: <prefix>{sss}t (see scripts.go).
+func (s *Store) timeKey(sh int) string {
+	return s.opt.Prefix + tag(sh) + "t"
+}
+
+// keys returns the record key of key and its shard's index and time index keys, as the
+// scripts take them.
 func (s *Store) keys(key string) []string {
 	sh := shard(key)
-	return []string{s.recordKey(sh, key), s.indexKey(sh)}
+	return []string{s.recordKey(sh, key), s.indexKey(sh), s.timeKey(sh)}
 }
 
 // base is the length of a record key before the store key (<prefix>{sss}r:), as the scripts
@@ -306,7 +314,7 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 			Route:       route,
 		},
 	}
-	reply, err := s.eval(ctx, claimScript, keys, encodeClaim(claim.Record, op), s.ttlMillis(window), s.base())
+	reply, err := s.eval(ctx, claimScript, keys, encodeClaim(claim.Record, op), s.ttlMillis(window), s.base(), micros(now))
 	switch {
 	case errors.Is(err, redis.Nil):
 		s.found(false)

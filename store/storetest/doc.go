@@ -23,4 +23,8 @@
 // (idem.ReserveRequest.Route: kept by a takeover, replaced by a new claim, listed), and a
 // porcupine check that concurrent histories of all operations are linearizable with respect to
 // the contract (see CheckLinearizable).
+//
+// A store that implements idem.Lister is checked in both orders: in key order, and newest
+// first (idem.ListNewestFirst), which every lister must serve, since an operator's console
+// opens on the newest records; a store without a Lister skips the listing tests.
 package storetest
