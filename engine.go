@@ -75,7 +75,8 @@ type Options struct {
 }
 
 // Engine runs effects at most once per key. It is safe for concurrent use; create one per
-// store with New and share it. The zero Engine is not usable: create it with New.
+// store with New and share it. The zero Engine is not usable (Do panics on it): create it
+// with New.
 type Engine struct {
 	store Store
 	opt   Options
@@ -177,6 +178,9 @@ type Result struct {
 //
 // A panic in fn releases the claim and is re-panicked.
 func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Result, error) {
+	if e == nil || e.store == nil {
+		panic("idem: Do on an Engine not created with New: create it with New")
+	}
 	if err := checkArgs(key, fingerprint, fn); err != nil {
 		return Result{}, err
 	}
@@ -388,13 +392,13 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 
 	result = Result{Response: resp, Executed: true, Takeover: res.Takeover}
 	policy := e.opt.Policy(resp, ferr)
-	if policy != Keep || ferr != nil {
+	if policy != DispositionKeep || ferr != nil {
 		// Stopped before the claim is held or released: an extension after a hold would
 		// shorten the hold to one lease.
 		hb.stop()
 	}
 	switch policy {
-	case Keep:
+	case DispositionKeep:
 		if ferr != nil {
 			// A policy may keep a response that came with an error; the error still goes
 			// back to the caller.
@@ -425,7 +429,7 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 		ev.Outcome = OutcomeKept
 		effect.end(ev)
 		return result, nil
-	case Hold:
+	case DispositionUncertain:
 		e.hold(ctx, key, token, res.Record.ExpiresAt)
 		if ferr == nil {
 			ferr = Uncertain(nil)

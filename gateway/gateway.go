@@ -585,8 +585,9 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
-// AdminHandler serves /metrics, /healthz and /readyz, for the metrics listener.
-func (g *Gateway) AdminHandler() http.Handler {
+// OpsHandler serves the operations endpoints, /metrics, /healthz and /readyz, for the metrics
+// listener (--metrics-listen).
+func (g *Gateway) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", g.healthz)

@@ -409,7 +409,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 			srv.Close()
 			return err
 		}
-		admin = newServer(cfg, g.AdminHandler(), log)
+		admin = newServer(cfg, g.OpsHandler(), log)
 		go func() { errc <- admin.Serve(mln) }()
 		metricsAddr = mln.Addr().String()
 		log.Info("metrics listening", "addr", metricsAddr)
@@ -419,7 +419,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		// jitter) that goes on while there is a backlog, paced to leave the store to requests
 		// (at most a tenth of the time in it), reported in the idem_sweep_* metrics.
 		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 5 * time.Minute, Logger: log,
-			Observer: g.Metrics().SweepObserver()})
+			OnEvent: g.Metrics().ObserveSweep})
 		if err != nil {
 			srv.Close()
 			if admin != nil {

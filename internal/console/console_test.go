@@ -496,7 +496,7 @@ func TestRates(t *testing.T) {
 	b := setup(t, func(o *console.Options) {
 		o.RateStep = 50 * time.Millisecond
 		o.Rates = func() map[string]float64 {
-			return map[string]float64{"executed": float64(executed.Load()), "conflict": float64(conflicts.Load()), "bypass": 1e6}
+			return map[string]float64{"executed": float64(executed.Load()), "in_flight": float64(conflicts.Load()), "bypass": 1e6}
 		}
 	})
 	c := b.client(t)
