@@ -69,7 +69,7 @@ api: ## Rewrite the exported-API record in api/ after an intended public change 
 
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
-	./store/storekit:FuzzDecodeResponse \
+	./store/storekit:FuzzDecodeResponse ./store/storekit:FuzzDecodeRequest \
 	./idemhttp:FuzzParseKey ./idemhttp:FuzzCanonicalJSON ./idemhttp:FuzzJSONKey \
 	./gateway:FuzzParseConfig ./gateway:FuzzParseByteSize ./gateway:FuzzGatewayRequest \
 	./idemclient:FuzzRetryAfter ./consumer/sqs:FuzzUnwrapSNS \

@@ -52,4 +52,13 @@
 // outcome, whether the claim was a takeover, its attempt count and lease ([Event]). Package
 // idemotel turns it into OpenTelemetry spans and metrics. Unset, it costs a nil check per
 // stage.
+//
+// The faces built on the engine follow one rule, so there is one shape to learn: each reports
+// what became of every request, call, message or invocation through the OnEvent func(Event)
+// field of its options (idemhttp, idemgrpc, consumer, idemlambda, idemfiber; the sweeper and
+// idemclient report their batches and attempts the same way), and the Event says it in an
+// Outcome field: typed constants named after their word (OutcomeReplay is "replay"), short
+// lowercase labels fit for metrics, one word for one meaning on every face (executed,
+// replay, in_flight, mismatch, released, uncertain, store_error, …). Spans come from the
+// engine's Observer, which every face reaches through the runner it is given.
 package idem

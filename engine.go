@@ -75,7 +75,8 @@ type Options struct {
 }
 
 // Engine runs effects at most once per key. It is safe for concurrent use; create one per
-// store with New and share it. The zero Engine is not usable: create it with New.
+// store with New and share it. The zero Engine is not usable (Do panics on it): create it
+// with New.
 type Engine struct {
 	store Store
 	opt   Options
@@ -177,6 +178,9 @@ type Result struct {
 //
 // A panic in fn releases the claim and is re-panicked.
 func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Result, error) {
+	if e == nil || e.store == nil {
+		panic("idem: Do on an Engine not created with New: create it with New")
+	}
 	if err := checkArgs(key, fingerprint, fn); err != nil {
 		return Result{}, err
 	}
@@ -249,10 +253,10 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	}
 }
 
-// reserve claims key with the route ctx names (WithRoute), if any.
+// reserve claims key with the route (WithRoute) and the request (WithRequest) ctx carries, if any.
 func (e *Engine) reserve(ctx context.Context, key, fingerprint string, now time.Time) (Reservation, error) {
 	return e.store.Reserve(ctx, ReserveRequest{Key: key, Fingerprint: fingerprint, Route: routeFrom(ctx),
-		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL})
+		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL, Request: RequestFromContext(ctx)})
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under
@@ -388,13 +392,13 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 
 	result = Result{Response: resp, Executed: true, Takeover: res.Takeover}
 	policy := e.opt.Policy(resp, ferr)
-	if policy != Keep || ferr != nil {
+	if policy != DispositionKeep || ferr != nil {
 		// Stopped before the claim is held or released: an extension after a hold would
 		// shorten the hold to one lease.
 		hb.stop()
 	}
 	switch policy {
-	case Keep:
+	case DispositionKeep:
 		if ferr != nil {
 			// A policy may keep a response that came with an error; the error still goes
 			// back to the caller.
@@ -419,13 +423,13 @@ func (e *Engine) execute(ctx context.Context, key string, res Reservation, fn Fu
 			stored := resp
 			e.cache.put(Record{Key: key, Fingerprint: res.Record.Fingerprint, State: StateCompleted, Token: token,
 				Attempts: res.Record.Attempts, Starts: res.Record.Starts, Response: &stored, CreatedAt: res.Record.CreatedAt, CompletedAt: now,
-				ExpiresAt: expires, Route: res.Record.Route})
+				ExpiresAt: expires, Route: res.Record.Route, Request: res.Record.Request})
 		}
 		result.Kept, result.ExpiresAt = true, expires
 		ev.Outcome = OutcomeKept
 		effect.end(ev)
 		return result, nil
-	case Hold:
+	case DispositionUncertain:
 		e.hold(ctx, key, token, res.Record.ExpiresAt)
 		if ferr == nil {
 			ferr = Uncertain(nil)

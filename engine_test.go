@@ -248,7 +248,7 @@ func TestUncertain(t *testing.T) {
 		}
 	})
 	t.Run("policy hold without error", func(t *testing.T) {
-		b := setup(t, idem.Options{Policy: func(idem.Response, error) idem.Disposition { return idem.Hold }})
+		b := setup(t, idem.Options{Policy: func(idem.Response, error) idem.Disposition { return idem.DispositionUncertain }})
 		_, err := b.eng.Do(context.Background(), "k", fp1, effect(new(atomic.Int32), 200, ""))
 		if !errors.Is(err, idem.ErrUncertain) {
 			t.Fatalf("err = %v, want ErrUncertain", err)
@@ -570,5 +570,19 @@ func TestExecutedWithError(t *testing.T) {
 		if !errors.Is(err, boom) || !res.Executed || res.Replayed || res.Kept {
 			t.Fatalf("Do = %+v, %v; want Executed with the effect's error", res, err)
 		}
+	}
+}
+
+// TestZeroEngineSaysCreateItWithNew: an Engine not created with New says so when used.
+func TestZeroEngineSaysCreateItWithNew(t *testing.T) {
+	for name, e := range map[string]*idem.Engine{"zero": new(idem.Engine), "nil": nil} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "create it with New") {
+					t.Errorf("%s Engine: panic %v, want one that says to create it with New", name, r)
+				}
+			}()
+			_, _ = e.Do(context.Background(), "k", idem.Fingerprint(nil), func(context.Context) (idem.Response, error) { return idem.Response{}, nil })
+		}()
 	}
 }

@@ -70,5 +70,5 @@ func ExampleDefaultPolicy() {
 	// keep
 	// release
 	// keep
-	// hold
+	// uncertain
 }

@@ -19,8 +19,9 @@ import (
 // it; records created in the same microsecond come in descending key order. The other filters
 // are checked record by record along the range: a page asks for at most Limit matching
 // records, but a filter that matches few of them may read many. memstore scans its records
-// under its lock. A store that cannot list newest first refuses it with an error matching
-// errors.ErrUnsupported.
+// under its lock. Every store of this module lists in both orders (the conformance suite,
+// storetest, checks both); a Lister of another that cannot list newest first refuses it with
+// an error matching errors.ErrUnsupported.
 //
 // Listed records are every stored record, expired and released ones included (their ExpiresAt
 // says so, as with Get), but they are light: a completed record's Response holds only Status

@@ -6,24 +6,26 @@ import "errors"
 type Disposition uint8
 
 const (
-	// Keep stores the response: every later request with the key gets it replayed.
-	Keep Disposition = iota + 1
-	// Release frees the claim: nothing is known to have happened, so a retry executes.
-	Release
-	// Hold leaves the claim in place, neither stored nor released: the effect may have
-	// happened. What follows is the engine's UncertainPolicy.
-	Hold
+	// DispositionKeep stores the response: every later request with the key gets it replayed.
+	DispositionKeep Disposition = iota + 1
+	// DispositionRelease frees the claim: nothing is known to have happened, so a retry
+	// executes.
+	DispositionRelease
+	// DispositionUncertain leaves the claim in place, neither stored nor released: the effect
+	// may have happened. What follows is the engine's UncertainPolicy (which may hold the
+	// claim to the end of its window: UncertainHold).
+	DispositionUncertain
 )
 
-// String returns "keep", "release", "hold" or "invalid".
+// String returns "keep", "release", "uncertain" or "invalid".
 func (d Disposition) String() string {
 	switch d {
-	case Keep:
+	case DispositionKeep:
 		return "keep"
-	case Release:
+	case DispositionRelease:
 		return "release"
-	case Hold:
-		return "hold"
+	case DispositionUncertain:
+		return "uncertain"
 	}
 	return "invalid"
 }
@@ -39,12 +41,12 @@ type Policy func(resp Response, err error) Disposition
 func DefaultPolicy(resp Response, err error) Disposition {
 	if err != nil {
 		if errors.Is(err, ErrUncertain) {
-			return Hold
+			return DispositionUncertain
 		}
-		return Release
+		return DispositionRelease
 	}
 	if resp.Status >= 500 {
-		return Release
+		return DispositionRelease
 	}
 	return releasedStatus(resp.Status)
 }
@@ -53,7 +55,7 @@ func DefaultPolicy(resp Response, err error) Disposition {
 // Stripe does: a retry of a request that failed on the server gets the same failure.
 func StoreServerErrors(resp Response, err error) Disposition {
 	if err == nil && resp.Status >= 500 {
-		return Keep
+		return DispositionKeep
 	}
 	return DefaultPolicy(resp, err)
 }
@@ -61,9 +63,9 @@ func StoreServerErrors(resp Response, err error) Disposition {
 func releasedStatus(status int) Disposition {
 	switch status {
 	case 401, 403, 408, 409, 425, 429:
-		return Release
+		return DispositionRelease
 	}
-	return Keep
+	return DispositionKeep
 }
 
 // UncertainPolicy says what happens to a claim whose outcome is held as uncertain.

@@ -103,6 +103,9 @@ type Record struct {
 	// the route given with WithRoute when the key was claimed (ReserveRequest.Route), at most
 	// MaxRouteLen bytes of UTF-8, or "" when none was given.
 	Route string
+	// Request is what the client sent, as the face that claimed the key retained it
+	// (ReserveRequest.Request), or nil when none was retained.
+	Request *Request
 }
 
 // Expired reports whether the record counts as absent at now (a record past ExpiresAt is

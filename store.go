@@ -31,6 +31,11 @@ type Store interface {
 	// claim stores req.Route; a takeover, which continues the same claim, keeps the stored route
 	// and stores req.Route only if the record had none; a record that is not claimed is returned
 	// untouched, with its stored route. An empty Route stores none.
+	//
+	// The request (req.Request) follows the route's rule: a new claim stores it, a takeover keeps
+	// the stored one and stores req.Request only if the record had none, a record that is not
+	// claimed is returned with its stored request. A nil Request stores none, and a record
+	// without one takes no more room than before requests were kept.
 	Reserve(ctx context.Context, req ReserveRequest) (Reservation, error)
 
 	// Complete stores resp and marks the record completed, with CompletedAt = now and the given
@@ -78,6 +83,10 @@ type ReserveRequest struct {
 	Lease time.Duration
 	// TTL is how long the record counts (Options.TTL): a claim's ExpiresAt is Now+TTL.
 	TTL time.Duration
+	// Request is what the client sent, redacted and bounded by the face that claims (see
+	// WithRequest and Record.Request), or nil to keep none. Stores keep it as given (encoded by
+	// storekit.EncodeRequest); they never keep the caller's slices or maps.
+	Request *Request
 }
 
 // Deleter is implemented by stores that can delete a record outright, whatever its state. It

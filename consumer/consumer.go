@@ -38,7 +38,7 @@ type Message struct {
 	// worked on, so that it is not handed to another consumer meanwhile (JetStream
 	// InProgress, SQS ChangeMessageVisibility). Consumer.Handle calls it every ExtendEvery
 	// while the key is claimed and the handler runs. An error is logged and the effect goes
-	// on: the store's claim still keeps a redelivered copy from running it (it gets InFlight).
+	// on: the store's claim still keeps a redelivered copy from running it (it gets OutcomeInFlight).
 	Extend func(ctx context.Context) error
 	// ExtendEvery is how often Extend is called; zero or negative: never. Adapters set it to a
 	// fraction of the broker's redelivery timeout (AckWait, visibility timeout).
@@ -49,17 +49,17 @@ type Message struct {
 // order id, the transaction id, the producer's own idempotency key, the period of a scheduled
 // job. It must return the same key for every delivery of the same event and different keys for
 // different events. It must never use the transport's message id (SNS fan-out gives each copy
-// its own). An error means the message can never be handled: the result is Rejected.
+// its own). An error means the message can never be handled: the result is OutcomeRejected.
 type KeyFunc func(m *Message) (string, error)
 
 // Handler performs the effect of a message. ctx is cancelled when the Handle call's context
 // is, or with cause idem.ErrLeaseLost if the claim was taken over. It returns a small result to
 // store and hand to later duplicates (nil for none), or an error:
-//   - any error: the claim is released and the message redelivered (Failed);
+//   - any error: the claim is released and the message redelivered (OutcomeFailed);
 //   - an error wrapped with idem.Uncertain: the effect may have happened; the claim is held as
-//     the engine's UncertainPolicy says and the message is not acked (Failed);
+//     the engine's UncertainPolicy says and the message is not acked (OutcomeFailed);
 //   - an error wrapped with Reject: the message can never succeed; the claim is released and
-//     the message dead-lettered (Rejected).
+//     the message dead-lettered (OutcomeRejected).
 type Handler func(ctx context.Context, m *Message) ([]byte, error)
 
 // Options configure a Consumer. Only Key is required.
@@ -70,7 +70,7 @@ type Options struct {
 	// Key derives the idempotency key from the message's business fact. Required.
 	Key KeyFunc
 	// Fingerprint identifies the content of the message, so that a key reused for a
-	// different event is noticed (Rejected, matching idem.ErrMismatch) instead of skipped as a
+	// different event is noticed (OutcomeRejected, matching idem.ErrMismatch) instead of skipped as a
 	// duplicate. It must return 64 lowercase hex digits (see idem.Fingerprint). Default: the
 	// idem.Fingerprint of Body. Set it when the body holds fields that change between
 	// deliveries of one event (a send timestamp), for example to the fingerprint of the
@@ -88,24 +88,25 @@ type Options struct {
 	// duplicates. A larger result is not stored; duplicates get Result.OutputOmitted. Default
 	// 64 KiB; negative stores no result at all.
 	MaxResult int
-	// RetryDelay is the delay adapters put on the redelivery of a Failed message, when the
+	// RetryDelay is the delay adapters put on the redelivery of a OutcomeFailed message, when the
 	// broker can delay it. Default 0: redeliver as soon as the broker does.
 	RetryDelay time.Duration
-	// InFlightDelay caps the delay before an InFlight message comes back: its Result.RetryAfter
+	// InFlightDelay caps the delay before an OutcomeInFlight message comes back: its Result.RetryAfter
 	// is the holder's remaining lease, at most InFlightDelay. Default 2s: the holder usually
 	// finishes within it and the redelivery is then a cheap duplicate; a crashed holder's
 	// lease is taken over once it runs out.
 	InFlightDelay time.Duration
-	// Observe, when set, is called with every Result before Handle returns it, for metrics and
-	// logs. It must be quick and safe for concurrent use. Default nil.
-	Observe func(m *Message, r Result)
+	// OnEvent, when set, is called once per message as Handle returns, with its Event (the
+	// Result, its Outcome included), for metrics and logs. It must be quick and safe for
+	// concurrent use. Default nil.
+	OnEvent func(Event)
 	// Trace, when set, is called as Handle begins, with the adapter's context and the
 	// message. Handle runs under the context it returns, so the engine's observer (its claim,
 	// effect and completion spans) and the handler see it, and calls the returned func, when
-	// not nil, with the Result as Handle returns (Outcome Failed if the handler panics). It is
+	// not nil, with the Event OnEvent gets (Outcome OutcomeFailed if the handler panics). It is
 	// how a tracer continues the producer's trace from the message's headers: see
 	// idemotel.ConsumerTrace. It must be quick and safe for concurrent use. Default nil.
-	Trace func(ctx context.Context, m *Message) (context.Context, func(Result))
+	Trace func(ctx context.Context, m *Message) (context.Context, func(Event))
 	// Logger receives warnings (an effect whose record could not be stored, a failed broker
 	// extension). Default slog.Default().
 	Logger *slog.Logger
@@ -128,7 +129,7 @@ type Runner = idem.Runner
 // Consumer makes the effect of each business event happen once, however many times the broker
 // delivers it. It is broker-neutral: adapters (consumer/natsjs, consumer/amqp, consumer/sqs)
 // turn deliveries into Messages, call Handle and ack or not as the Result says. It is safe for
-// concurrent use.
+// concurrent use. Create it with New: the zero value has no runner, and Handle panics on it.
 type Consumer struct {
 	engine Runner
 	h      Handler
@@ -179,36 +180,40 @@ func (c *Consumer) Options() Options { return c.opt }
 //
 // The Result says what happened and what the adapter does with the delivery; see Outcome.
 func (c *Consumer) Handle(ctx context.Context, m *Message) (r Result) {
+	if c == nil || c.engine == nil {
+		panic("consumer: Handle on a Consumer not created with New: create it with New")
+	}
+	start := time.Now()
 	if c.opt.Trace != nil && m != nil {
-		var done func(Result)
+		var done func(Event)
 		if ctx, done = c.opt.Trace(ctx, m); done != nil {
-			r = Result{Outcome: Failed, Err: errPanicked} // what done gets if the handler panics
-			defer func() { done(r) }()
+			r = Result{Outcome: OutcomeFailed, Err: errPanicked} // what done gets if the handler panics
+			defer func() { done(Event{Message: m, Result: r, Duration: time.Since(start)}) }()
 		}
 	}
 	r = c.handle(ctx, m)
-	if c.opt.Observe != nil {
-		c.opt.Observe(m, r)
+	if c.opt.OnEvent != nil {
+		c.opt.OnEvent(Event{Message: m, Result: r, Duration: time.Since(start)})
 	}
 	return r
 }
 
 func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 	if m == nil {
-		return Result{Outcome: Rejected, Err: fmt.Errorf("%w: consumer: nil message", idem.ErrInvalidInput)}
+		return Result{Outcome: OutcomeRejected, Err: fmt.Errorf("%w: consumer: nil message", idem.ErrInvalidInput)}
 	}
 	key, err := c.opt.Key(m)
 	if err != nil {
-		return Result{Outcome: Rejected, Err: fmt.Errorf("consumer: key: %w", err)}
+		return Result{Outcome: OutcomeRejected, Err: fmt.Errorf("consumer: key: %w", err)}
 	}
 	if key == "" {
-		return Result{Outcome: Rejected, Err: fmt.Errorf("%w: consumer: key function returned an empty key", idem.ErrInvalidInput)}
+		return Result{Outcome: OutcomeRejected, Err: fmt.Errorf("%w: consumer: key function returned an empty key", idem.ErrInvalidInput)}
 	}
 	key = idem.ScopedKey(c.opt.Scope, key)
 	var fp string
 	if c.opt.Fingerprint != nil {
 		if fp, err = c.opt.Fingerprint(m); err != nil {
-			return Result{Outcome: Rejected, Key: key, Err: fmt.Errorf("consumer: fingerprint: %w", err)}
+			return Result{Outcome: OutcomeRejected, Key: key, Err: fmt.Errorf("consumer: fingerprint: %w", err)}
 		}
 	} else {
 		fp = idem.Fingerprint(m.Body)
@@ -241,9 +246,9 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 	var inflight *idem.InFlightError
 	switch {
 	case err == nil && res.Replayed:
-		r.Outcome, r.Output, r.OutputOmitted = Duplicate, res.Response.Body, res.Response.BodyOmitted
+		r.Outcome, r.Output, r.OutputOmitted = OutcomeReplay, res.Response.Body, res.Response.BodyOmitted
 	case err == nil:
-		r.Outcome, r.Output, r.OutputOmitted = Processed, out, res.Response.BodyOmitted
+		r.Outcome, r.Output, r.OutputOmitted = OutcomeExecuted, out, res.Response.BodyOmitted
 	case succeeded && res.Executed:
 		// The effect ran and succeeded, but its record could not be completed (the store
 		// failed, or the claim was taken over). The delivery is acked anyway: redelivering it
@@ -251,14 +256,14 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 		// reports Executed false: its effect rolled back with the claim, and the message must
 		// come back.)
 		c.log.Warn("consumer: effect done but not recorded; acking the message", "key", key, "err", err)
-		r.Outcome, r.Output, r.Err = Processed, out, err
+		r.Outcome, r.Output, r.Err = OutcomeExecuted, out, err
 	case errors.As(err, &inflight):
-		r.Outcome, r.Err = InFlight, err
+		r.Outcome, r.Err = OutcomeInFlight, err
 		r.RetryAfter = min(inflight.RetryAfter, c.opt.InFlightDelay)
 	case errors.Is(err, ErrRejected), errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidInput):
-		r.Outcome, r.Err = Rejected, err
+		r.Outcome, r.Err = OutcomeRejected, err
 	default:
-		r.Outcome, r.Err, r.RetryAfter = Failed, err, c.opt.RetryDelay
+		r.Outcome, r.Err, r.RetryAfter = OutcomeFailed, err, c.opt.RetryDelay
 	}
 	return r
 }

@@ -104,7 +104,7 @@ func TestProcessedThenDuplicate(t *testing.T) {
 	ctx := context.Background()
 
 	r := c.Handle(ctx, &consumer.Message{Body: []byte("order:1:42"), ID: "m1"})
-	if r.Outcome != consumer.Processed || r.Err != nil || string(r.Output) != "receipt-order/1-1" || r.Key != "billing|order/1" {
+	if r.Outcome != consumer.OutcomeExecuted || r.Err != nil || string(r.Output) != "receipt-order/1-1" || r.Key != "billing|order/1" {
 		t.Fatalf("first delivery: %+v", r)
 	}
 	if got := b.store.calls.Load(); got != 2 {
@@ -112,7 +112,7 @@ func TestProcessedThenDuplicate(t *testing.T) {
 	}
 	// Same event, new transport id: a duplicate, one round trip, the stored result.
 	r = c.Handle(ctx, &consumer.Message{Body: []byte("order:1:42"), ID: "m2", Redelivered: true})
-	if r.Outcome != consumer.Duplicate || r.Err != nil || string(r.Output) != "receipt-order/1-1" || !r.Outcome.Ack() {
+	if r.Outcome != consumer.OutcomeReplay || r.Err != nil || string(r.Output) != "receipt-order/1-1" || !r.Outcome.Ack() {
 		t.Fatalf("duplicate: %+v", r)
 	}
 	if got := b.store.calls.Load(); got != 3 {
@@ -170,7 +170,7 @@ func TestScopesAndKeysWithSlashesAreApart(t *testing.T) {
 			// The same body for every consumer, as one event fanned out to every service: a
 			// merged record would take it for a duplicate.
 			r := c.Handle(context.Background(), &consumer.Message{Body: []byte(tc.key)})
-			if r.Outcome != consumer.Processed && r.Outcome != consumer.Duplicate {
+			if r.Outcome != consumer.OutcomeExecuted && r.Outcome != consumer.OutcomeReplay {
 				t.Fatalf("scope %q key %q: %v %v", tc.scope, tc.key, r.Outcome, r.Err)
 			}
 			keys = append(keys, r.Key)
@@ -196,10 +196,10 @@ func TestOutcomes(t *testing.T) {
 		want    consumer.Outcome
 		is      error
 	}{
-		{"no key", "garbage", nil, consumer.Rejected, nil},
-		{"handler error", "order:2:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, boom }, consumer.Failed, boom},
-		{"uncertain", "order:3:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, idem.Uncertain(boom) }, consumer.Failed, idem.ErrUncertain},
-		{"rejected by handler", "order:4:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, consumer.Reject(boom) }, consumer.Rejected, consumer.ErrRejected},
+		{"no key", "garbage", nil, consumer.OutcomeRejected, nil},
+		{"handler error", "order:2:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, boom }, consumer.OutcomeFailed, boom},
+		{"uncertain", "order:3:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, idem.Uncertain(boom) }, consumer.OutcomeFailed, idem.ErrUncertain},
+		{"rejected by handler", "order:4:a", func(context.Context, *consumer.Message) ([]byte, error) { return nil, consumer.Reject(boom) }, consumer.OutcomeRejected, consumer.ErrRejected},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,7 +217,7 @@ func TestOutcomes(t *testing.T) {
 			if tc.is != nil && !errors.Is(r.Err, tc.is) {
 				t.Fatalf("error %v does not match %v", r.Err, tc.is)
 			}
-			if r.Outcome == consumer.Failed && r.RetryAfter != time.Second {
+			if r.Outcome == consumer.OutcomeFailed && r.RetryAfter != time.Second {
 				t.Fatalf("RetryAfter %s, want Options.RetryDelay", r.RetryAfter)
 			}
 		})
@@ -235,13 +235,13 @@ func TestFailedIsRetried(t *testing.T) {
 		return []byte("ok"), nil
 	}, consumer.Options{})
 	m := &consumer.Message{Body: []byte("order:5:a")}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Failed {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeFailed {
 		t.Fatalf("first: %v", r.Outcome)
 	}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted {
 		t.Fatalf("retry: %v %v", r.Outcome, r.Err)
 	}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Duplicate || string(r.Output) != "ok" {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeReplay || string(r.Output) != "ok" {
 		t.Fatalf("then: %v %q", r.Outcome, r.Output)
 	}
 }
@@ -252,7 +252,7 @@ func TestMismatchIsRejected(t *testing.T) {
 	c := newConsumer(t, b.engine, b.charge, consumer.Options{})
 	c.Handle(context.Background(), &consumer.Message{Body: []byte("order:6:100")})
 	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:6:999")})
-	if r.Outcome != consumer.Rejected || !errors.Is(r.Err, idem.ErrMismatch) {
+	if r.Outcome != consumer.OutcomeRejected || !errors.Is(r.Err, idem.ErrMismatch) {
 		t.Fatalf("got %v %v", r.Outcome, r.Err)
 	}
 	// A fingerprint over the business fields only: a changed timestamp is still a duplicate.
@@ -261,11 +261,11 @@ func TestMismatchIsRejected(t *testing.T) {
 		return idem.Fingerprint([]byte(k)), err
 	}})
 	c2.Handle(context.Background(), &consumer.Message{Body: []byte("order:8:t1")})
-	if r := c2.Handle(context.Background(), &consumer.Message{Body: []byte("order:8:t2")}); r.Outcome != consumer.Duplicate {
+	if r := c2.Handle(context.Background(), &consumer.Message{Body: []byte("order:8:t2")}); r.Outcome != consumer.OutcomeReplay {
 		t.Fatalf("custom fingerprint: %v %v", r.Outcome, r.Err)
 	}
 	c3 := newConsumer(t, b.engine, b.charge, consumer.Options{Fingerprint: func(*consumer.Message) (string, error) { return "nothex", nil }})
-	if r := c3.Handle(context.Background(), &consumer.Message{Body: []byte("order:9:a")}); r.Outcome != consumer.Rejected || !errors.Is(r.Err, idem.ErrInvalidInput) {
+	if r := c3.Handle(context.Background(), &consumer.Message{Body: []byte("order:9:a")}); r.Outcome != consumer.OutcomeRejected || !errors.Is(r.Err, idem.ErrInvalidInput) {
 		t.Fatalf("bad fingerprint: %v %v", r.Outcome, r.Err)
 	}
 }
@@ -288,7 +288,7 @@ func TestInFlightAndBrokerExtension(t *testing.T) {
 	}()
 	<-started
 	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:10:a")})
-	if r.Outcome != consumer.InFlight || !errors.Is(r.Err, idem.ErrInFlight) || r.RetryAfter != 500*time.Millisecond {
+	if r.Outcome != consumer.OutcomeInFlight || !errors.Is(r.Err, idem.ErrInFlight) || r.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("concurrent duplicate: %v %v %s", r.Outcome, r.Err, r.RetryAfter)
 	}
 	// The extensions go on, every 20ms, for as long as the effect runs (waited for, not
@@ -299,7 +299,7 @@ func TestInFlightAndBrokerExtension(t *testing.T) {
 		}
 	}
 	close(release)
-	if r := <-done; r.Outcome != consumer.Processed {
+	if r := <-done; r.Outcome != consumer.OutcomeExecuted {
 		t.Fatalf("holder: %v %v", r.Outcome, r.Err)
 	}
 	n := extends.Load()
@@ -315,7 +315,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	c := newConsumer(t, b.engine, b.charge, consumer.Options{})
 	b.mem.Close()
 	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:11:a")})
-	if r.Outcome != consumer.Failed || !errors.Is(r.Err, idem.ErrStoreUnavailable) || b.count("order/11") != 0 {
+	if r.Outcome != consumer.OutcomeFailed || !errors.Is(r.Err, idem.ErrStoreUnavailable) || b.count("order/11") != 0 {
 		t.Fatalf("got %v %v, effects %d", r.Outcome, r.Err, b.count("order/11"))
 	}
 }
@@ -336,7 +336,7 @@ func TestEffectDoneButNotRecordedIsAcked(t *testing.T) {
 	var ran atomic.Int64
 	c := newConsumer(t, e, func(context.Context, *consumer.Message) ([]byte, error) { ran.Add(1); return []byte("r"), nil }, consumer.Options{Logger: discard()})
 	r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:12:a")})
-	if r.Outcome != consumer.Processed || !r.Outcome.Ack() || !errors.Is(r.Err, idem.ErrStoreUnavailable) || ran.Load() != 1 {
+	if r.Outcome != consumer.OutcomeExecuted || !r.Outcome.Ack() || !errors.Is(r.Err, idem.ErrStoreUnavailable) || ran.Load() != 1 {
 		t.Fatalf("got %v %v ran %d", r.Outcome, r.Err, ran.Load())
 	}
 }
@@ -347,16 +347,16 @@ func TestLargeResultNotStored(t *testing.T) {
 	big := make([]byte, 100)
 	c := newConsumer(t, b.engine, func(context.Context, *consumer.Message) ([]byte, error) { return big, nil }, consumer.Options{MaxResult: 10})
 	m := &consumer.Message{Body: []byte("order:13:a")}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed || len(r.Output) != 100 || !r.OutputOmitted {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted || len(r.Output) != 100 || !r.OutputOmitted {
 		t.Fatalf("first: %+v", r)
 	}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Duplicate || r.Output != nil || !r.OutputOmitted {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeReplay || r.Output != nil || !r.OutputOmitted {
 		t.Fatalf("duplicate: %+v", r)
 	}
 }
 
 // Many goroutines deliver duplicates of many events at once: each effect runs exactly once,
-// and every delivery ends Processed or Duplicate once nothing is in flight.
+// and every delivery ends OutcomeExecuted or OutcomeReplay once nothing is in flight.
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idem.Options{})
@@ -371,13 +371,13 @@ func TestConcurrentDuplicates(t *testing.T) {
 			m := &consumer.Message{Body: []byte(fmt.Sprintf("order:%d:x", i%events)), ID: fmt.Sprint(i)}
 			for {
 				r := c.Handle(context.Background(), m)
-				if r.Outcome == consumer.InFlight {
+				if r.Outcome == consumer.OutcomeInFlight {
 					time.Sleep(r.RetryAfter)
 					continue
 				}
-				if r.Outcome == consumer.Processed {
+				if r.Outcome == consumer.OutcomeExecuted {
 					processed.Add(1)
-				} else if r.Outcome != consumer.Duplicate {
+				} else if r.Outcome != consumer.OutcomeReplay {
 					t.Errorf("delivery %d: %v %v", i, r.Outcome, r.Err)
 				}
 				return
@@ -434,10 +434,10 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 	c, _ := consumer.New(consumer.Options{Runner: e, Key: orderKey}, h)
-	if r := c.Handle(context.Background(), nil); r.Outcome != consumer.Rejected {
+	if r := c.Handle(context.Background(), nil); r.Outcome != consumer.OutcomeRejected {
 		t.Errorf("nil message: %v", r.Outcome)
 	}
-	if r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:" + strings.Repeat("k", 600) + ":")}); r.Outcome != consumer.Rejected {
+	if r := c.Handle(context.Background(), &consumer.Message{Body: []byte("order:" + strings.Repeat("k", 600) + ":")}); r.Outcome != consumer.OutcomeRejected {
 		t.Errorf("key too long: %v", r.Outcome)
 	}
 }
@@ -456,7 +456,7 @@ func TestRecordRouteIsTheSubject(t *testing.T) {
 		{ctx, "order:r1:1", "orders.created"},
 		{idem.WithRoute(ctx, "billing"), "order:r2:1", "billing"},
 	} {
-		if r := c.Handle(tc.ctx, &consumer.Message{Body: []byte(tc.body), Subject: "orders.created"}); r.Outcome != consumer.Processed {
+		if r := c.Handle(tc.ctx, &consumer.Message{Body: []byte(tc.body), Subject: "orders.created"}); r.Outcome != consumer.OutcomeExecuted {
 			t.Fatalf("%s: %+v", tc.body, r)
 		}
 		key, _ := orderKey(&consumer.Message{Body: []byte(tc.body)})

@@ -44,19 +44,19 @@
 // [Consumer.Handle] runs the [Handler] through the idem engine (claim, effect, completion or
 // release) and returns a [Result] whose [Outcome] tells the adapter what to do:
 //
-//   - [Processed]: the effect ran now. Ack.
-//   - [Duplicate]: it had run before; skipped, and the stored result returned. Ack.
-//   - [InFlight]: another consumer runs it now. Do not ack; redeliver after
-//     Result.RetryAfter, when it is done (a Duplicate) or its holder has died (a takeover).
-//   - [Failed]: the handler failed, or the store was unreachable and nothing ran (fail
+//   - [OutcomeExecuted]: the effect ran now. Ack.
+//   - [OutcomeReplay]: it had run before; skipped, and the stored result returned. Ack.
+//   - [OutcomeInFlight]: another consumer runs it now. Do not ack; redeliver after
+//     Result.RetryAfter, when it is done (a replay) or its holder has died (a takeover).
+//   - [OutcomeFailed]: the handler failed, or the store was unreachable and nothing ran (fail
 //     closed). The claim is released; do not ack; redeliver.
-//   - [Rejected]: the message can never be handled (no key, a key reused for another event,
+//   - [OutcomeRejected]: the message can never be handled (no key, a key reused for another event,
 //     or the handler returned [Reject]). Dead-letter it.
 //
 // A consumer that crashes after the effect and before its ack leaves a completed record: the
-// redelivery is a Duplicate and is acked without running the effect again. A consumer that
+// redelivery is a replay and is acked without running the effect again. A consumer that
 // crashes while the effect runs leaves its claim in flight until the engine's lease runs out;
-// redeliveries meanwhile are InFlight, and the first after it takes over and runs the effect
+// redeliveries meanwhile are OutcomeInFlight, and the first after it takes over and runs the effect
 // (at-least-once for a holder that died mid-effect, as idem documents). Transaction mode closes
 // that last gap for effects that live in the store's database.
 //
@@ -74,11 +74,11 @@
 //			return nil, err
 //		})
 //
-// The adapters ack only after Handle returns Processed, which in this mode means after the
+// The adapters ack only after Handle returns OutcomeExecuted, which in this mode means after the
 // commit. A handler error, a panic, a process killed mid-effect or a failed COMMIT roll
 // everything back: no row, no record, and the redelivered message runs the effect once. A
 // duplicate delivered while the first transaction runs waits for it to end, then replays its
-// result (a Duplicate) or, after a rollback, runs the effect itself.
+// result (a replay) or, after a rollback, runs the effect itself.
 //
 // # Cost
 //

@@ -43,9 +43,9 @@ func Example() {
 	fmt.Println("msg-d", r.Outcome, r.Outcome.Ack())
 	fmt.Println("charges:", charges)
 	// Output:
-	// msg-a processed true receipt-1
-	// msg-b duplicate true receipt-1
-	// msg-c duplicate true receipt-1
+	// msg-a executed true receipt-1
+	// msg-b replay true receipt-1
+	// msg-c replay true receipt-1
 	// msg-d rejected false
 	// charges: 1
 }

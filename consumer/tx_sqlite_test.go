@@ -35,7 +35,7 @@ func TestTxRunnerSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := mk.Handle(ctx, &consumer.Message{Body: []byte("setup")}); r.Outcome != consumer.Processed {
+	if r := mk.Handle(ctx, &consumer.Message{Body: []byte("setup")}); r.Outcome != consumer.OutcomeExecuted {
 		t.Fatalf("creating the table: %v %v", r.Outcome, r.Err)
 	}
 
@@ -76,7 +76,7 @@ func TestTxRunnerSQLite(t *testing.T) {
 		n[o]++
 	}
 	// Order 1's first attempt failed (rolled back); one of its other deliveries ran it.
-	if n[consumer.Processed] != 3 || n[consumer.Failed] != 1 || n[consumer.Duplicate] != 20 {
+	if n[consumer.OutcomeExecuted] != 3 || n[consumer.OutcomeFailed] != 1 || n[consumer.OutcomeReplay] != 20 {
 		t.Fatalf("outcomes %v, want 3 processed, 1 failed, 20 duplicates", n)
 	}
 	db, err := sql.Open("sqlite", "file:"+st.Path()+"?mode=ro")

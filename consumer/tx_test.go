@@ -53,7 +53,7 @@ func check(t *testing.T, env *pgtx.Env, id string, rows, records int) {
 	}
 }
 
-// Many deliveries of one event at once, in transaction mode: one row, one Processed; the
+// Many deliveries of one event at once, in transaction mode: one row, one OutcomeExecuted; the
 // others wait on the first one's claim and replay its result.
 func TestTxRunnerConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
@@ -75,14 +75,14 @@ func TestTxRunnerConcurrentDuplicates(t *testing.T) {
 				mu.Lock()
 				outcomes[r.Outcome]++
 				mu.Unlock()
-				if r.Outcome == consumer.Duplicate && string(r.Output) != fmt.Sprintf("charged %d", o) {
+				if r.Outcome == consumer.OutcomeReplay && string(r.Output) != fmt.Sprintf("charged %d", o) {
 					t.Errorf("duplicate of order %d got output %q", o, r.Output)
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	if outcomes[consumer.Processed] != orders || outcomes[consumer.Duplicate] != orders*(copies-1) {
+	if outcomes[consumer.OutcomeExecuted] != orders || outcomes[consumer.OutcomeReplay] != orders*(copies-1) {
 		t.Fatalf("outcomes %v, want %d processed and %d duplicates", outcomes, orders, orders*(copies-1))
 	}
 	counts, err := env.Counts(context.Background())
@@ -96,7 +96,7 @@ func TestTxRunnerConcurrentDuplicates(t *testing.T) {
 	}
 }
 
-// A handler that fails after writing its row leaves neither the row nor a record: Failed,
+// A handler that fails after writing its row leaves neither the row nor a record: OutcomeFailed,
 // and the redelivery runs it, once.
 func TestTxRunnerHandlerErrorLeavesNothing(t *testing.T) {
 	t.Parallel()
@@ -113,15 +113,15 @@ func TestTxRunnerHandlerErrorLeavesNothing(t *testing.T) {
 		return nil
 	})
 	m := &consumer.Message{Body: []byte("order:7:x")}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Failed || !errors.Is(r.Err, boom) {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeFailed || !errors.Is(r.Err, boom) {
 		t.Fatalf("first delivery: %v %v, want Failed with the handler's error", r.Outcome, r.Err)
 	}
 	check(t, env, "7", 0, 0)
 	fail = false
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted {
 		t.Fatalf("redelivery: %v %v, want Processed", r.Outcome, r.Err)
 	}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Duplicate {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeReplay {
 		t.Fatalf("third delivery: %v %v, want Duplicate", r.Outcome, r.Err)
 	}
 	check(t, env, "7", 1, 1)
@@ -154,14 +154,14 @@ func TestTxRunnerHandlerPanicLeavesNothing(t *testing.T) {
 	}()
 	check(t, env, "8", 0, 0)
 	panics = false
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted {
 		t.Fatalf("redelivery: %v %v, want Processed", r.Outcome, r.Err)
 	}
 	check(t, env, "8", 1, 1)
 }
 
 // A commit that fails after the handler succeeded: nothing of the effect stands, so the
-// delivery must not be acked (Failed, matching idem.ErrStoreUnavailable), and its redelivery
+// delivery must not be acked (OutcomeFailed, matching idem.ErrStoreUnavailable), and its redelivery
 // runs the effect once. Acking it would lose the event.
 func TestTxRunnerFailedCommitIsNotAcked(t *testing.T) {
 	t.Parallel()
@@ -173,7 +173,7 @@ func TestTxRunnerFailedCommitIsNotAcked(t *testing.T) {
 	env.Doom("9")
 	m := &consumer.Message{Body: []byte("order:9:x")}
 	r := c.Handle(context.Background(), m)
-	if r.Outcome != consumer.Failed || r.Outcome.Ack() || !errors.Is(r.Err, idem.ErrStoreUnavailable) {
+	if r.Outcome != consumer.OutcomeFailed || r.Outcome.Ack() || !errors.Is(r.Err, idem.ErrStoreUnavailable) {
 		t.Fatalf("delivery whose commit failed: %v (ack %v) %v, want Failed, not acked, matching ErrStoreUnavailable",
 			r.Outcome, r.Outcome.Ack(), r.Err)
 	}
@@ -181,7 +181,7 @@ func TestTxRunnerFailedCommitIsNotAcked(t *testing.T) {
 	if err := env.Open(context.Background(), "9"); err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed {
+	if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted {
 		t.Fatalf("redelivery: %v %v, want Processed", r.Outcome, r.Err)
 	}
 	check(t, env, "9", 1, 1)

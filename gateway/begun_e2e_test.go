@@ -276,7 +276,7 @@ func TestBinaryMidAnswerMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{`idem_upstream_seconds_count{result="error"} 1`, `idem_requests_total{outcome="upstream_error"} 1`,
-		`idem_requests_total{outcome="conflict"} 1`, "idem_requests_in_flight 0"} {
+		`idem_requests_total{outcome="in_flight"} 1`, "idem_requests_in_flight 0"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}

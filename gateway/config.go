@@ -68,6 +68,18 @@ type Config struct {
 	// answered 503 with Retry-After before anything runs; a response that would is streamed
 	// and not retained. Default 64 MiB or 4 × (2 × MaxBody) if larger; -1: unlimited.
 	MemoryBudget ByteSize `yaml:"memory_budget"`
+	// RetainRequest keeps what each client sent with the record its key claims, so that an
+	// operator can answer "what did the client send?" with `idem inspect` and the console,
+	// also while the claim is in flight or held: the method, path and query, headers and the
+	// first bytes of the body. Credentials never reach the store: the values of Authorization,
+	// Cookie, the scope headers and every header or query parameter whose name marks a
+	// credential (idemhttp.CredentialHeader) are replaced by [redacted]. Default false: records
+	// keep no request (privacy), and take no more room than without it.
+	RetainRequest bool `yaml:"retain_request"`
+	// RetainRequestMax bounds each retained request, in bytes as stored (headers first, then
+	// as much of the body as fits): whatever a client sends, the store holds no more. At least
+	// 64 bytes. Default 4KiB.
+	RetainRequestMax ByteSize `yaml:"retain_request_max"`
 	// Wait makes a duplicate wait up to this long for an in-flight original and replay it,
 	// instead of answering 409. Default 0 (409 at once).
 	Wait Duration `yaml:"wait"`
@@ -364,6 +376,12 @@ func (c Config) Validate() error {
 		return configError("memory_budget", "%d is below -1", c.MemoryBudget)
 	case c.MaxBody < 1:
 		return configError("max_body", "%d is below 1 byte", c.MaxBody)
+	case c.RetainRequestMax != 0 && !c.RetainRequest:
+		return configError("retain_request_max", "is set without retain_request: no request is kept")
+	case c.RetainRequestMax != 0 && c.RetainRequestMax < 64:
+		return configError("retain_request_max", "%d is below 64 bytes, too small for a method and a path", c.RetainRequestMax)
+	case c.RetainRequestMax > 1<<30:
+		return configError("retain_request_max", "%d is above 1GiB", c.RetainRequestMax)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return configError("log_format", "%q is neither text nor json", c.LogFormat)
 	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":

@@ -135,7 +135,7 @@ func TestReadyDrain(t *testing.T) {
 	if err := g.Ready(context.Background()); !errors.Is(err, gateway.ErrDraining) {
 		t.Fatalf("Ready after Drain: %v, want ErrDraining", err)
 	}
-	for name, h := range map[string]http.Handler{"gateway": g, "admin": g.AdminHandler()} {
+	for name, h := range map[string]http.Handler{"gateway": g, "admin": g.OpsHandler()} {
 		if w := get(h, "GET", "/readyz"); w.Code != http.StatusServiceUnavailable || w.Body.String() != "draining\n" {
 			t.Errorf("%s /readyz after Drain: %d %q", name, w.Code, w.Body)
 		}

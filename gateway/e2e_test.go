@@ -324,7 +324,7 @@ func TestBinaryMetrics(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	// The first replay reads the store (and fills the gateway's cache): two reserves.
-	for _, want := range []string{`idem_requests_total{outcome="executed"} 1`, `idem_requests_total{outcome="replayed"} 1`, `idem_store_operation_seconds_count{op="reserve",result="ok"} 2`, "idem_upstream_seconds"} {
+	for _, want := range []string{`idem_requests_total{outcome="executed"} 1`, `idem_requests_total{outcome="replay"} 1`, `idem_store_operation_seconds_count{op="reserve",result="ok"} 2`, "idem_upstream_seconds"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -338,6 +338,14 @@ func (g *Gateway) protect(st idem.Store, px http.Handler, rule Route) (http.Hand
 	}
 	opt.Fingerprint = hostFingerprint(opt.Fingerprint)
 	opt.Route = ruleRoute(rule)
+	if g.cfg.RetainRequest {
+		opt.RetainRequest, opt.MaxRetainedRequest = true, int64(g.cfg.RetainRequestMax)
+		for _, h := range []string{g.cfg.ScopeHeader, rule.ScopeHeader} {
+			if h != "" {
+				opt.RedactHeaders = append(opt.RedactHeaders, h) // a scope header is an identity
+			}
+		}
+	}
 	mw, err := idemhttp.New(opt)
 	if err != nil {
 		return nil, err
@@ -583,8 +591,9 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
-// AdminHandler serves /metrics, /healthz and /readyz, for the metrics listener.
-func (g *Gateway) AdminHandler() http.Handler {
+// OpsHandler serves the operations endpoints, /metrics, /healthz and /readyz, for the metrics
+// listener (--metrics-listen).
+func (g *Gateway) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", g.healthz)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"runtime/debug"
 	"time"
@@ -16,12 +17,15 @@ import (
 // Metrics are the gateway's Prometheus metrics. Register them on an injected Registerer.
 type Metrics struct {
 	// Requests counts processed requests by outcome: each idemhttp.Outcome (executed,
-	// replayed, conflict, mismatch, bypass, oversize, overloaded, store_error, invalid_key,
+	// replay, in_flight, mismatch, bypass, oversize, overloaded, store_error, invalid_key,
 	// invalid_scope, invalid_body, missing_key, ...), upstream_error, and refused (an
 	// ambiguous path, a method in the wrong case, an identity header named in Connection).
 	// Every outcome's series is exported from the start, at 0.
 	Requests *prometheus.CounterVec
-	// StoreSeconds is the latency of store operations, by operation and result (ok, error).
+	// StoreSeconds is the latency of store operations, by operation and result: ok, error (the
+	// store failed), lease_lost (a completion, release or extension refused because the claim
+	// was taken over: idem.ErrLeaseLost), not_found (a get or release of a key with no record:
+	// idem.ErrNotFound).
 	StoreSeconds *prometheus.HistogramVec
 	// InFlight is the number of requests being proxied now.
 	InFlight prometheus.Gauge
@@ -64,7 +68,7 @@ const outcomeUpstreamError = "upstream_error"
 // upstream_error.
 var requestOutcomes = []idemhttp.Outcome{
 	idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeUncertain, idemhttp.OutcomeOversize,
-	idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict, idemhttp.OutcomeMismatch, idemhttp.OutcomeBypass,
+	idemhttp.OutcomeReplay, idemhttp.OutcomeInFlight, idemhttp.OutcomeMismatch, idemhttp.OutcomeBypass,
 	idemhttp.OutcomeFailOpen, idemhttp.OutcomeStoreError, idemhttp.OutcomeOverloaded, idemhttp.OutcomeInvalidKey,
 	idemhttp.OutcomeInvalidScope, idemhttp.OutcomeInvalidBody, idemhttp.OutcomeMissingKey,
 	idemhttp.OutcomeTooLarge, idemhttp.OutcomeError, outcomeUpstreamError, outcomeRefused,
@@ -157,8 +161,8 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Namespace: "idem", Name: "sweep_runs_total", Help: "Sweeper runs, by result: caught_up, behind or error.",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{"caught_up", "behind", "error"} {
-		m.SweepRuns.WithLabelValues(r)
+	for _, r := range []sweeper.Outcome{sweeper.OutcomeCaughtUp, sweeper.OutcomeBehind, sweeper.OutcomeError} {
+		m.SweepRuns.WithLabelValues(string(r))
 	}
 	m.BuildInfo.WithLabelValues(buildInfo(version)).Set(1)
 	m.outcomes = make(map[string]prometheus.Counter, len(requestOutcomes))
@@ -177,19 +181,34 @@ func newMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	return m, nil
 }
 
-// instrument wraps a store so that h times each of its operations, by outcome.
+// The result labels of StoreSeconds, indexed by storeResult.
+var storeResults = [...]string{"ok", "error", "lease_lost", "not_found"}
+
+// storeResult is the index in storeResults of a store operation's result: a claim refused
+// by the fence (idem.ErrLeaseLost) is not a success, nor is it the store failing.
+func storeResult(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, idem.ErrLeaseLost):
+		return 2
+	case errors.Is(err, idem.ErrNotFound):
+		return 3
+	}
+	return 1
+}
+
+// instrument wraps a store so that h times each of its operations, by result.
 func instrument(st idem.Store, h *prometheus.HistogramVec) idem.Store {
 	// Pre-resolved observers: no label lookup on the request path.
-	var obs [storehook.NumOps][2]prometheus.Observer
+	var obs [storehook.NumOps][len(storeResults)]prometheus.Observer
 	for op := range storehook.NumOps {
-		obs[op] = [2]prometheus.Observer{h.WithLabelValues(op.String(), "ok"), h.WithLabelValues(op.String(), "error")}
+		for i, r := range storeResults {
+			obs[op][i] = h.WithLabelValues(op.String(), r)
+		}
 	}
 	return storehook.Wrap(st, storehook.Hooks{After: func(op storehook.Op, start time.Time, err error) {
-		i := 0
-		if err != nil && err != idem.ErrNotFound && err != idem.ErrLeaseLost {
-			i = 1
-		}
-		obs[op][i].Observe(time.Since(start).Seconds())
+		obs[op][storeResult(err)].Observe(time.Since(start).Seconds())
 	}})
 }
 
@@ -226,32 +245,24 @@ func (o claimObserver) End(ctx context.Context, ev idem.Event) {
 	}
 }
 
-// SweepObserver returns a sweeper.Observer that records a Sweeper's batches and runs in the
-// idem_sweep_* metrics: give it to sweeper.Options.Observer.
-func (m *Metrics) SweepObserver() sweeper.Observer { return sweepObserver{m} }
-
-type sweepObserver struct{ m *Metrics }
-
-func (o sweepObserver) SweepBatch(b sweeper.Batch) {
-	o.m.SweepBatchSeconds.Observe(b.Took.Seconds())
-	o.m.SweepDeleted.Add(float64(b.Deleted))
-	o.m.SweepRate.Set(b.Rate)
-	if b.Backlog >= 0 {
-		o.m.SweepBacklog.Set(float64(b.Backlog))
-	}
-}
-
-func (o sweepObserver) SweepRun(r sweeper.Run) {
-	result := "behind"
-	switch {
-	case r.Err != nil:
-		result = "error"
-	case r.CaughtUp:
-		result = "caught_up"
-	}
-	o.m.SweepRuns.WithLabelValues(result).Inc()
-	o.m.SweepRate.Set(r.Rate())
-	if r.Backlog >= 0 {
-		o.m.SweepBacklog.Set(float64(r.Backlog))
+// ObserveSweep records a Sweeper's batches and runs in the idem_sweep_* metrics: give it to
+// sweeper.Options.OnEvent.
+func (m *Metrics) ObserveSweep(ev sweeper.Event) {
+	switch ev.Kind {
+	case sweeper.EventBatch:
+		b := ev.Batch
+		m.SweepBatchSeconds.Observe(b.Took.Seconds())
+		m.SweepDeleted.Add(float64(b.Deleted))
+		m.SweepRate.Set(b.Rate)
+		if b.Backlog >= 0 {
+			m.SweepBacklog.Set(float64(b.Backlog))
+		}
+	case sweeper.EventRun:
+		r := ev.Run
+		m.SweepRuns.WithLabelValues(string(ev.Outcome)).Inc()
+		m.SweepRate.Set(r.Rate())
+		if r.Backlog >= 0 {
+			m.SweepBacklog.Set(float64(r.Backlog))
+		}
 	}
 }

@@ -67,7 +67,7 @@ func idemhttpOutcomes(t *testing.T) []string {
 func scrape(t *testing.T, g *Gateway) string {
 	t.Helper()
 	w := httptest.NewRecorder()
-	g.AdminHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	g.OpsHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if w.Code != http.StatusOK {
 		t.Fatalf("/metrics: %d", w.Code)
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -9,6 +10,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestUpstreamErrorOutcome: a request whose upstream call fails is counted upstream_error,
@@ -98,4 +105,56 @@ func sample(t *testing.T, g *Gateway, name, label, value string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestStoreResultLabels: idem_store_operation_seconds labels a store call by what it came to.
+// A completion the fence refused (the claim was taken over) is lease_lost and a get of a key
+// without a record is not_found: neither is counted as a success, nor as the store failing.
+func TestStoreResultLabels(t *testing.T) {
+	t.Parallel()
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := instrument(memstore.New(), m.StoreSeconds)
+	ctx, now := context.Background(), time.Now()
+	fp := idem.Fingerprint([]byte("body"))
+	first, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: now, Lease: time.Millisecond, TTL: time.Hour})
+	if err != nil || !first.Claimed {
+		t.Fatalf("reserve: %+v, %v", first, err)
+	}
+	later := now.Add(time.Second) // the first claim's lease has run out: the second takes it over
+	second, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Fingerprint: fp, Now: later, Lease: time.Minute, TTL: time.Hour})
+	if err != nil || !second.Claimed {
+		t.Fatalf("takeover: %+v, %v", second, err)
+	}
+	if err := st.Complete(ctx, "k", first.Record.Token, idem.Response{Status: 200}, later, later.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("complete with the taken-over token: %v, want ErrLeaseLost", err)
+	}
+	if err := st.Complete(ctx, "k", second.Record.Token, idem.Response{Status: 200}, later, later.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get(ctx, "missing"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("get of a missing key: %v, want ErrNotFound", err)
+	}
+	for _, tc := range []struct {
+		op, result string
+		want       uint64
+	}{
+		{"reserve", "ok", 2},
+		{"complete", "ok", 1},
+		{"complete", "lease_lost", 1},
+		{"complete", "error", 0},
+		{"get", "not_found", 1},
+		{"get", "ok", 0},
+		{"get", "error", 0},
+	} {
+		var pb dto.Metric
+		if err := m.StoreSeconds.WithLabelValues(tc.op, tc.result).(prometheus.Histogram).Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if got := pb.GetHistogram().GetSampleCount(); got != tc.want {
+			t.Errorf("store_operation_seconds{op=%q,result=%q} count = %d, want %d", tc.op, tc.result, got, tc.want)
+		}
+	}
 }

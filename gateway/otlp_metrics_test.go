@@ -193,7 +193,7 @@ func TestOTLPMetrics(t *testing.T) {
 	replayed := -1.0
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "idem_requests_total" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "replayed" {
+			if mf.GetName() == "idem_requests_total" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "replay" {
 				replayed = m.GetCounter().GetValue()
 			}
 		}

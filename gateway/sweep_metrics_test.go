@@ -14,9 +14,9 @@ import (
 	"github.com/idemkit/idem/store/sweeper"
 )
 
-// TestSweepObserver: a sweeper's batches and runs show in the idem_sweep_* metrics, which are
+// TestObserveSweep: a sweeper's batches and runs show in the idem_sweep_* metrics, which are
 // exported from the start.
-func TestSweepObserver(t *testing.T) {
+func TestObserveSweep(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -43,19 +43,24 @@ func TestSweepObserver(t *testing.T) {
 			t.Errorf("%s = %q before any sweep, want 0", s, before[s])
 		}
 	}
-	o := m.SweepObserver()
-	o.SweepBatch(sweeper.Batch{Size: 1000, Deleted: 1000, Took: 20 * time.Millisecond, Backlog: 4000, Rate: 5000})
-	o.SweepBatch(sweeper.Batch{Size: 1000, Deleted: 1000, Took: 30 * time.Millisecond, Backlog: 3000, Rate: 4000})
+	batch := func(b sweeper.Batch) {
+		m.ObserveSweep(sweeper.Event{Kind: sweeper.EventBatch, Outcome: sweeper.OutcomeOK, Batch: b})
+	}
+	run := func(o sweeper.Outcome, r sweeper.Run) {
+		m.ObserveSweep(sweeper.Event{Kind: sweeper.EventRun, Outcome: o, Run: r})
+	}
+	batch(sweeper.Batch{Size: 1000, Deleted: 1000, Took: 20 * time.Millisecond, Backlog: 4000, Rate: 5000})
+	batch(sweeper.Batch{Size: 1000, Deleted: 1000, Took: 30 * time.Millisecond, Backlog: 3000, Rate: 4000})
 	if got := series()["idem_sweep_backlog_records"]; got != "3000" {
 		t.Errorf("backlog %s, want 3000", got)
 	}
-	o.SweepBatch(sweeper.Batch{Size: 1000, Deleted: 10, Took: time.Millisecond, Backlog: -1, Rate: 3000})
+	batch(sweeper.Batch{Size: 1000, Deleted: 10, Took: time.Millisecond, Backlog: -1, Rate: 3000})
 	if got := series()["idem_sweep_backlog_records"]; got != "3000" {
 		t.Errorf("backlog %s after a batch that does not know it, want 3000 kept", got)
 	}
-	o.SweepRun(sweeper.Run{Deleted: 2010, Batches: 3, Took: time.Second, Backlog: 0, CaughtUp: true})
-	o.SweepRun(sweeper.Run{Deleted: 100, Batches: 100, Took: time.Second, Backlog: -1})
-	o.SweepRun(sweeper.Run{Err: errors.New("down"), Backlog: -1})
+	run(sweeper.OutcomeCaughtUp, sweeper.Run{Deleted: 2010, Batches: 3, Took: time.Second, Backlog: 0, CaughtUp: true})
+	run(sweeper.OutcomeBehind, sweeper.Run{Deleted: 100, Batches: 100, Took: time.Second, Backlog: -1})
+	run(sweeper.OutcomeError, sweeper.Run{Err: errors.New("down"), Backlog: -1})
 	got := series()
 	for s, want := range map[string]string{
 		`idem_sweep_runs_total{result="caught_up"}`: "1", `idem_sweep_runs_total{result="behind"}`: "1",

@@ -2,27 +2,27 @@ package idemclient
 
 import "sync"
 
-// Budget is a retry budget shared by every request of one or more Transports: a token bucket
+// RetryBudget is a retry budget shared by every request of one or more Transports: a token bucket
 // from which each retry takes one token and to which each request that succeeds at its first
 // attempt gives back a fraction. When a server struggles, retries stop once the bucket is empty
 // and resume as requests succeed again, so a fleet of clients does not multiply the load.
 // It is safe for concurrent use.
-type Budget struct {
+type RetryBudget struct {
 	mu       sync.Mutex
 	tokens   float64
 	capacity float64
 	refill   float64
 }
 
-// NewBudget returns a full bucket of capacity tokens; each first-attempt success adds refill
-// tokens (up to capacity). NewBudget(100, 0.1) lets retries be at most about 10% of traffic once
+// NewRetryBudget returns a full bucket of capacity tokens; each first-attempt success adds refill
+// tokens (up to capacity). NewRetryBudget(100, 0.1) lets retries be at most about 10% of traffic once
 // the first 100 are spent.
-func NewBudget(capacity, refill float64) *Budget {
-	return &Budget{tokens: capacity, capacity: capacity, refill: refill}
+func NewRetryBudget(capacity, refill float64) *RetryBudget {
+	return &RetryBudget{tokens: capacity, capacity: capacity, refill: refill}
 }
 
 // take removes a token for a retry and reports whether there was one.
-func (b *Budget) take() bool {
+func (b *RetryBudget) take() bool {
 	if b == nil {
 		return true
 	}
@@ -36,7 +36,7 @@ func (b *Budget) take() bool {
 }
 
 // succeed credits a first-attempt success.
-func (b *Budget) succeed() {
+func (b *RetryBudget) succeed() {
 	if b == nil {
 		return
 	}
@@ -46,7 +46,7 @@ func (b *Budget) succeed() {
 }
 
 // Tokens returns the tokens left.
-func (b *Budget) Tokens() float64 {
+func (b *RetryBudget) Tokens() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.tokens

@@ -13,7 +13,7 @@
 // short by Options.AttemptTimeout or by the base transport's ResponseHeaderTimeout, 5xx (but
 // 501 and 505), 408, 429, and 409 from an in-flight original (a 409 with Retry-After). Never
 // retried: any other 4xx — validation, authentication, 422 key reused with another payload —
-// and nothing once the request's own context is done. A shared [Budget] (token bucket) keeps a
+// and nothing once the request's own context is done. A shared [RetryBudget] (token bucket) keeps a
 // fleet of clients from multiplying load on a struggling server.
 //
 // A Retry-After longer than the time left is not a reason to give up: the server's figure

@@ -65,8 +65,8 @@ type Options struct {
 	// too. http.Transport.ResponseHeaderTimeout on Base bounds the wait for headers only; its
 	// timeouts are retried as well.
 	AttemptTimeout time.Duration
-	// Budget is the retry budget; nil means no budget (retries limited only by the caps).
-	Budget *Budget
+	// RetryBudget is the retry budget; nil means no budget (retries limited only by the caps).
+	RetryBudget *RetryBudget
 	// NewKey mints a key for a request that has none. Default NewKey (UUIDv7).
 	NewKey func() string
 	// OnEvent, if set, is called for each attempt, retry and give-up (for metrics and logs).
@@ -196,7 +196,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		wait, again := t.shouldRetry(ctx, resp, err)
 		if !again {
 			if attempt == 1 && err == nil {
-				t.opt.Budget.succeed()
+				t.opt.RetryBudget.succeed()
 			}
 			return resp, err
 		}
@@ -214,7 +214,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok {
 			return t.giveUp(ev, resp, fmt.Errorf("%w: no time left for attempt %d within %s: %s", ErrGaveUp, attempt+1, win.Deadline.Sub(win.Start).Round(time.Millisecond), why))
 		}
-		if !t.opt.Budget.take() {
+		if !t.opt.RetryBudget.take() {
 			return t.giveUp(ev, resp, fmt.Errorf("%w: retry budget exhausted: %s", ErrGaveUp, why))
 		}
 		ev.Delay = delay

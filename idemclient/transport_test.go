@@ -340,18 +340,18 @@ func TestBodyNotReplayable(t *testing.T) {
 
 func TestBudget(t *testing.T) {
 	t.Parallel()
-	b := NewBudget(3, 0.5)
-	f := newFake(t, Options{Budget: b, MaxElapsed: time.Hour}, status(503))
+	b := NewRetryBudget(3, 0.5)
+	f := newFake(t, Options{RetryBudget: b, MaxElapsed: time.Hour}, status(503))
 	_, _ = f.RoundTrip(post(t, "x"))
 	if len(f.base.reqs) != 4 || b.Tokens() != 0 {
 		t.Fatalf("attempts %d tokens %v, want 4 and 0", len(f.base.reqs), b.Tokens())
 	}
-	f = newFake(t, Options{Budget: b}, status(503))
+	f = newFake(t, Options{RetryBudget: b}, status(503))
 	_, _ = f.RoundTrip(post(t, "y"))
 	if len(f.base.reqs) != 1 {
 		t.Fatalf("retried with an empty budget: %d attempts", len(f.base.reqs))
 	}
-	f = newFake(t, Options{Budget: b}, status(200))
+	f = newFake(t, Options{RetryBudget: b}, status(200))
 	_, _ = f.RoundTrip(post(t, "z"))
 	_, _ = f.RoundTrip(post(t, "z"))
 	if b.Tokens() != 1 {

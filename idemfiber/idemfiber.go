@@ -129,6 +129,10 @@ type Options struct {
 	// Logger receives the warnings (store unavailable, a result not stored). Default
 	// slog.Default().
 	Logger *slog.Logger
+	// OnEvent, if set, is called once per request, as the middleware returns, with what
+	// happened to it (for metrics and logs). It must be quick and safe for concurrent use.
+	// Spans come from the runner's idem.Options.Observer. Default nil.
+	OnEvent func(Event)
 }
 
 type middleware struct {
@@ -139,6 +143,7 @@ type middleware struct {
 	maxBody    int
 	retry      string
 	log        *slog.Logger
+	onEvent    func(Event)
 	interned   interned
 }
 
@@ -167,6 +172,7 @@ func New(opt Options) (fiber.Handler, error) {
 		maxBody:    cmp.Or(opt.MaxResponseBody, DefaultMaxResponseBody),
 		retry:      seconds(cmp.Or(opt.StoreRetryAfter, time.Second)),
 		log:        cmp.Or(opt.Logger, slog.Default()),
+		onEvent:    opt.OnEvent,
 	}
 	if m.methods == nil {
 		m.methods = []string{fiber.MethodPost, fiber.MethodPatch}
@@ -180,28 +186,42 @@ func seconds(d time.Duration) string {
 }
 
 func (m *middleware) handle(c *fiber.Ctx) error {
+	if m.onEvent == nil {
+		_, err := m.serve(c)
+		return err
+	}
+	start := time.Now()
+	ev, err := m.serve(c)
+	ev.Status, ev.Start, ev.Duration = c.Response().StatusCode(), start, time.Since(start)
+	ev.Key = strings.Clone(ev.Key) // read in place from the request, which fasthttp reuses
+	m.onEvent(ev)
+	return err
+}
+
+// serve handles a request and says what it did in an Event (Outcome, Key, Takeover, Err).
+func (m *middleware) serve(c *fiber.Ctx) (Event, error) {
 	if !slices.Contains(m.methods, c.Method()) {
-		return c.Next()
+		return Event{Outcome: OutcomeBypass}, c.Next()
 	}
 	keys := c.Request().Header.PeekAll(idem.KeyHeader)
 	if otherKeySpelling(c) {
 		// Idempotency_Key: an application that reads CGI names would see a key this
 		// middleware did not (see idemhttp.ErrInvalidKey).
-		return probInvalidKey.write(c, "")
+		return Event{Outcome: OutcomeInvalidKey}, probInvalidKey.write(c, "")
 	}
 	switch {
 	case len(keys) == 0 || len(keys) == 1 && len(keys[0]) == 0:
 		if m.requireKey {
-			return probMissingKey.write(c, "")
+			return Event{Outcome: OutcomeMissingKey}, probMissingKey.write(c, "")
 		}
-		return c.Next()
+		return Event{Outcome: OutcomeBypass}, c.Next()
 	case len(keys) > 1:
-		return probInvalidKey.write(c, "")
+		return Event{Outcome: OutcomeInvalidKey}, probInvalidKey.write(c, "")
 	}
 	// The key is read in place (ParseKey keeps nothing); StorageKey below copies it.
 	key, err := idemhttp.ParseKey(unsafe.String(unsafe.SliceData(keys[0]), len(keys[0])))
 	if err != nil {
-		return probInvalidKey.write(c, "")
+		return Event{Outcome: OutcomeInvalidKey, Err: err}, probInvalidKey.write(c, "")
 	}
 	scope := ""
 	if m.scope != nil {
@@ -212,9 +232,9 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		if err != nil {
 			m.log.Warn("idemfiber: could not scope the request", "method", c.Method(), "path", c.Path(), "err", err)
 			if errors.Is(err, idemhttp.ErrScopeHeaderSpelling) {
-				return probScopeSpelling.write(c, "")
+				return Event{Outcome: OutcomeInvalidScope, Key: key, Err: err}, probScopeSpelling.write(c, "")
 			}
-			return probInvalidScope.write(c, "")
+			return Event{Outcome: OutcomeInvalidScope, Key: key, Err: err}, probInvalidScope.write(c, "")
 		}
 	}
 
@@ -226,33 +246,50 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	if r.panicked != nil {
 		panic(r.panicked) // the outcome is recorded (held as uncertain): let the panic go on
 	}
+	ev := Event{Key: key, Takeover: res.Takeover, Err: err}
 	switch {
 	case r.ran:
 		// The handler's answer is in c already.
+		switch {
+		case errors.Is(err, errBegun):
+			ev.Outcome, ev.Err = OutcomeUncertain, r.err
+		case r.err != nil || !res.Kept:
+			ev.Outcome, ev.Err = OutcomeReleased, r.err
+		case res.Response.BodyOmitted:
+			ev.Outcome = OutcomeOversize
+		default:
+			ev.Outcome = OutcomeExecuted
+		}
 		if err != nil && r.err == nil && !errors.Is(err, errBegun) {
+			ev.Err = err
 			m.log.Warn("idemfiber: handler ran but its result was not stored", "method", c.Method(), "path", c.Path(), "err", err)
 		}
-		return r.err
+		return ev, r.err
 	case err == nil && res.Replayed:
-		return replay(c, &res.Response)
+		ev.Outcome = OutcomeReplay
+		return ev, replay(c, &res.Response)
 	case errors.Is(err, idem.ErrMismatch):
-		return probMismatch.write(c, "")
+		ev.Outcome = OutcomeMismatch
+		return ev, probMismatch.write(c, "")
 	case errors.Is(err, idem.ErrInFlight):
 		var ife *idem.InFlightError
 		after := time.Second
 		if errors.As(err, &ife) {
 			after = ife.RetryAfter
 		}
-		return probInFlight.write(c, seconds(after))
+		ev.Outcome = OutcomeInFlight
+		return ev, probInFlight.write(c, seconds(after))
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		m.log.Warn("idemfiber: store unavailable; request refused (fail closed)", "method", c.Method(), "path", c.Path(), "err", err)
-		return probStore.write(c, m.retry)
+		ev.Outcome = OutcomeStoreError
+		return ev, probStore.write(c, m.retry)
 	default:
 		// The caller's context ended while waiting, or an unexpected error: nothing was done.
 		if c.UserContext().Err() == nil {
 			m.log.Error("idemfiber: unexpected engine error", "method", c.Method(), "path", c.Path(), "err", err)
 		}
-		return probInternal.write(c, "")
+		ev.Outcome = OutcomeError
+		return ev, probInternal.write(c, "")
 	}
 }
 

@@ -160,6 +160,11 @@ type ServerOptions struct {
 	// Logger receives warnings: replies that could not be stored, replies that could not be
 	// replayed. Default slog.Default().
 	Logger *slog.Logger
+	// OnEvent, if set, is called once per call, before the interceptor returns, with what
+	// happened to it (for metrics and logs). It must be quick and safe for concurrent use. A
+	// call whose handler panics reports nothing: the panic goes on. Spans come from the
+	// runner's idem.Options.Observer (see idemotel.Observer). Default nil.
+	OnEvent func(Event)
 }
 
 // optionError reports an invalid option as an *idem.OptionError raised by idemgrpc.
@@ -213,19 +218,35 @@ func UnaryServerInterceptor(opt ServerOptions) (grpc.UnaryServerInterceptor, err
 }
 
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if s.opt.OnEvent == nil {
+		reply, _, err := s.serve(ctx, req, info, handler)
+		return reply, err
+	}
+	start := time.Now()
+	reply, ev, err := s.serve(ctx, req, info, handler)
+	ev.Method, ev.Code, ev.Start, ev.Duration = info.FullMethod, status.Code(err), start, time.Since(start)
+	s.opt.OnEvent(ev)
+	return reply, err
+}
+
+// serve handles a call and says what it did in an Event (Outcome, Key, Takeover, Err).
+func (s *server) serve(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, Event, error) {
 	if s.methods != nil && !s.methods[info.FullMethod] {
-		return handler(ctx, req)
+		reply, err := handler(ctx, req)
+		return reply, Event{Outcome: OutcomeBypass}, err
 	}
 	key, err := keyFrom(ctx)
 	if err != nil {
-		return nil, fail(codes.InvalidArgument, ReasonInvalidKey, err.Error())
+		return nil, Event{Outcome: OutcomeInvalidKey}, fail(codes.InvalidArgument, ReasonInvalidKey, err.Error())
 	}
 	if key == "" {
 		if s.opt.RequireKey {
-			return nil, fail(codes.InvalidArgument, ReasonMissingKey, "idempotency-key metadata is required")
+			return nil, Event{Outcome: OutcomeMissingKey}, fail(codes.InvalidArgument, ReasonMissingKey, "idempotency-key metadata is required")
 		}
-		return handler(ctx, req)
+		reply, err := handler(ctx, req)
+		return reply, Event{Outcome: OutcomeBypass}, err
 	}
+	ev := Event{Key: key}
 	scope := ""
 	if s.opt.Scope != nil {
 		scope, err = s.opt.Scope(ctx)
@@ -233,16 +254,19 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			err = idem.CheckScope(scope)
 		}
 		if err != nil {
-			return nil, fail(codes.InvalidArgument, ReasonInvalidScope, "invalid scope: "+err.Error())
+			ev.Outcome = OutcomeInvalidScope
+			return nil, ev, fail(codes.InvalidArgument, ReasonInvalidScope, "invalid scope: "+err.Error())
 		}
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
-		return nil, status.Errorf(codes.Internal, "idemgrpc: request of type %T is not a protocol buffer message", req)
+		ev.Outcome = OutcomeError
+		return nil, ev, status.Errorf(codes.Internal, "idemgrpc: request of type %T is not a protocol buffer message", req)
 	}
 	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "idemgrpc: marshalling the request: %v", err)
+		ev.Outcome, ev.Err = OutcomeError, err
+		return nil, ev, status.Errorf(codes.Internal, "idemgrpc: marshalling the request: %v", err)
 	}
 	fp := idem.Fingerprint([]byte(info.FullMethod), body)
 	// The record names the method it was claimed for, for operators (idem list, the console).
@@ -260,18 +284,52 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		reply, replyErr = handler(ctx, req)
 		return outcome(reply, replyErr, cs, s.opt.MaxReplyBytes)
 	})
+	ev.Takeover = res.Takeover
 	if res.Executed {
 		// The handler ran in this call: its own answer is the truth, whatever the store did.
+		switch {
+		case errors.Is(err, idem.ErrUncertain):
+			ev.Outcome = OutcomeUncertain
+		case !res.Kept:
+			ev.Outcome = OutcomeReleased
+		case res.Response.BodyOmitted:
+			ev.Outcome = OutcomeOversize
+		default:
+			ev.Outcome = OutcomeExecuted
+		}
 		if err != nil && !errors.Is(err, idem.ErrUncertain) && !errors.Is(err, replyErr) {
+			ev.Err = err
 			s.opt.Logger.Warn("idemgrpc: handler ran but its reply could not be stored",
 				"method", info.FullMethod, "err", err)
 		}
-		return reply, replyErr
+		return reply, ev, replyErr
 	}
 	if err != nil {
-		return nil, s.engineError(ctx, err)
+		ev.Outcome, ev.Err = engineOutcome(ctx, err), err
+		return nil, ev, s.engineError(ctx, err)
 	}
-	return s.replay(ctx, info.FullMethod, res.Response)
+	reply, err = s.replay(ctx, info.FullMethod, res.Response)
+	if ev.Outcome = OutcomeReplay; err != nil && !res.Response.BodyOmitted {
+		ev.Outcome, ev.Err = OutcomeError, err
+	}
+	return reply, ev, err
+}
+
+// engineOutcome is the Outcome of a call the engine refused before the handler ran, as
+// engineError answers it.
+func engineOutcome(ctx context.Context, err error) Outcome {
+	var inflight *idem.InFlightError
+	switch {
+	case errors.As(err, &inflight):
+		return OutcomeInFlight
+	case errors.Is(err, idem.ErrMismatch):
+		return OutcomeMismatch
+	case errors.Is(err, idem.ErrStoreUnavailable):
+		return OutcomeStoreError
+	case errors.Is(err, idem.ErrInvalidInput):
+		return OutcomeInvalidKey
+	}
+	return OutcomeError
 }
 
 // keyFrom returns the idempotency key of the call, "" if there is none.

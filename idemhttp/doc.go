@@ -133,7 +133,7 @@
 // # Observability
 //
 // Options.OnEvent gets an Event per request: its Outcome (executed, released, uncertain,
-// oversize, replayed, conflict, mismatch, bypass, fail_open, store_error, overloaded,
+// oversize, replay, in_flight, mismatch, bypass, fail_open, store_error, overloaded,
 // invalid_key, invalid_scope, invalid_body, missing_key, too_large, error — short strings fit
 // for a metrics label), the status, the time in the middleware and in the handler, and the
 // error behind a failure. Warnings go to Options.Logger.

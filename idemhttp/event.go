@@ -24,10 +24,10 @@ const (
 	// Options.MaxResponseBody: it was streamed to the client and the record kept without the
 	// body, so a retry gets ProblemNotRetained and never a second execution.
 	OutcomeOversize Outcome = "oversize"
-	// OutcomeReplayed: the stored response was replayed; the handler did not run.
-	OutcomeReplayed Outcome = "replayed"
-	// OutcomeConflict: another request with the key is in flight: 409 (ProblemInFlight).
-	OutcomeConflict Outcome = "conflict"
+	// OutcomeReplay: the stored response was replayed; the handler did not run.
+	OutcomeReplay Outcome = "replay"
+	// OutcomeInFlight: another request with the key is in flight: 409 (ProblemInFlight).
+	OutcomeInFlight Outcome = "in_flight"
 	// OutcomeMismatch: the key was used with another request: 422 (ProblemMismatch).
 	OutcomeMismatch Outcome = "mismatch"
 	// OutcomeBypass: the request was passed to the handler without protection: its method is

@@ -97,5 +97,5 @@ func ExampleOptions_onEvent() {
 	}
 	fmt.Println(counts)
 	// Output:
-	// map[bypass:1 executed:1 invalid_key:1 replayed:1]
+	// map[bypass:1 executed:1 invalid_key:1 replay:1]
 }

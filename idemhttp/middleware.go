@@ -135,7 +135,7 @@ func (s *nameSet) has(name string) bool {
 // keeps predicts whether a response with this status will be kept, for the ExpiresHeader of
 // a response sent before the engine decides.
 func (m *middleware) keeps(status int) bool {
-	return m.policy(idem.Response{Status: status}, nil) == idem.Keep
+	return m.policy(idem.Response{Status: status}, nil) == idem.DispositionKeep
 }
 
 // storedHeader returns the headers of h to store: all but hop-by-hop, denied and
@@ -200,28 +200,70 @@ type handler struct {
 
 var replayedTrue = []string{"true"}
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: prepare reads what the request asks (or answers it when
+// it cannot be run under a claim), then the engine runs the handler once per key, and finish
+// (or aborted) answers.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	var start time.Time
 	if m.opt.OnEvent != nil {
 		start = time.Now()
 	}
+	p, ok := h.prepare(w, r, start)
+	if !ok {
+		return
+	}
+	c, key := p.c, p.key
+	c.h, c.r = h, r
+	done := false
+	defer func() {
+		if !done {
+			h.recovered(w, r, c, key, start, recover())
+		}
+	}()
+	ctx := r.Context()
+	if route := m.opt.Route(r); route != "" {
+		ctx = idem.WithRoute(ctx, route)
+	}
+	if m.opt.RetainRequest {
+		ctx = idem.WithRequest(ctx, m.retained(r, c.body.b))
+	}
+	res, err := m.eng.Do(ctx, StorageKey(p.scope, key), p.fp, c.run)
+	done = true
+	if c.panicked != nil {
+		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
+		h.aborted(r, c, key, start, res, err)
+	}
+	h.finish(w, r, c, key, start, res, err)
+	c.release()
+}
+
+// prepared is what prepare read of a request to be run under a claim.
+type prepared struct {
+	c              *captureWriter // holds the body read
+	key, scope, fp string
+}
+
+// prepare reads the request's key, scope, body and fingerprint. When the request is not to
+// run under a claim (a method not processed, no key, a key, scope or body refused), it answers
+// it, reports its Event and returns false.
+func (h *handler) prepare(w http.ResponseWriter, r *http.Request, start time.Time) (prepared, bool) {
+	m := h.m
 	if !m.processes(r.Method) {
 		h.next.ServeHTTP(w, r)
 		m.emit(Event{Outcome: OutcomeBypass, Request: r, Start: start})
-		return
+		return prepared{}, false
 	}
 	var key string
 	if !m.opt.Key.needsBody() {
 		var err error
 		if key, err = m.opt.Key.fromHeader(r.Header); err != nil {
 			h.reject(w, r, nil, probInvalidKey, Event{Start: start, Err: err})
-			return
+			return prepared{}, false
 		}
 		if key == "" {
 			h.noKey(w, r, start, nil)
-			return
+			return prepared{}, false
 		}
 	}
 	scope := ""
@@ -238,7 +280,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				p = probScopeSpelling
 			}
 			h.reject(w, r, nil, p, Event{Key: key, Start: start, Err: errors.Join(ErrInvalidScope, err)})
-			return
+			return prepared{}, false
 		}
 	}
 
@@ -251,75 +293,59 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, p, err := m.readBody(r, c)
 	if p != nil {
 		h.reject(w, r, c, p, Event{Key: key, Start: start, Err: err})
-		return
+		return prepared{}, false
 	}
 	c.body.b = body
 	if m.opt.Key.needsBody() {
 		if key, err = m.opt.Key.fromBody(r, body); err != nil {
 			h.reject(w, r, c, probInvalidKey, Event{Start: start, Err: err})
-			return
+			return prepared{}, false
 		}
 		if key == "" {
 			r2 := r.WithContext(r.Context())
 			r2.Body = c.body.open(m.opt.DetachBody)
 			h.noKey(w, r2, start, c)
-			return
+			return prepared{}, false
 		}
 	}
 	fp, err := m.opt.Fingerprint(r, body)
 	if err == nil && m.checkFP && !idem.ValidFingerprint(fp) {
 		m.opt.Logger.Error("idemhttp: Options.Fingerprint returned an invalid fingerprint", "fingerprint", fp)
 		h.reject(w, r, c, probInternal, Event{Key: key, Start: start, Err: errInvalidFingerprint})
-		return
+		return prepared{}, false
 	}
 	if err != nil {
 		h.reject(w, r, c, probInvalidBody, Event{Key: key, Start: start, Err: err})
+		return prepared{}, false
+	}
+	return prepared{c: c, key: key, scope: scope, fp: fp}, true
+}
+
+// recovered is ServeHTTP's deferred end when the engine did not return: the handler (or
+// something under it) panicked with p before it began to answer, or called runtime.Goexit
+// (p nil). The engine has released the claim. It answers 500 if nothing was sent yet, then
+// lets the panic go on to http.Server, which logs it and closes the connection (a response
+// already started is cut off: the client sees a broken response, never a partial success).
+func (h *handler) recovered(w http.ResponseWriter, r *http.Request, c *captureWriter, key string, start time.Time, p any) {
+	m := h.m
+	m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
+	if p == nil {
 		return
 	}
-
-	c.h, c.r = h, r
-	x := c
-	done := false
-	defer func() {
-		if done {
-			return
+	if p != http.ErrAbortHandler && !c.committed {
+		clear(w.Header())
+		m.problem(probPanic).write(w, nil)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush() // http.Server does not flush a handler's buffered output after a panic
 		}
-		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
-		// The handler (or something under it) panicked before it began to answer, or called
-		// runtime.Goexit. The engine has released the claim. Answer 500 if nothing was sent
-		// yet, then let the panic go on to http.Server, which logs it and closes the connection
-		// (a response already started is cut off: the client sees a broken response, never a
-		// partial success).
-		p := recover()
-		if p != nil && p != http.ErrAbortHandler && !c.committed {
-			clear(w.Header())
-			m.problem(probPanic).write(w, nil)
-			if f, ok := w.(http.Flusher); ok {
-				f.Flush() // http.Server does not flush a handler's buffered output after a panic
-			}
-		}
-		if p != nil {
-			m.opt.Logger.Error("idemhttp: handler panicked; claim released", "method", r.Method, "path", r.URL.Path)
-			status := 0
-			if !c.committed && p != http.ErrAbortHandler {
-				status = 500
-			}
-			m.emit(Event{Outcome: OutcomeReleased, Request: r, Key: key, Status: status, Start: start, Handler: x.took, Err: errors.New("idemhttp: handler panicked")})
-			panic(p)
-		}
-	}()
-	ctx := r.Context()
-	if route := m.opt.Route(r); route != "" {
-		ctx = idem.WithRoute(ctx, route)
 	}
-	res, err := m.eng.Do(ctx, StorageKey(scope, key), fp, c.run)
-	done = true
-	if c.panicked != nil {
-		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
-		h.aborted(r, c, key, start, res, err)
+	m.opt.Logger.Error("idemhttp: handler panicked; claim released", "method", r.Method, "path", r.URL.Path)
+	status := 0
+	if !c.committed && p != http.ErrAbortHandler {
+		status = 500
 	}
-	h.finish(w, r, c, key, start, res, err)
-	c.release()
+	m.emit(Event{Outcome: OutcomeReleased, Request: r, Key: key, Status: status, Start: start, Handler: c.took, Err: errors.New("idemhttp: handler panicked")})
+	panic(p)
 }
 
 // processes reports whether method is one of Options.Methods.
@@ -566,7 +592,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 		}
 	case err == nil && res.Replayed:
 		m.replay(w, &res)
-		ev.Outcome, ev.Status = OutcomeReplayed, res.Response.Status
+		ev.Outcome, ev.Status = OutcomeReplay, res.Response.Status
 	case errors.Is(err, idem.ErrMismatch):
 		m.problem(probMismatch).write(w, nil)
 		ev.Outcome, ev.Status = OutcomeMismatch, probMismatch.status
@@ -577,7 +603,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request, c *captureWrite
 			secs = int64((ife.RetryAfter + time.Second - 1) / time.Second)
 		}
 		m.problem(probInFlight).write(w, retryAfterValue(secs))
-		ev.Outcome, ev.Status = OutcomeConflict, probInFlight.status
+		ev.Outcome, ev.Status = OutcomeInFlight, probInFlight.status
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		ev.Err = err
 		if m.opt.FailOpen && !c.ran {

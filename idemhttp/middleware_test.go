@@ -67,7 +67,7 @@ func TestSeedScenario(t *testing.T) {
 	if h.n.Load() != 1 {
 		t.Fatalf("%d effects after mismatch, want 1", h.n.Load())
 	}
-	want := []idemhttp.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed, idemhttp.OutcomeMismatch, idemhttp.OutcomeMismatch}
+	want := []idemhttp.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplay, idemhttp.OutcomeMismatch, idemhttp.OutcomeMismatch}
 	if got := b.outcomes(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
@@ -292,7 +292,7 @@ func TestStreamingLargeResponse(t *testing.T) {
 	if n.Load() != 1 {
 		t.Fatalf("%d executions", n.Load())
 	}
-	if got := b.outcomes(); fmt.Sprint(got) != "[oversize replayed]" {
+	if got := b.outcomes(); fmt.Sprint(got) != "[oversize replay]" {
 		t.Fatalf("events %v", got)
 	}
 }
@@ -670,6 +670,9 @@ func TestOptionsValidation(t *testing.T) {
 		{idemhttp.Options{Runner: eng, DenyHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.DenyHeaders"},
 		{idemhttp.Options{Runner: eng, Key: idemhttp.JSONKey("a..b"), Scope: idemhttp.SingleCaller()}, "Options.Key"},
 		{idemhttp.Options{Runner: eng, StoreRetryAfter: -time.Second, Scope: idemhttp.SingleCaller()}, "Options.StoreRetryAfter"},
+		{idemhttp.Options{Runner: eng, MaxRetainedRequest: -1, Scope: idemhttp.SingleCaller()}, "Options.MaxRetainedRequest"},
+		{idemhttp.Options{Runner: eng, MaxRetainedRequest: 63, Scope: idemhttp.SingleCaller()}, "Options.MaxRetainedRequest"},
+		{idemhttp.Options{Runner: eng, RedactHeaders: []string{"a b"}, Scope: idemhttp.SingleCaller()}, "Options.RedactHeaders"},
 	} {
 		_, err := idemhttp.New(tc.opt)
 		if !errors.Is(err, idem.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
@@ -921,8 +924,8 @@ func TestInFlightRetryAfter(t *testing.T) {
 		if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") != tc.want {
 			t.Errorf("%v: got %d, Retry-After %q; want 409, %s", tc.err, rec.Code, rec.Header().Get("Retry-After"), tc.want)
 		}
-		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeConflict {
-			t.Errorf("%v: events %+v, want one conflict", tc.err, events)
+		if len(events) != 1 || events[0].Outcome != idemhttp.OutcomeInFlight {
+			t.Errorf("%v: events %+v, want one in_flight", tc.err, events)
 		}
 	}
 }

@@ -134,6 +134,26 @@ type Options struct {
 	// happened (see Event). It runs on the request's goroutine: keep it fast.
 	OnEvent func(Event)
 
+	// RetainRequest keeps what the client sent with the record its key claims, for operators
+	// who must answer "what did the client send?" (`idem inspect`, the operator console): the
+	// method, the path and query, the headers and the body, kept when the key is claimed, so a
+	// claim still in flight or held shows it too. The values of credentials are replaced by
+	// RedactedValue before anything is kept: headers and query parameters that
+	// CredentialHeader matches (Authorization, Cookie, X-API-Key, ...) and those named in
+	// RedactHeaders. What is kept is at most MaxRetainedRequest bytes as the store keeps it:
+	// the headers in order of name while they fit, then the first bytes of the body (the
+	// record says how large the body was). Default false: a record keeps no request, and takes
+	// no more room than one written before requests were kept.
+	RetainRequest bool
+	// MaxRetainedRequest bounds a retained request (RetainRequest) in bytes, as stored: a
+	// client cannot make the store hold more, whatever the size of its headers or body. At
+	// least 64. Default DefaultMaxRetainedRequest (4 KiB).
+	MaxRetainedRequest int64
+	// RedactHeaders are more headers whose values a retained request never keeps, besides those
+	// CredentialHeader matches: the header your Scope reads, say, when its name does not say it
+	// is a credential. Default none.
+	RedactHeaders []string
+
 	// FormatProblem, if set, writes the middleware's refusals (400, 409, 413, 422, 500, 503
 	// and the replay of a response that was not retained) in the API's own error shape
 	// instead of application/problem+json. Default nil: RFC 9457 problem+json.
@@ -202,6 +222,18 @@ func (o Options) withDefaults() (Options, error) {
 		return o, optionError("Options.MaxResponseBody", "%d is negative", o.MaxResponseBody)
 	case o.StoreRetryAfter < 0:
 		return o, optionError("Options.StoreRetryAfter", "%s is negative", o.StoreRetryAfter)
+	case o.MaxRetainedRequest < 0:
+		return o, optionError("Options.MaxRetainedRequest", "%d is negative", o.MaxRetainedRequest)
+	case o.MaxRetainedRequest != 0 && o.MaxRetainedRequest < minRetainedRequest:
+		return o, optionError("Options.MaxRetainedRequest", "%d is below %d bytes, too small for a method and a path", o.MaxRetainedRequest, minRetainedRequest)
+	case o.MaxRetainedRequest > 1<<30:
+		return o, optionError("Options.MaxRetainedRequest", "%d is above 1 GiB", o.MaxRetainedRequest)
+	}
+	o.MaxRetainedRequest = cmp.Or(o.MaxRetainedRequest, DefaultMaxRetainedRequest)
+	for _, h := range o.RedactHeaders {
+		if !validToken(h) {
+			return o, optionError("Options.RedactHeaders", "%q is not a header name", h)
+		}
 	}
 	if o.DenyHeaders == nil {
 		o.DenyHeaders = []string{"Set-Cookie"}

@@ -134,7 +134,7 @@ var (
 	probScopeSpelling = newProblem(400, ProblemScopeHeaderSpelling, "The scope header was sent with underscores for hyphens; send it under its own name", OutcomeInvalidScope)
 	probInvalidBody   = newProblem(400, ProblemInvalidBody, "The request body could not be read", OutcomeInvalidBody)
 	probTooLarge      = newProblem(413, ProblemRequestTooLarge, "The request body is too large", OutcomeTooLarge)
-	probInFlight      = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later", OutcomeConflict)
+	probInFlight      = newProblem(409, ProblemInFlight, "A request with this idempotency key is being processed; retry later", OutcomeInFlight)
 	probMismatch      = newProblem(422, ProblemMismatch, "This idempotency key was used with a different request", OutcomeMismatch)
 	probStore         = newProblem(503, ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later", OutcomeStoreError)
 	// Buffers are held as long as a request takes: a second is a fair first guess.

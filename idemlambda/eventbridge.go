@@ -39,10 +39,10 @@ func EventBridgeMessage(ev events.EventBridgeEvent) *consumer.Message {
 //
 // EventBridge invokes its Lambda targets asynchronously, and Lambda retries an invocation that
 // returns an error (twice by default, then the function's on-failure destination or
-// dead-letter queue). So the handler returns nil when the event is done with (Processed or
-// Duplicate: the effect ran, now or before) and otherwise an error matching ErrNotDone and the
-// Result's error: InFlight (another invocation holds the key; the retry replays its result or
-// takes over its expired claim), Failed (the handler or the store failed) and Rejected (no key
+// dead-letter queue). So the handler returns nil when the event is done with (OutcomeExecuted or
+// OutcomeReplay: the effect ran, now or before) and otherwise an error matching ErrNotDone and the
+// Result's error: OutcomeInFlight (another invocation holds the key; the retry replays its result or
+// takes over its expired claim), OutcomeFailed (the handler or the store failed) and OutcomeRejected (no key
 // in detail, or the key reused for another detail: retries will not help, and the event ends
 // in the on-failure destination, never silently dropped).
 func EventBridgeHandler(c *consumer.Consumer) (func(ctx context.Context, ev events.EventBridgeEvent) error, error) {

@@ -110,6 +110,10 @@ type Options struct {
 	LeaseMargin time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
+	// OnEvent, if set, is called once per invocation, as the wrapped handler returns, with
+	// what happened to the event (for metrics and logs). Spans come from the runner's
+	// idem.Options.Observer. Default nil.
+	OnEvent func(Event)
 }
 
 // Wrap returns handler made idempotent, to pass to lambda.Start: an event whose key (found at
@@ -175,14 +179,26 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 			return nil, err
 		}
 	}
-	return func(ctx context.Context, event In) (Out, error) {
+	return func(ctx context.Context, event In) (out Out, err error) {
+		var ev Event
+		if opt.OnEvent != nil {
+			start := time.Now()
+			defer func() {
+				if ev.Outcome != "" { // "": the handler panicked
+					ev.Start, ev.Duration = start, time.Since(start)
+					opt.OnEvent(ev)
+				}
+			}()
+		}
 		var zero Out
 		raw, err := json.Marshal(event)
 		if err != nil {
+			ev.Outcome, ev.Err = OutcomeError, err
 			return zero, fmt.Errorf("%w: encoding the event: %v", idem.ErrInvalidInput, err)
 		}
 		doc, err := decode(raw)
 		if err != nil {
+			ev.Outcome, ev.Err = OutcomeError, err
 			return zero, fmt.Errorf("%w: decoding the event: %v", idem.ErrInvalidInput, err)
 		}
 		vals := make([]any, len(keys))
@@ -190,15 +206,20 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 			v, ok := lookup(doc, k)
 			if !ok || empty(v) {
 				if opt.RequireKey {
+					ev.Outcome = OutcomeMissingKey
 					return zero, fmt.Errorf("%w at %q", ErrMissingKey, names[i])
 				}
 				opt.Logger.Warn("idemlambda: no idempotency key in the event; handler runs without protection", "key_path", names[i])
-				return handler(ctx, event)
+				out, err = handler(ctx, event)
+				ev.Outcome, ev.Err = OutcomeBypass, err
+				return out, err
 			}
 			vals[i] = v
 		}
 		if off {
-			return handler(ctx, event)
+			out, err = handler(ctx, event)
+			ev.Outcome, ev.Err = OutcomeBypass, err
+			return out, err
 		}
 		var enc string
 		var input any = vals[0]
@@ -214,13 +235,44 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 		if fp != nil {
 			input, _ = lookup(doc, fp) // absent: null
 		}
+		ev.Key = storageKey(opt.Name, enc)
 		bctx, b := lease.bind(ctx)
-		out, _, err := idem.DoJSON(bctx, lease.eng, storageKey(opt.Name, enc), input, func(ctx context.Context) (Out, error) {
+		ran := false
+		var herr error
+		out, res, err := idem.DoJSON(bctx, lease.eng, ev.Key, input, func(ctx context.Context) (Out, error) {
 			defer b.run()()
-			return handler(ctx, event)
+			ran = true
+			var o Out
+			o, herr = handler(ctx, event)
+			return o, herr
 		})
+		ev.Takeover, ev.Err = res.Takeover, err
+		switch {
+		case ran:
+			ev.Outcome = ranOutcome(herr, res.Kept)
+			if herr == nil && err != nil {
+				ev.Outcome = OutcomeExecuted // the result could not be stored; Err says why
+			}
+		case err == nil:
+			ev.Outcome = OutcomeReplay
+		default:
+			ev.Outcome = engineOutcome(err)
+		}
 		return out, b.joinRelease(err)
 	}, nil
+}
+
+// engineOutcome is the Outcome of an invocation the engine refused before the handler ran.
+func engineOutcome(err error) Outcome {
+	switch {
+	case errors.Is(err, idem.ErrInFlight):
+		return OutcomeInFlight
+	case errors.Is(err, idem.ErrMismatch):
+		return OutcomeMismatch
+	case errors.Is(err, idem.ErrStoreUnavailable):
+		return OutcomeStoreError
+	}
+	return OutcomeError
 }
 
 func cmpErr(err error, otherwise string) any {

@@ -48,6 +48,10 @@ type ProxyOptions struct {
 	LeaseMargin time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
+	// OnEvent, if set, is called once per invocation, as the wrapped handler returns, with
+	// what happened to the request (for metrics and logs). Spans come from the runner's
+	// idem.Options.Observer. Default nil.
+	OnEvent func(Event)
 }
 
 // proxy is the part of WrapAPIGateway and WrapHTTPAPI that does not depend on the event's type.
@@ -106,6 +110,9 @@ type answer struct {
 	retryAfter  int64 // seconds, 0: none
 	key         string
 	fingerprint string
+	// ev is what became of the request, for ProxyOptions.OnEvent: its Outcome for a
+	// refusal; from serve, its Outcome, Takeover and Err.
+	ev Event
 }
 
 func (p *proxy) decide(r request) answer {
@@ -149,7 +156,24 @@ func (p *proxy) decide(r request) answer {
 }
 
 func refuse(status int, typ, title string) answer {
-	return answer{status: status, problemType: typ, title: title}
+	return answer{status: status, problemType: typ, title: title, ev: Event{Outcome: problemOutcome(typ)}}
+}
+
+// observe returns the func that reports an invocation begun now to ProxyOptions.OnEvent:
+// call it with the Event (Status, Start and Duration are filled in). It is nil without
+// OnEvent; an Event without an Outcome (the handler panicked) is not reported.
+func (p *proxy) observe() func(ev *Event, status int) {
+	if p.opt.OnEvent == nil {
+		return nil
+	}
+	start := time.Now()
+	return func(ev *Event, status int) {
+		if ev.Outcome == "" {
+			return
+		}
+		ev.Status, ev.Start, ev.Duration = status, start, time.Since(start)
+		p.opt.OnEvent(*ev)
+	}
 }
 
 // problemBody is the application/problem+json body of a refusal, as idemhttp writes it.
@@ -186,37 +210,44 @@ func serve[Resp any](ctx context.Context, p *proxy, a answer, status func(Resp) 
 		return idem.Response{Status: status(out), Body: raw}, nil
 	})
 	if ran {
+		refusal.ev = Event{Outcome: ranOutcome(herr, res.Kept), Takeover: res.Takeover, Err: herr}
 		if herr != nil {
 			var zero Resp
-			return zero, false, answer{}, b.joinRelease(herr)
+			return zero, false, refusal, b.joinRelease(herr)
 		}
 		if err != nil {
 			// The handler ran and answered; only recording its response failed. The answer is
 			// the truth: send it.
+			refusal.ev.Outcome, refusal.ev.Err = OutcomeExecuted, err
 			p.opt.Logger.Warn("idemlambda: the handler ran but its response could not be stored", "key", a.key, "err", err)
 		}
-		return out, false, answer{}, nil
+		return out, false, refusal, nil
 	}
 	var inflight *idem.InFlightError
 	switch {
 	case err == nil:
 		if uerr := json.Unmarshal(res.Response.Body, &out); uerr != nil {
-			return out, false, answer{}, fmt.Errorf("%w: %v", idem.ErrCorruptRecord, uerr)
+			err = fmt.Errorf("%w: %v", idem.ErrCorruptRecord, uerr)
+			return out, false, answer{ev: Event{Outcome: OutcomeError, Err: err}}, err
 		}
-		return out, true, answer{}, nil
+		return out, true, answer{ev: Event{Outcome: OutcomeReplay}}, nil
 	case errors.As(err, &inflight):
 		r := refuse(409, idemhttp.ProblemInFlight, "A request with this idempotency key is being processed; retry later")
 		r.retryAfter = int64((inflight.RetryAfter + time.Second - 1) / time.Second)
+		r.ev.Err = err
 		return out, false, r, nil
 	case errors.Is(err, idem.ErrMismatch):
-		return out, false, refuse(422, idemhttp.ProblemMismatch, "This idempotency key was used with a different request"), nil
+		r := refuse(422, idemhttp.ProblemMismatch, "This idempotency key was used with a different request")
+		r.ev.Err = err
+		return out, false, r, nil
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		p.opt.Logger.Warn("idemlambda: idempotency store unavailable; request refused", "key", a.key, "err", err)
 		r := refuse(503, idemhttp.ProblemStoreUnavailable, "The request was not processed: the idempotency store is unavailable; retry later")
 		r.retryAfter = 1
+		r.ev.Err = err
 		return out, false, r, nil
 	}
-	return out, false, answer{}, err
+	return out, false, answer{ev: Event{Outcome: OutcomeError, Err: err}}, err
 }
 
 // WrapAPIGateway returns handler, a function behind an API Gateway REST API (proxy integration,
@@ -235,23 +266,29 @@ func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req even
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	return func(ctx context.Context, req events.APIGatewayProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
+		var ev Event
+		if done := p.observe(); done != nil {
+			defer func() { done(&ev, resp.StatusCode) }()
+		}
 		a := p.decide(request{
 			method: req.HTTPMethod, path: req.Path, query: v1Query(req), body: req.Body, base64: req.IsBase64Encoded,
 			header:    func(name string) []string { return v1Header(req, name) },
 			principal: v1Principal(req.RequestContext),
 		})
 		switch {
-		case a.pass:
-			return handler(ctx, req)
+		case a.pass || a.status == 0 && p.lease == nil: // not processed, or disabled
+			resp, err = handler(ctx, req)
+			ev.Outcome = OutcomeBypass
+			return resp, err
 		case a.status != 0:
+			ev = a.ev
 			return events.APIGatewayProxyResponse{StatusCode: a.status, Headers: a.problemHeaders(), Body: a.problemBody()}, nil
-		case p.lease == nil: // disabled
-			return handler(ctx, req)
 		}
 		out, replayed, r, err := serve(ctx, p, a,
 			func(r events.APIGatewayProxyResponse) int { return r.StatusCode },
 			func(ctx context.Context) (events.APIGatewayProxyResponse, error) { return handler(ctx, req) })
+		ev, ev.Key = r.ev, a.key
 		switch {
 		case err != nil:
 			return out, err
@@ -274,23 +311,29 @@ func WrapHTTPAPI(opt ProxyOptions, handler func(ctx context.Context, req events.
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
+		var ev Event
+		if done := p.observe(); done != nil {
+			defer func() { done(&ev, resp.StatusCode) }()
+		}
 		a := p.decide(request{
 			method: req.RequestContext.HTTP.Method, path: req.RawPath, query: req.RawQueryString, body: req.Body, base64: req.IsBase64Encoded,
 			header:    func(name string) []string { return lookupHeader(req.Headers, nil, name) },
 			principal: v2Principal(req.RequestContext.Authorizer),
 		})
 		switch {
-		case a.pass:
-			return handler(ctx, req)
+		case a.pass || a.status == 0 && p.lease == nil: // not processed, or disabled
+			resp, err = handler(ctx, req)
+			ev.Outcome = OutcomeBypass
+			return resp, err
 		case a.status != 0:
+			ev = a.ev
 			return events.APIGatewayV2HTTPResponse{StatusCode: a.status, Headers: a.problemHeaders(), Body: a.problemBody()}, nil
-		case p.lease == nil: // disabled
-			return handler(ctx, req)
 		}
 		out, replayed, r, err := serve(ctx, p, a,
 			func(r events.APIGatewayV2HTTPResponse) int { return r.StatusCode },
 			func(ctx context.Context) (events.APIGatewayV2HTTPResponse, error) { return handler(ctx, req) })
+		ev, ev.Key = r.ev, a.key
 		switch {
 		case err != nil:
 			return out, err

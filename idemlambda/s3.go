@@ -69,8 +69,8 @@ func S3Key(m *consumer.Message) (string, error) {
 // function is S3Key (or one of the caller's over the same headers).
 //
 // S3 invokes the function asynchronously, and Lambda retries an invocation that returns an
-// error. So the handler handles every record and returns nil when each is done with (Processed
-// or Duplicate), and otherwise an error that matches ErrNotDone and joins each failed record's
+// error. So the handler handles every record and returns nil when each is done with (OutcomeExecuted
+// or OutcomeReplay), and otherwise an error that matches ErrNotDone and joins each failed record's
 // error: Lambda's retry sends the whole event again, the records done before are Duplicates
 // (their effect is not run again), and only the others run. An event without records (the
 // s3:TestEvent S3 sends when a notification is configured) is done with.

@@ -14,7 +14,7 @@ import (
 // each path, with the syntax and the encoding of Options.KeyPath (Options.KeyPaths for several
 // paths), so two messages share a key only if they hold the same JSON value at every path. A
 // message whose body is not JSON, or holds nothing at one of the paths, gets an error: the
-// consumer rejects it (consumer.Rejected), and the source handler reports it as not done.
+// consumer rejects it (consumer.OutcomeRejected), and the source handler reports it as not done.
 // BodyKey fails with an *idem.OptionError (matching idem.ErrInvalidInput) if a path is
 // invalid or none is given.
 func BodyKey(paths ...string) (consumer.KeyFunc, error) {
@@ -58,7 +58,7 @@ func errNilConsumer(fn string) error {
 func handleOne(ctx context.Context, c *consumer.Consumer, m *consumer.Message) (r consumer.Result) {
 	defer func() {
 		if p := recover(); p != nil {
-			r = consumer.Result{Outcome: consumer.Failed, Err: fmt.Errorf("idemlambda: the handler panicked: %v", p)}
+			r = consumer.Result{Outcome: consumer.OutcomeFailed, Err: fmt.Errorf("idemlambda: the handler panicked: %v", p)}
 		}
 	}()
 	return c.Handle(ctx, m)

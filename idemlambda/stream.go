@@ -133,9 +133,9 @@ func plainValue(v events.DynamoDBAttributeValue) any {
 // response reports failures, Lambda retries from the lowest sequence number reported (with
 // BisectBatchOnFunctionError, only from there), and the records before it are done with. So
 // the handling of a shard's records stops at the first record that is not done with (its
-// Outcome is InFlight, Failed or Rejected), and the response reports it and every later
+// Outcome is OutcomeInFlight, OutcomeFailed or OutcomeRejected), and the response reports it and every later
 // record of that shard: none of them is handled out of order. When Lambda sends the batch
-// again, from the checkpoint or bisected, a record done before is a Duplicate (its stored
+// again, from the checkpoint or bisected, a record done before is a replay (its stored
 // result, the effect not run again) and the first record not done runs. Records not started
 // because ctx ended (the function is about to time out) are reported too. A panic in the
 // handler fails its record only. The returned error is always nil: a failure is a record's,

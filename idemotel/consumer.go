@@ -44,16 +44,16 @@ const (
 //
 // The span carries messaging.destination.name (Message.Subject), messaging.message.id
 // (Message.ID), idem.key (Options.Key of the Result's key; see ConsumerKey) and idem.outcome
-// (processed, duplicate, in_flight, failed or rejected); failed and rejected set the span's
+// (executed, replay, in_flight, failed or rejected); failed and rejected set the span's
 // status to Error with the outcome as its description. It never carries the message's body,
 // its other headers or an error message.
-func ConsumerTrace(opt Options) func(context.Context, *consumer.Message) (context.Context, func(consumer.Result)) {
+func ConsumerTrace(opt Options) func(context.Context, *consumer.Message) (context.Context, func(consumer.Event)) {
 	tracer, prop := opt.tracer(), opt.propagator()
 	key := opt.Key
 	if key == nil {
 		key = ClientKey
 	}
-	return func(ctx context.Context, m *consumer.Message) (context.Context, func(consumer.Result)) {
+	return func(ctx context.Context, m *consumer.Message) (context.Context, func(consumer.Event)) {
 		if len(m.Header) > 0 {
 			ctx = prop.Extract(ctx, headerCarrier(m.Header))
 		}
@@ -67,12 +67,12 @@ func ConsumerTrace(opt Options) func(context.Context, *consumer.Message) (contex
 		if m.ID != "" {
 			span.SetAttributes(AttrMessagingMessageID.String(m.ID))
 		}
-		return ctx, func(r consumer.Result) {
+		return ctx, func(r consumer.Event) {
 			if k := key(r.Key); k != "" && r.Key != "" {
 				span.SetAttributes(AttrKey.String(k))
 			}
 			span.SetAttributes(AttrOutcome.String(r.Outcome.String()))
-			if r.Outcome == consumer.Failed || r.Outcome == consumer.Rejected {
+			if r.Outcome == consumer.OutcomeFailed || r.Outcome == consumer.OutcomeRejected {
 				span.SetStatus(codes.Error, r.Outcome.String())
 			}
 			span.End()

@@ -62,7 +62,7 @@ func TestConsumerTrace(t *testing.T) {
 	for _, name := range []string{"traceparent", "Traceparent", "TRACEPARENT"} {
 		m := &consumer.Message{Body: []byte(name[:3] + "body-secret"), Subject: "orders", ID: "m-" + name,
 			Header: map[string][]string{name: {headers["traceparent"]}, "authorization": {"header-secret"}}}
-		if r := c.Handle(context.Background(), m); r.Outcome != consumer.Processed {
+		if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted {
 			t.Fatalf("%s: %+v", name, r)
 		}
 		spans := b.ended(t, forbidden...)
@@ -70,7 +70,7 @@ func TestConsumerTrace(t *testing.T) {
 		if cons.Parent().SpanID() != producer.SpanContext().SpanID() || cons.SpanKind() != trace.SpanKindConsumer {
 			t.Errorf("%s: idem.consume's parent %v, kind %v", name, cons.Parent().SpanID(), cons.SpanKind())
 		}
-		if attr(cons, idemotel.AttrOutcome) != "processed" || attr(cons, idemotel.AttrKey) != name[:3] ||
+		if attr(cons, idemotel.AttrOutcome) != "executed" || attr(cons, idemotel.AttrKey) != name[:3] ||
 			attr(cons, idemotel.AttrMessagingDestination) != "orders" || attr(cons, idemotel.AttrMessagingMessageID) != "m-"+name {
 			t.Errorf("%s: idem.consume's attributes %v", name, cons.Attributes())
 		}
@@ -79,7 +79,7 @@ func TestConsumerTrace(t *testing.T) {
 		}
 	}
 
-	// Failed and rejected: an error status naming the outcome, not the error.
+	// OutcomeFailed and rejected: an error status naming the outcome, not the error.
 	for _, outcome := range []string{"fail", "reject"} {
 		r := c.Handle(context.Background(), &consumer.Message{Body: []byte("f-" + outcome)})
 		cons := one(t, b.ended(t, forbidden...), "idem.consume")

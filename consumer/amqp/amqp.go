@@ -61,16 +61,16 @@ func Message(d amqp091.Delivery) *consumer.Message {
 	return m
 }
 
-// Settle tells the broker what became of d, as r says: Ack for Processed and Duplicate;
-// for InFlight and Failed, Nack with requeue after waiting r.RetryAfter (AMQP cannot delay a
+// Settle tells the broker what became of d, as r says: Ack for OutcomeExecuted and OutcomeReplay;
+// for OutcomeInFlight and OutcomeFailed, Nack with requeue after waiting r.RetryAfter (AMQP cannot delay a
 // requeue; the wait is cut short when ctx is done), so the message comes back to this or another
-// consumer; for Rejected, Nack without requeue, which dead-letters it when the queue has a
+// consumer; for OutcomeRejected, Nack without requeue, which dead-letters it when the queue has a
 // dead-letter exchange (x-dead-letter-exchange) and drops it otherwise.
 func Settle(ctx context.Context, d amqp091.Delivery, r consumer.Result) error {
 	switch r.Outcome {
-	case consumer.Processed, consumer.Duplicate:
+	case consumer.OutcomeExecuted, consumer.OutcomeReplay:
 		return d.Ack(false)
-	case consumer.Rejected:
+	case consumer.OutcomeRejected:
 		return d.Nack(false, false)
 	}
 	if r.RetryAfter > 0 {

@@ -202,7 +202,7 @@ func newConsumer(t *testing.T, h consumer.Handler, opt consumer.Options) *consum
 	return c
 }
 
-// Failed deliveries are requeued and come back; rejected ones are not requeued.
+// OutcomeFailed deliveries are requeued and come back; rejected ones are not requeued.
 func TestSettle(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
@@ -219,7 +219,9 @@ func TestSettle(t *testing.T) {
 			return nil, consumer.Reject(errors.New("unknown product"))
 		}
 		return []byte("ok"), nil
-	}, consumer.Options{RetryDelay: 20 * time.Millisecond, Observe: func(m *consumer.Message, r consumer.Result) {
+	}, consumer.Options{RetryDelay: 20 * time.Millisecond, OnEvent: func(ev consumer.Event) {
+		m, r := ev.Message, ev.Result
+
 		mu.Lock()
 		seen[string(m.Body)] = append(seen[string(m.Body)], r.Outcome)
 		mu.Unlock()
@@ -266,7 +268,7 @@ func TestSettle(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for body, w := range map[string]string{
-		"flaky;1":  "[failed failed processed]",
+		"flaky;1":  "[failed failed executed]",
 		"poison;1": "[rejected]",
 		"nokey":    "[rejected]",
 	} {
@@ -278,8 +280,8 @@ func TestSettle(t *testing.T) {
 	// before the original's. Exactly one is processed, the other answered as a duplicate.
 	fine := slices.Clone(seen["fine;1"])
 	slices.Sort(fine)
-	if want := []consumer.Outcome{consumer.Processed, consumer.Duplicate}; !slices.Equal(fine, want) {
-		t.Errorf("fine;1: %s, want one processed and one duplicate", outcomes(seen["fine;1"]))
+	if want := []consumer.Outcome{consumer.OutcomeExecuted, consumer.OutcomeReplay}; !slices.Equal(fine, want) {
+		t.Errorf("fine;1: %s, want one executed and one replay", outcomes(seen["fine;1"]))
 	}
 }
 

@@ -15,15 +15,15 @@
 //
 // Each delivery is settled as its consumer.Result says ([Settle]):
 //
-//   - Processed, Duplicate: Ack.
-//   - InFlight (another consumer holds the key now) and Failed: Nack with requeue, after
+//   - OutcomeExecuted, OutcomeReplay: Ack.
+//   - OutcomeInFlight (another consumer holds the key now) and OutcomeFailed: Nack with requeue, after
 //     Result.RetryAfter (AMQP has no delayed requeue, so the handler slot waits).
-//   - Rejected: Nack without requeue: the queue's dead-letter exchange gets it, if it has one.
+//   - OutcomeRejected: Nack without requeue: the queue's dead-letter exchange gets it, if it has one.
 //
 // # Crashes
 //
 // A consumer killed after the effect and before its ack leaves a completed record; RabbitMQ
-// requeues the unacked delivery when the connection drops, and the redelivery is a Duplicate,
+// requeues the unacked delivery when the connection drops, and the redelivery is a replay,
 // acked without running the effect again. The tests kill real consumer processes (SIGKILL)
 // between effect and ack over 1,000 messages and find every effect exactly once. A process
 // killed while other deliveries are in the middle of their effect leaves those claims in flight

@@ -85,7 +85,7 @@ func throughput(b *testing.B, broker Broker, opt BenchOptions, st idem.Store, du
 			return "", fmt.Errorf("no event id in %q", m.Body)
 		}
 		return e.ID, nil
-	}, Observe: func(_ *consumer.Message, r consumer.Result) {
+	}, OnEvent: func(r consumer.Event) {
 		if r.Outcome.Ack() {
 			acked.Add(1)
 		}

@@ -41,7 +41,7 @@ type Queue interface {
 	Start(ctx context.Context, c *consumer.Consumer, crash func() bool) (Worker, error)
 	// Pending returns how many messages the broker still holds for the queue, ready or
 	// delivered and not acked. The suite calls it after stopping every consumer. A message that
-	// was dead-lettered (Rejected) does not count.
+	// was dead-lettered (OutcomeRejected) does not count.
 	Pending(ctx context.Context) (int, error)
 }
 
@@ -181,7 +181,7 @@ func (b *bundle) consumer(failRate float64) *consumer.Consumer {
 		InFlightDelay: 200 * time.Millisecond,
 		RetryDelay:    50 * time.Millisecond,
 		Logger:        quiet(),
-		Observe: func(_ *consumer.Message, r consumer.Result) {
+		OnEvent: func(r consumer.Event) {
 			if int(r.Outcome) < len(b.outcome) {
 				b.outcome[r.Outcome].Add(1)
 			}
@@ -409,12 +409,12 @@ func (s *suite) drain(ctx context.Context, b *bundle, c *consumer.Consumer, p *p
 func (b *bundle) logOutcomes(p *pool) {
 	b.t.Helper()
 	var parts []any
-	for o := consumer.Processed; o <= consumer.Rejected; o++ {
+	for o := consumer.OutcomeExecuted; o <= consumer.OutcomeRejected; o++ {
 		parts = append(parts, o.String(), b.outcome[o].Load())
 	}
 	parts = append(parts, "acks", p.acks.Load(), "crashes", p.crashes.Load())
 	// (acks counts the acks attempted; an ack sent on a connection that another delivery's
-	// crash just closed fails, and its message comes back as a Duplicate.)
+	// crash just closed fails, and its message comes back as a replay.)
 	b.t.Log(append([]any{"outcomes:"}, parts...)...)
 }
 
@@ -435,11 +435,11 @@ func (s *suite) duplicates(t *testing.T) {
 	s.drain(ctx, b, c, p)
 	b.logOutcomes(p)
 	b.check(ctx, es)
-	if n := b.outcome[consumer.Processed].Load(); n != int64(len(es)) {
-		t.Errorf("consumertest: %d Processed outcomes, want one per event (%d)", n, len(es))
+	if n := b.outcome[consumer.OutcomeExecuted].Load(); n != int64(len(es)) {
+		t.Errorf("consumertest: %d OutcomeExecuted outcomes, want one per event (%d)", n, len(es))
 	}
-	if b.outcome[consumer.Duplicate].Load() == 0 {
-		t.Error("consumertest: no Duplicate outcome although every event was published several times")
+	if b.outcome[consumer.OutcomeReplay].Load() == 0 {
+		t.Error("consumertest: no OutcomeReplay outcome although every event was published several times")
 	}
 }
 
@@ -453,9 +453,9 @@ func (s *suite) crashes(t *testing.T) {
 	if r.Crashes == 0 {
 		t.Errorf("consumertest: no consumer crashed in %d messages at rate %g; the test did not test crashes", r.Messages, s.opt.CrashRate)
 	}
-	if r.Outcomes[consumer.Duplicate] < r.Crashes {
+	if r.Outcomes[consumer.OutcomeReplay] < r.Crashes {
 		t.Errorf("consumertest: %d crashes after the effect but only %d duplicates: redeliveries went missing",
-			r.Crashes, r.Outcomes[consumer.Duplicate])
+			r.Crashes, r.Outcomes[consumer.OutcomeReplay])
 	}
 }
 
@@ -504,7 +504,7 @@ func (s *suite) crashReport(t *testing.T) Report {
 	r := Report{Events: len(es), Messages: total, Crashes: p.crashes.Load(), Outcomes: map[consumer.Outcome]int64{}}
 	r.Effects, r.Distinct = b.effects(ctx)
 	r.Doubles = b.doubles(ctx)
-	for o := consumer.Processed; o <= consumer.Rejected; o++ {
+	for o := consumer.OutcomeExecuted; o <= consumer.OutcomeRejected; o++ {
 		r.Outcomes[o] = b.outcome[o].Load()
 	}
 	return r
@@ -540,7 +540,7 @@ func (s *suite) ackAfterEffect(t *testing.T) {
 		if distinct != last {
 			last, since = distinct, time.Now()
 		}
-		failed := b.outcome[consumer.Failed].Load()
+		failed := b.outcome[consumer.OutcomeFailed].Load()
 		if failed >= int64(len(es)) && time.Since(since) > stall {
 			t.Logf("consumertest: no effect for %s after every first attempt failed (%d/%d events done)", stall, distinct, len(es))
 			break
@@ -557,11 +557,11 @@ func (s *suite) ackAfterEffect(t *testing.T) {
 			"their deliveries were acked before the effect succeeded", len(es)-distinct, len(es))
 	}
 	b.check(ctx, es)
-	if n := b.outcome[consumer.Failed].Load(); n != int64(len(es)) {
-		t.Errorf("consumertest: %d Failed outcomes, want one per event (%d)", n, len(es))
+	if n := b.outcome[consumer.OutcomeFailed].Load(); n != int64(len(es)) {
+		t.Errorf("consumertest: %d OutcomeFailed outcomes, want one per event (%d)", n, len(es))
 	}
-	if n := b.outcome[consumer.Processed].Load(); n != int64(len(es)) {
-		t.Errorf("consumertest: %d Processed outcomes, want one per event (%d)", n, len(es))
+	if n := b.outcome[consumer.OutcomeExecuted].Load(); n != int64(len(es)) {
+		t.Errorf("consumertest: %d OutcomeExecuted outcomes, want one per event (%d)", n, len(es))
 	}
 }
 
@@ -680,14 +680,14 @@ func (s *suite) rejected(t *testing.T) {
 	bodies = append(bodies, []byte("not json"), []byte(`{"cents":5}`))
 	b.publishBodies(ctx, bodies)
 	b.waitFor(s.opt.Timeout, "the good events acked and the bad ones rejected", func() (bool, string) {
-		acks, rej := p.acks.Load(), b.outcome[consumer.Rejected].Load()
+		acks, rej := p.acks.Load(), b.outcome[consumer.OutcomeRejected].Load()
 		return acks >= int64(len(es)) && rej >= 2, fmt.Sprintf("%d/%d acked, %d/2 rejected", acks, len(es), rej)
 	})
 	time.Sleep(max(s.opt.Redelivery*3/2, 500*time.Millisecond)) // a rejected message that came back would show now
 	s.drain(ctx, b, c, p)
 	b.check(ctx, es)
-	if n := b.outcome[consumer.Rejected].Load(); n != 2 {
-		t.Errorf("consumertest: %d Rejected outcomes, want 2 (a rejected message must not come back)", n)
+	if n := b.outcome[consumer.OutcomeRejected].Load(); n != 2 {
+		t.Errorf("consumertest: %d OutcomeRejected outcomes, want 2 (a rejected message must not come back)", n)
 	}
 }
 
@@ -697,7 +697,7 @@ func (s *suite) rejected(t *testing.T) {
 // "billing" with key "eu/1" and scope "billing/eu" with key "1" under a "/" join; the same key
 // in the scopes "billing" and "shipping"; and an unscoped key "billing|eu/1" that spells a
 // scoped one. Each consumer must run its own effect once per event: a merged record would make
-// one consumer's message a Duplicate of another's, and its effect would never run.
+// one consumer's message a replay of another's, and its effect would never run.
 func (s *suite) scopesApart(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t)
@@ -736,7 +736,7 @@ func (s *suite) scopesApart(t *testing.T) {
 		var state []string
 		done := true
 		for i, sb := range bs {
-			n := sb.outcome[consumer.Processed].Load() + sb.outcome[consumer.Duplicate].Load() + sb.outcome[consumer.Rejected].Load()
+			n := sb.outcome[consumer.OutcomeExecuted].Load() + sb.outcome[consumer.OutcomeReplay].Load() + sb.outcome[consumer.OutcomeRejected].Load()
 			done = done && n >= want
 			state = append(state, fmt.Sprintf("%s %d/%d", sides[i].label, n, want))
 		}
@@ -763,11 +763,11 @@ func (s *suite) scopesApart(t *testing.T) {
 			t.Errorf("consumertest: consumer with scope %q: %d of %d events never had its effect (keys %v), %d had it more than once (%v); outcomes %v",
 				sd.scope, len(missing), len(es), missing, len(doubled), doubled, bs[i].outcomeCounts())
 		}
-		if n := bs[i].outcome[consumer.Processed].Load(); n != int64(len(es)) {
-			t.Errorf("consumertest: consumer with scope %q: %d Processed outcomes, want one per event (%d)", sd.scope, n, len(es))
+		if n := bs[i].outcome[consumer.OutcomeExecuted].Load(); n != int64(len(es)) {
+			t.Errorf("consumertest: consumer with scope %q: %d OutcomeExecuted outcomes, want one per event (%d)", sd.scope, n, len(es))
 		}
-		if n := bs[i].outcome[consumer.Rejected].Load(); n != 0 {
-			t.Errorf("consumertest: consumer with scope %q: %d Rejected outcomes, want none", sd.scope, n)
+		if n := bs[i].outcome[consumer.OutcomeRejected].Load(); n != 0 {
+			t.Errorf("consumertest: consumer with scope %q: %d OutcomeRejected outcomes, want none", sd.scope, n)
 		}
 	}
 }
@@ -781,7 +781,7 @@ func (b *bundle) scopedConsumer(label, scope string, key func(id string) string)
 		InFlightDelay: 200 * time.Millisecond,
 		RetryDelay:    50 * time.Millisecond,
 		Logger:        quiet(),
-		Observe: func(_ *consumer.Message, r consumer.Result) {
+		OnEvent: func(r consumer.Event) {
 			if int(r.Outcome) < len(b.outcome) {
 				b.outcome[r.Outcome].Add(1)
 			}
@@ -812,7 +812,7 @@ func (b *bundle) scopedConsumer(label, scope string, key func(id string) string)
 // outcomeCounts returns the bundle's outcome counts, for failure messages.
 func (b *bundle) outcomeCounts() map[string]int64 {
 	m := map[string]int64{}
-	for o := consumer.Processed; o <= consumer.Rejected; o++ {
+	for o := consumer.OutcomeExecuted; o <= consumer.OutcomeRejected; o++ {
 		m[o.String()] = b.outcome[o].Load()
 	}
 	return m

@@ -119,7 +119,7 @@ func (q *memQueue) Start(ctx context.Context, c *consumer.Consumer, crash func()
 						return
 					}
 					q.settle(w, id, false)
-				case r.Outcome == consumer.Rejected:
+				case r.Outcome == consumer.OutcomeRejected:
 					q.settle(w, id, false)
 				default:
 					time.Sleep(r.RetryAfter)

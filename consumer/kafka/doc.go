@@ -30,19 +30,19 @@
 // Kafka's delivery state is one committed offset per partition: everything before it is done.
 // A Worker commits a partition's offset only past records whose outcome is settled:
 //
-//   - Processed and Duplicate: the record is marked; the marks are committed (synchronously)
+//   - OutcomeExecuted and OutcomeReplay: the record is marked; the marks are committed (synchronously)
 //     after each poll's records are handled, and before partitions are revoked.
-//   - Failed and InFlight: the partition stops at that record; after Result.RetryAfter the
+//   - OutcomeFailed and OutcomeInFlight: the partition stops at that record; after Result.RetryAfter the
 //     partition's fetch position is set back to it, so it is fetched and handled again, and
 //     nothing after it is committed meanwhile (records of one partition stay in order).
-//   - Rejected: handed to Options.DeadLetter when set (produce it to a dead-letter topic),
-//     then committed past; if DeadLetter fails, handled like Failed. Without DeadLetter the
+//   - OutcomeRejected: handed to Options.DeadLetter when set (produce it to a dead-letter topic),
+//     then committed past; if DeadLetter fails, handled like OutcomeFailed. Without DeadLetter the
 //     record is logged and committed past: Kafka has no dead-letter queue of its own.
 //
 // A worker that dies after an effect and before the commit leaves the offset behind: the next
-// owner of the partition fetches the record again and gets a Duplicate, so the effect does not
+// owner of the partition fetches the record again and gets a replay, so the effect does not
 // run twice. One that dies during the effect leaves the idem claim in flight until its lease
-// runs out; the next owner's attempts are InFlight until then, and it takes over after.
+// runs out; the next owner's attempts are OutcomeInFlight until then, and it takes over after.
 //
 // # Rebalances
 //

@@ -28,7 +28,7 @@ type Options struct {
 	// MaxPollRecords is how many records one poll returns at most, over all the partitions
 	// of the worker. Default 100.
 	MaxPollRecords int
-	// DeadLetter, when set, is called with every Rejected record before the worker commits
+	// DeadLetter, when set, is called with every OutcomeRejected record before the worker commits
 	// past it: produce it to a dead-letter topic, for example. If it returns an error the
 	// record is not committed past; it is fetched and handled again after
 	// consumer.Options.RetryDelay. Default nil: a rejected record is logged and committed past
@@ -45,7 +45,7 @@ type Options struct {
 
 // Worker consumes a Kafka consumer group with franz-go: it hands every record to a
 // consumer.Consumer and commits a partition's offset only past records whose outcome is
-// settled (Processed, Duplicate, or Rejected and dead-lettered). See the package
+// settled (OutcomeExecuted, OutcomeReplay, or OutcomeRejected and dead-lettered). See the package
 // documentation.
 type Worker struct {
 	cl  *kgo.Client
@@ -102,7 +102,7 @@ var ErrClosed = errors.New("kafka: client closed")
 // Run polls and handles records until ctx is done. Records of one partition are handled one
 // at a time, in offset order; partitions are handled concurrently. After each poll's records
 // are handled, Run commits the offsets of the settled ones (synchronously) and sets each
-// partition that stopped at a record not settled (Failed, InFlight, or a failed dead-letter)
+// partition that stopped at a record not settled (OutcomeFailed, OutcomeInFlight, or a failed dead-letter)
 // back to that record, so that it is fetched again; a rebalance waits until then.
 //
 // When ctx is done, or a rebalance is pending, the records under way finish (their contexts
@@ -183,8 +183,8 @@ func (w *Worker) partition(ctx, hctx context.Context, recs []*kgo.Record) *kgo.R
 		}
 		r := w.c.Handle(hctx, Message(rec))
 		switch r.Outcome {
-		case consumer.Processed, consumer.Duplicate:
-		case consumer.Rejected:
+		case consumer.OutcomeExecuted, consumer.OutcomeReplay:
+		case consumer.OutcomeRejected:
 			if w.opt.DeadLetter == nil {
 				w.opt.Logger.Warn("kafka: rejected record committed past (no DeadLetter set)",
 					"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "key", r.Key, "err", r.Err)

@@ -326,7 +326,9 @@ func TestRebalanceMidBatch(t *testing.T) {
 			effects[m.Header[kafka.KeyHeader][0]]++
 			mu.Unlock()
 			return nil, nil
-		}, consumer.Options{Observe: func(m *consumer.Message, r consumer.Result) {
+		}, consumer.Options{OnEvent: func(ev consumer.Event) {
+			m, r := ev.Message, ev.Result
+
 			mu.Lock()
 			handled[m.ID] = append(handled[m.ID], name+":"+r.Outcome.String())
 			mu.Unlock()
@@ -374,7 +376,7 @@ func TestRebalanceMidBatch(t *testing.T) {
 }
 
 // A worker that dies after an effect and before committing its offset leaves the record to
-// the next owner, which gets it as a Duplicate: the effect does not run twice.
+// the next owner, which gets it as a replay: the effect does not run twice.
 func TestCrashBeforeCommitRedeliversDuplicate(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t, 1)
@@ -387,7 +389,9 @@ func TestCrashBeforeCommitRedeliversDuplicate(t *testing.T) {
 		effects++
 		mu.Unlock()
 		return nil, nil
-	}, consumer.Options{Observe: func(m *consumer.Message, r consumer.Result) {
+	}, consumer.Options{OnEvent: func(ev consumer.Event) {
+		r := ev.Result
+
 		mu.Lock()
 		outcomes = append(outcomes, r.Outcome.String())
 		mu.Unlock()
@@ -415,8 +419,8 @@ func TestCrashBeforeCommitRedeliversDuplicate(t *testing.T) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if effects != 1 || outcomes[0] != "processed" || outcomes[1] != "duplicate" {
-		t.Fatalf("%d effects, outcomes %v; want 1 effect, processed then duplicate", effects, outcomes)
+	if effects != 1 || outcomes[0] != "executed" || outcomes[1] != "replay" {
+		t.Fatalf("%d effects, outcomes %v; want 1 effect, executed then replay", effects, outcomes)
 	}
 }
 

@@ -39,7 +39,7 @@ type Options struct {
 	// that died leaves its shards to the others after it. Renewed every third of it. Default
 	// 30s.
 	LeaseDuration time.Duration
-	// OnRejected, when set, is called with each record the consumer rejected (consumer.Rejected:
+	// OnRejected, when set, is called with each record the consumer rejected (consumer.OutcomeRejected:
 	// no key, a key reused for another fact, the handler's consumer.Reject), before the
 	// checkpoint moves past it: a stream has no dead-letter queue, so this is where to keep it.
 	// Default nil: the record is logged and passed.
@@ -102,9 +102,9 @@ type Worker struct{ w *shards.Worker }
 // ctx's end). It fails with an error matching idem.ErrInvalidInput, naming the field, if an
 // option is invalid.
 //
-// Each shard is read in order, from its checkpoint on. A record done with (consumer.Processed
-// or consumer.Duplicate) moves the checkpoint past it; a rejected one too, after OnRejected. A
-// record not done with (consumer.InFlight, consumer.Failed) stops its shard: after the
+// Each shard is read in order, from its checkpoint on. A record done with (consumer.OutcomeExecuted
+// or consumer.OutcomeReplay) moves the checkpoint past it; a rejected one too, after OnRejected. A
+// record not done with (consumer.OutcomeInFlight, consumer.OutcomeFailed) stops its shard: after the
 // Result's RetryAfter (at least PollInterval) the shard is read again from that record, so no
 // record of a shard is handled before the ones before it are done with. A shard that was split
 // or merged (resharding) is read to its end before its children are read, so a partition key's

@@ -17,15 +17,15 @@
 //
 // Each message is settled as its consumer.Result says ([Settle]):
 //
-//   - Processed, Duplicate: Ack.
-//   - InFlight (another consumer holds the key now): NakWithDelay(Result.RetryAfter); it comes
-//     back when the holder has finished, as a Duplicate, or died, as a takeover.
-//   - Failed: Nak (NakWithDelay with consumer.Options.RetryDelay when set); it comes back
+//   - OutcomeExecuted, OutcomeReplay: Ack.
+//   - OutcomeInFlight (another consumer holds the key now): NakWithDelay(Result.RetryAfter); it comes
+//     back when the holder has finished, as a replay, or died, as a takeover.
+//   - OutcomeFailed: Nak (NakWithDelay with consumer.Options.RetryDelay when set); it comes back
 //     until the consumer's MaxDeliver.
-//   - Rejected: Term, so it never comes back.
+//   - OutcomeRejected: Term, so it never comes back.
 //
 // A consumer that dies after the effect and before its Ack leaves a completed record: after
-// AckWait JetStream redelivers the message, which is a Duplicate and is acked without running
+// AckWait JetStream redelivers the message, which is a replay and is acked without running
 // the effect again.
 //
 // # Long effects
@@ -33,7 +33,7 @@
 // While an effect runs, the engine extends its claim in the store, and the message is marked
 // in progress (Msg.InProgress) every [Options.InProgressEvery], a third of the consumer's
 // AckWait by default, so that JetStream does not hand it to another consumer meanwhile. If it
-// did anyway (a stalled process), the idem claim would hold the copy off as InFlight.
+// did anyway (a stalled process), the idem claim would hold the copy off as OutcomeInFlight.
 //
 // # Transport ids are not keys
 //

@@ -66,18 +66,18 @@ func Message(msg jetstream.Msg, every time.Duration) *consumer.Message {
 	return m
 }
 
-// Settle tells JetStream what became of msg, as r says: Ack for Processed and Duplicate;
-// NakWithDelay(r.RetryAfter) for InFlight; Nak (with r.RetryAfter as its delay, if any) for
-// Failed; Term for Rejected, so that JetStream never redelivers it (the server publishes a
+// Settle tells JetStream what became of msg, as r says: Ack for OutcomeExecuted and OutcomeReplay;
+// NakWithDelay(r.RetryAfter) for OutcomeInFlight; Nak (with r.RetryAfter as its delay, if any) for
+// OutcomeFailed; Term for OutcomeRejected, so that JetStream never redelivers it (the server publishes a
 // $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED advisory, to which a dead-letter handler may
 // subscribe).
 func Settle(msg jetstream.Msg, r consumer.Result) error {
 	switch r.Outcome {
-	case consumer.Processed, consumer.Duplicate:
+	case consumer.OutcomeExecuted, consumer.OutcomeReplay:
 		return msg.Ack()
-	case consumer.InFlight:
+	case consumer.OutcomeInFlight:
 		return msg.NakWithDelay(max(r.RetryAfter, time.Millisecond))
-	case consumer.Rejected:
+	case consumer.OutcomeRejected:
 		// Term, not TermWithReason: servers before 2.10.4 ignore a Term with a reason and
 		// redeliver the message.
 		return msg.Term()

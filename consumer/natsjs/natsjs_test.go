@@ -183,7 +183,7 @@ func newConsumer(t *testing.T, h consumer.Handler, opt consumer.Options) *consum
 
 // A slow effect is marked in progress, so JetStream does not redeliver it to another consumer
 // while it runs although it outlasts AckWait; without the marks it is redelivered, and the
-// duplicate is held off by the idem claim (InFlight) instead.
+// duplicate is held off by the idem claim (OutcomeInFlight) instead.
 func TestInProgressKeepsSlowMessage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -203,9 +203,11 @@ func TestInProgressKeepsSlowMessage(t *testing.T) {
 				runs.Add(1)
 				time.Sleep(2500 * time.Millisecond)
 				return nil, nil
-			}, consumer.Options{InFlightDelay: 200 * time.Millisecond, Observe: func(m *consumer.Message, r consumer.Result) {
+			}, consumer.Options{InFlightDelay: 200 * time.Millisecond, OnEvent: func(ev consumer.Event) {
+				r := ev.Result
+
 				deliveries.Add(1)
-				if r.Outcome == consumer.InFlight {
+				if r.Outcome == consumer.OutcomeInFlight {
 					inflight.Add(1)
 				}
 			}})
@@ -241,7 +243,7 @@ func TestInProgressKeepsSlowMessage(t *testing.T) {
 	}
 }
 
-// Failed messages are nak'd and come back; rejected ones are terminated and never do.
+// OutcomeFailed messages are nak'd and come back; rejected ones are terminated and never do.
 func TestSettle(t *testing.T) {
 	t.Parallel()
 	q, cons := setup(t, 5*time.Second)
@@ -258,7 +260,9 @@ func TestSettle(t *testing.T) {
 			return nil, consumer.Reject(errors.New("unknown product"))
 		}
 		return []byte("ok"), nil
-	}, consumer.Options{RetryDelay: 50 * time.Millisecond, Observe: func(m *consumer.Message, r consumer.Result) {
+	}, consumer.Options{RetryDelay: 50 * time.Millisecond, OnEvent: func(ev consumer.Event) {
+		m, r := ev.Message, ev.Result
+
 		mu.Lock()
 		seen[string(m.Body)] = append(seen[string(m.Body)], r.Outcome)
 		mu.Unlock()
@@ -293,7 +297,7 @@ func TestSettle(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]string{
-		"flaky;1":  "[failed failed processed]",
+		"flaky;1":  "[failed failed executed]",
 		"poison;1": "[rejected]",
 		"nokey":    "[rejected]",
 	}
@@ -306,8 +310,8 @@ func TestSettle(t *testing.T) {
 	// before the original's. Exactly one is processed, the other answered as a duplicate.
 	fine := slices.Clone(seen["fine;1"])
 	slices.Sort(fine)
-	if want := []consumer.Outcome{consumer.Processed, consumer.Duplicate}; !slices.Equal(fine, want) {
-		t.Errorf("fine;1: %s, want one processed and one duplicate", outcomes(seen["fine;1"]))
+	if want := []consumer.Outcome{consumer.OutcomeExecuted, consumer.OutcomeReplay}; !slices.Equal(fine, want) {
+		t.Errorf("fine;1: %s, want one executed and one replay", outcomes(seen["fine;1"]))
 	}
 }
 

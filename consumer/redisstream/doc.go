@@ -28,12 +28,12 @@
 // consumer's name, until it is acked. A Worker acks (XACK) an entry only when its outcome is
 // settled:
 //
-//   - Processed and Duplicate: acked.
-//   - Failed and InFlight: not acked. Redis cannot delay a redelivery, so the worker resets
+//   - OutcomeExecuted and OutcomeReplay: acked.
+//   - OutcomeFailed and OutcomeInFlight: not acked. Redis cannot delay a redelivery, so the worker resets
 //     the entry's idle time (XCLAIM … IDLE) to make it claimable after Result.RetryAfter; it
 //     is then taken again with XAUTOCLAIM, by this worker or another.
-//   - Rejected: handed to Options.DeadLetter when set (XADD it to a dead-letter stream),
-//     then acked; if DeadLetter fails, handled like Failed. Without DeadLetter the entry is
+//   - OutcomeRejected: handed to Options.DeadLetter when set (XADD it to a dead-letter stream),
+//     then acked; if DeadLetter fails, handled like OutcomeFailed. Without DeadLetter the entry is
 //     logged and acked.
 //
 // # Dead consumers
@@ -43,12 +43,12 @@
 // started. So MinIdle is the redelivery timeout. While an effect runs, its worker claims its
 // entry again every MinIdle/3 (the Message's Extend hook), which resets its idle time, so that
 // a slow effect is not taken over; were it taken over anyway, the idem claim would make the
-// second delivery InFlight rather than run the effect twice.
+// second delivery OutcomeInFlight rather than run the effect twice.
 //
 // A worker that dies after an effect and before its ack leaves the entry pending: it is taken
-// over after MinIdle and is a Duplicate, acked without running the effect again. One that dies
+// over after MinIdle and is a replay, acked without running the effect again. One that dies
 // during the effect leaves the idem claim in flight until its lease runs out; the takeovers
-// meanwhile are InFlight, and the first after it runs the effect.
+// meanwhile are OutcomeInFlight, and the first after it runs the effect.
 //
 // # Testing
 //

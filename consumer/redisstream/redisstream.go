@@ -52,9 +52,9 @@ type Options struct {
 	// ClaimEvery is how often the worker looks for entries idle for MinIdle (XAUTOCLAIM).
 	// Default MinIdle/10, at least 100ms.
 	ClaimEvery time.Duration
-	// DeadLetter, when set, is called with every Rejected entry before it is acked: add it to
+	// DeadLetter, when set, is called with every OutcomeRejected entry before it is acked: add it to
 	// a dead-letter stream, for example. If it returns an error the entry is not acked and
-	// comes back like a Failed one. Default nil: a rejected entry is logged and acked (Redis
+	// comes back like a OutcomeFailed one. Default nil: a rejected entry is logged and acked (Redis
 	// Streams have no dead-letter of their own).
 	DeadLetter func(ctx context.Context, msg redis.XMessage, r consumer.Result) error
 	// Logger receives read, ack and claim errors. Default slog.Default().
@@ -225,8 +225,8 @@ func (w *Worker) handle(ctx context.Context, msg redis.XMessage) {
 	}
 	r := w.c.Handle(ctx, w.message(msg))
 	switch r.Outcome {
-	case consumer.Processed, consumer.Duplicate:
-	case consumer.Rejected:
+	case consumer.OutcomeExecuted, consumer.OutcomeReplay:
+	case consumer.OutcomeRejected:
 		if w.opt.DeadLetter == nil {
 			w.opt.Logger.Warn("redisstream: rejected entry acked (no DeadLetter set)",
 				"stream", w.opt.Stream, "id", msg.ID, "key", r.Key, "err", r.Err)

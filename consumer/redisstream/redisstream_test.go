@@ -286,7 +286,9 @@ func TestSlowEffectKeepsEntry(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(3 * minIdle)
 		return nil, nil
-	}, consumer.Options{InFlightDelay: 100 * time.Millisecond, Observe: func(m *consumer.Message, r consumer.Result) {
+	}, consumer.Options{InFlightDelay: 100 * time.Millisecond, OnEvent: func(ev consumer.Event) {
+		r := ev.Result
+
 		mu.Lock()
 		outcomes = append(outcomes, r.Outcome.String())
 		mu.Unlock()
@@ -299,7 +301,7 @@ func TestSlowEffectKeepsEntry(t *testing.T) {
 	waitUntil(t, "the effect", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(outcomes) > 0 && outcomes[len(outcomes)-1] == "processed"
+		return len(outcomes) > 0 && outcomes[len(outcomes)-1] == "executed"
 	})
 	waitUntil(t, "the entry acked", func() bool {
 		n, err := q.Pending(ctx)

@@ -30,20 +30,20 @@
 // visibility timeout forward (ChangeMessageVisibility every [WorkerOptions.ExtendEvery]), so a
 // slow effect is not handed to another consumer. Then [Settle] acts on the Result:
 //
-//   - Processed or Duplicate: the message is deleted;
-//   - InFlight (another consumer runs the effect for this key now): the message is hidden for
-//     Result.RetryAfter and comes back, to find the effect done (a Duplicate) or, if that
+//   - OutcomeExecuted or OutcomeReplay: the message is deleted;
+//   - OutcomeInFlight (another consumer runs the effect for this key now): the message is hidden for
+//     Result.RetryAfter and comes back, to find the effect done (a replay) or, if that
 //     consumer died, its lease run out and the claim free;
-//   - Failed: left for redelivery, after consumer.Options.RetryDelay if set, otherwise when its
+//   - OutcomeFailed: left for redelivery, after consumer.Options.RetryDelay if set, otherwise when its
 //     visibility timeout ends;
-//   - Rejected: left too, since SQS cannot dead-letter a message at once: after the queue's
+//   - OutcomeRejected: left too, since SQS cannot dead-letter a message at once: after the queue's
 //     maxReceiveCount its redrive policy moves it to the dead-letter queue.
 //
 // When the context given to Run is done, the Worker stops receiving (a long poll under way is
 // let finish, as an abandoned one can still take messages off the queue), lets the handlers
 // finish, deletes what they finished and returns: a graceful stop loses nothing and repeats
 // nothing. A crash between an effect and its delete only makes the message come back, to be
-// found a Duplicate.
+// found a replay.
 //
 // # SNS envelopes
 //
@@ -57,7 +57,7 @@
 //
 // [LambdaHandler] adapts a consumer to an SQS event source mapping with
 // ReportBatchItemFailures: the events.SQSEventResponse lists exactly the records that are not
-// done with (InFlight, Failed, Rejected), so one bad record does not redeliver the batch. FIFO
+// done with (OutcomeInFlight, OutcomeFailed, OutcomeRejected), so one bad record does not redeliver the batch. FIFO
 // batches stop at the first such record, to keep the group's order.
 //
 // # Clients and local testing

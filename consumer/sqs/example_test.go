@@ -63,7 +63,10 @@ func ExampleWorker() {
 func ExampleLambdaHandler() {
 	engine, _ := idem.New(memstore.New(), idem.Options{})
 	c, _ := consumer.New(consumer.Options{Runner: engine, Scope: "billing", Key: orderID,
-		Observe: func(m *consumer.Message, r consumer.Result) { fmt.Println(m.ID, r.Outcome) }}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
+		OnEvent: func(ev consumer.Event) {
+			m, r := ev.Message, ev.Result
+			fmt.Println(m.ID, r.Outcome)
+		}}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
 		fmt.Printf("charging %s (message %s)\n", m.Body, m.ID)
 		return nil, nil
 	})
@@ -80,8 +83,8 @@ func ExampleLambdaHandler() {
 	fmt.Println(string(out))
 	// Output:
 	// charging {"order":"o-7"} (message a1)
-	// a1 processed
-	// b2 duplicate
+	// a1 executed
+	// b2 replay
 	// c3 rejected
 	// {"batchItemFailures":[{"itemIdentifier":"c3"}]}
 }

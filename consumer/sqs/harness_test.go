@@ -254,7 +254,7 @@ func newConsumer(t testing.TB, r consumer.Runner, scope string, effect func(ctx 
 	t.Helper()
 	opt := consumer.Options{Key: orderKey, Scope: scope, Logger: quiet()}
 	if len(observe) > 0 {
-		opt.Observe = observe[0]
+		opt.OnEvent = func(ev consumer.Event) { observe[0](ev.Message, ev.Result) }
 	}
 	opt.Runner = r
 	c, err := consumer.New(opt, func(ctx context.Context, m *consumer.Message) ([]byte, error) {

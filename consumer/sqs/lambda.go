@@ -27,9 +27,9 @@ type LambdaOptions struct {
 //
 // Each record is converted with LambdaMessage (SNS envelopes taken off) and handled by c. The
 // response lists in BatchItemFailures exactly the records that are not done with: those whose
-// Outcome is InFlight, Failed or Rejected (a rejected record comes back until the queue's
-// redrive policy moves it to the dead-letter queue). SQS deletes the others (Processed,
-// Duplicate) and redelivers only those. A panic in the handler fails its record only (the
+// Outcome is OutcomeInFlight, OutcomeFailed or OutcomeRejected (a rejected record comes back until the queue's
+// redrive policy moves it to the dead-letter queue). SQS deletes the others (OutcomeExecuted,
+// OutcomeReplay) and redelivers only those. A panic in the handler fails its record only (the
 // engine has released the claim). Records from a FIFO queue (an event source ARN ending
 // in ".fifo") are handled in order and the handling stops at the first failure: that record
 // and every later one are reported, so the group's order is kept. Records not started because

@@ -12,12 +12,12 @@ import (
 	"github.com/idemkit/idem/consumer/sqs"
 )
 
-// TestSettleHidesForRetryAfter: a message whose key is in flight elsewhere (InFlight), or
+// TestSettleHidesForRetryAfter: a message whose key is in flight elsewhere (OutcomeInFlight), or
 // that failed with a RetryAfter, is hidden for Result.RetryAfter and then redelivered, not
 // left hidden for the rest of its 30s visibility timeout.
 func TestSettleHidesForRetryAfter(t *testing.T) {
 	t.Parallel()
-	for _, outcome := range []consumer.Outcome{consumer.InFlight, consumer.Failed} {
+	for _, outcome := range []consumer.Outcome{consumer.OutcomeInFlight, consumer.OutcomeFailed} {
 		t.Run(outcome.String(), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)

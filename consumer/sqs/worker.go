@@ -75,9 +75,9 @@ type WorkerOptions struct {
 type Stats struct {
 	// Received counts messages received.
 	Received int64
-	// Deleted counts messages deleted (Processed or Duplicate).
+	// Deleted counts messages deleted (OutcomeExecuted or OutcomeReplay).
 	Deleted int64
-	// Failed counts Failed and Rejected messages (left for redelivery and, in the end, the
+	// Failed counts OutcomeFailed and OutcomeRejected messages (left for redelivery and, in the end, the
 	// queue's redrive policy).
 	Failed int64
 	// InFlight counts messages deferred because another consumer held their key.
@@ -90,9 +90,9 @@ type Stats struct {
 
 // Worker consumes one SQS queue through a *consumer.Consumer: it long-polls in batches, hands
 // each message to Consumer.Handle with bounded concurrency, keeps the message hidden while the
-// effect runs, and settles it as the Result says (see Settle): deleted when Processed or a
-// Duplicate, hidden for Result.RetryAfter when InFlight elsewhere, left for redelivery when
-// Failed or Rejected.
+// effect runs, and settles it as the Result says (see Settle): deleted when OutcomeExecuted or a
+// OutcomeReplay, hidden for Result.RetryAfter when OutcomeInFlight elsewhere, left for redelivery when
+// OutcomeFailed or OutcomeRejected.
 type Worker struct {
 	api   API
 	c     *consumer.Consumer
@@ -269,11 +269,11 @@ func (w *Worker) handle(ctx context.Context, in types.Message) {
 	// The effect is done with: settling must happen even if its context was cancelled.
 	ctx = context.WithoutCancel(ctx)
 	switch r.Outcome {
-	case consumer.Processed, consumer.Duplicate:
+	case consumer.OutcomeExecuted, consumer.OutcomeReplay:
 		if w.opt.beforeDelete != nil && w.opt.beforeDelete(r) {
 			return
 		}
-	case consumer.InFlight:
+	case consumer.OutcomeInFlight:
 		w.stats.inFlight.Add(1)
 	default:
 		w.stats.failed.Add(1)
@@ -313,10 +313,10 @@ func (w *Worker) settle(ctx context.Context, receipt string, r consumer.Result) 
 	}
 }
 
-// Settle tells SQS what became of the message received with receipt, as r says: for Processed
-// and Duplicate it deletes the message; for InFlight, and for Failed with a RetryAfter, it
+// Settle tells SQS what became of the message received with receipt, as r says: for OutcomeExecuted
+// and OutcomeReplay it deletes the message; for OutcomeInFlight, and for OutcomeFailed with a RetryAfter, it
 // hides the message for r.RetryAfter (rounded up to whole seconds, at least 1s, at most 12h),
-// after which SQS redelivers it; for Failed without a RetryAfter, and for Rejected, it does
+// after which SQS redelivers it; for OutcomeFailed without a RetryAfter, and for OutcomeRejected, it does
 // nothing, so that the message comes back when its visibility timeout ends and, after the
 // queue's maxReceiveCount, moves to its dead-letter queue (SQS has no way to dead-letter a
 // message at once). Each call is bounded by 10s.
@@ -327,7 +327,7 @@ func Settle(ctx context.Context, api API, queueURL, receipt string, r consumer.R
 	case r.Outcome.Ack():
 		_, err := api.DeleteMessage(cctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(receipt)})
 		return err
-	case r.Outcome == consumer.InFlight || r.Outcome == consumer.Failed && r.RetryAfter > 0:
+	case r.Outcome == consumer.OutcomeInFlight || r.Outcome == consumer.OutcomeFailed && r.RetryAfter > 0:
 		return changeVisibility(cctx, api, queueURL, receipt, max(r.RetryAfter, time.Second))
 	}
 	return nil

@@ -384,7 +384,7 @@ func TestDeleteLostThenDLQRedrive(t *testing.T) {
 
 	var dups atomic.Int32
 	c := newConsumer(t, newEngine(t, store, idem.Options{}), "svc", effect, func(_ *consumer.Message, r consumer.Result) {
-		if r.Outcome == consumer.Duplicate {
+		if r.Outcome == consumer.OutcomeReplay {
 			dups.Add(1)
 		}
 	})

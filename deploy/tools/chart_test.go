@@ -365,7 +365,7 @@ func startGateway(t *testing.T, cfg gateway.Config) {
 		t.Fatalf("gateway.New on the chart's config: %v", err)
 	}
 	defer g.Close()
-	srv := httptest.NewServer(g.AdminHandler())
+	srv := httptest.NewServer(g.OpsHandler())
 	defer srv.Close()
 	res, err := http.Get(srv.URL + "/readyz")
 	if err != nil {

@@ -70,7 +70,7 @@ func scrape(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	srv := httptest.NewServer(g.AdminHandler())
+	srv := httptest.NewServer(g.OpsHandler())
 	defer srv.Close()
 	res, err := http.Get(srv.URL + "/metrics")
 	if err != nil {

@@ -54,11 +54,11 @@ func main() {
 			}
 			return "", errors.New("not an order")
 		},
-		Observe: func(_ *consumer.Message, r consumer.Result) {
-			switch r.Outcome {
-			case consumer.Processed:
+		OnEvent: func(ev consumer.Event) {
+			switch ev.Outcome {
+			case consumer.OutcomeExecuted:
 				charged.Add(1)
-			case consumer.Duplicate:
+			case consumer.OutcomeReplay:
 				skipped.Add(1)
 			}
 		},

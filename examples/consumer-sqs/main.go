@@ -79,11 +79,11 @@ func main() {
 			}
 			return "order/" + o.ID, nil
 		},
-		Observe: func(_ *consumer.Message, r consumer.Result) {
-			switch r.Outcome {
-			case consumer.Processed:
+		OnEvent: func(ev consumer.Event) {
+			switch ev.Outcome {
+			case consumer.OutcomeExecuted:
 				charged.Add(1)
-			case consumer.Duplicate:
+			case consumer.OutcomeReplay:
 				skipped.Add(1)
 			}
 		},

@@ -80,13 +80,13 @@ func run(ctx context.Context, db *pgxpool.Pool, js jetstream.JetStream, charges,
 			}
 			return "order/" + o.ID, nil
 		},
-		Observe: func(_ *consumer.Message, r consumer.Result) {
-			switch r.Outcome {
-			case consumer.Processed:
+		OnEvent: func(ev consumer.Event) {
+			switch ev.Outcome {
+			case consumer.OutcomeExecuted:
 				charged.Add(1)
-			case consumer.Duplicate:
+			case consumer.OutcomeReplay:
 				duplicates.Add(1)
-			case consumer.Failed:
+			case consumer.OutcomeFailed:
 				failed.Add(1)
 			}
 		},

@@ -122,19 +122,19 @@ func (s *scheduler) fire(period string) string {
 	for {
 		r := s.c.Handle(context.Background(), &consumer.Message{Body: []byte(period)})
 		switch r.Outcome {
-		case consumer.Processed:
+		case consumer.OutcomeExecuted:
 			how := "ran it"
 			if r.Takeover {
 				how = "took over from a dead holder and ran it"
 			}
 			return fmt.Sprintf("%s: %s: %s", s.name, r.Key, how)
-		case consumer.Duplicate:
+		case consumer.OutcomeReplay:
 			w := ""
 			if waited {
 				w = "waited, then "
 			}
 			return fmt.Sprintf("%s: %s: %salready done by %s", s.name, r.Key, w, r.Output)
-		case consumer.InFlight:
+		case consumer.OutcomeInFlight:
 			waited = true
 			time.Sleep(r.RetryAfter)
 		default:

@@ -93,6 +93,12 @@ func (f *consoleFlags) sidecar(e *env) (sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	return consoleSidecar(f.listen, token, user, password, f.ready, f.rateStep), nil
+}
+
+// consoleSidecar returns the sidecar that serves the console for the gateway's store on
+// listen, with these credentials (already checked), calling ready with its address.
+func consoleSidecar(listen, token, user, password string, ready func(string), rateStep time.Duration) sidecar {
 	return func(g *gateway.Gateway, cfg gateway.Config, log *slog.Logger) (func(), error) {
 		secret, err := scopeSecret(cfg)
 		if err != nil {
@@ -104,13 +110,13 @@ func (f *consoleFlags) sidecar(e *env) (sidecar, error) {
 		}
 		c, err := console.New(console.Options{
 			Store: g.Store(), Token: token, User: user, Password: password, Rates: gatewayRates(g.Metrics().Requests),
-			ScopeSecret: secret, HiddenHeaders: hidden, StoreName: redact(cfg.Store), Logger: log, RateStep: f.rateStep,
+			ScopeSecret: secret, HiddenHeaders: hidden, StoreName: redact(cfg.Store), Logger: log, RateStep: rateStep,
 		})
 		if err != nil {
 			return nil, err
 		}
-		return startConsole(c, f.listen, log, f.ready)
-	}, nil
+		return startConsole(c, listen, log, ready)
+	}
 }
 
 // startConsole serves c on addr until the returned func is called.

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"slices"
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/console"
 )
 
@@ -36,6 +39,61 @@ type inspection struct {
 	BodyOmitted  bool                `json:"body_omitted,omitempty"`
 	Body         string              `json:"body,omitempty"`
 	StoredHeader map[string][]string `json:"headers,omitempty"`
+	Request      *sentRequest        `json:"request,omitempty"` // what the client sent, when the gateway retained it
+}
+
+// sentRequest is the request a record retained (idem.Record.Request), as `idem inspect` shows
+// it: credentials were redacted before it was stored.
+type sentRequest struct {
+	Method     string              `json:"method"`
+	Target     string              `json:"target"` // path and query
+	Headers    map[string][]string `json:"headers,omitempty"`
+	BodyBytes  int64               `json:"body_bytes"`            // the size of the body the client sent
+	BodyKept   int                 `json:"body_kept"`             // how many of its first bytes are kept
+	Body       *string             `json:"body,omitempty"`        // the bytes kept, when they are UTF-8
+	BodyBase64 []byte              `json:"body_base64,omitempty"` // the bytes kept, when they are not
+	Truncated  bool                `json:"truncated,omitempty"`   // something was left out to fit the bound
+}
+
+// newSentRequest returns the view of r, nil for none.
+func newSentRequest(r *idem.Request) *sentRequest {
+	if r == nil {
+		return nil
+	}
+	v := &sentRequest{Method: r.Method, Target: r.Target, Headers: r.Header, BodyBytes: r.BodySize, BodyKept: len(r.Body), Truncated: r.Truncated}
+	if utf8.Valid(r.Body) {
+		b := string(r.Body)
+		v.Body = &b
+	} else {
+		v.BodyBase64 = r.Body
+	}
+	return v
+}
+
+// print writes the request as text lines, under the record's other fields.
+func (v *sentRequest) print(w io.Writer) {
+	fmt.Fprintf(w, "request      %s %s\n", printable(v.Method), printable(v.Target))
+	names := make([]string, 0, len(v.Headers))
+	for n := range v.Headers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		for _, val := range v.Headers[n] {
+			fmt.Fprintf(w, "  %s: %s\n", printable(n), printable(val))
+		}
+	}
+	switch {
+	case v.Body != nil && v.BodyKept > 0:
+		fmt.Fprintf(w, "  body (%d of %d bytes): %s\n", v.BodyKept, v.BodyBytes, printable(*v.Body))
+	case v.BodyKept > 0:
+		fmt.Fprintf(w, "  body (%d of %d bytes): binary, see --json\n", v.BodyKept, v.BodyBytes)
+	default:
+		fmt.Fprintf(w, "  body (0 of %d bytes)\n", v.BodyBytes)
+	}
+	if v.Truncated {
+		fmt.Fprintln(w, "  (cut to the retained request's bound)")
+	}
 }
 
 func runInspect(ctx context.Context, e *env, args []string) error {
@@ -60,6 +118,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		Key: rec.Key, Condition: string(cond), State: rec.State.String(), Expired: rec.Expired(now), Fingerprint: rec.Fingerprint,
 		Token: rec.Token, Attempts: console.Starts(rec), FirstClaimed: rec.CreatedAt.UTC().Format(time.RFC3339Nano), Age: now.Sub(rec.CreatedAt).Round(time.Millisecond).String(), Route: rec.Route,
 	}
+	in.Request = newSentRequest(rec.Request)
 	if scope, client, ok := splitKey(rec.Key); ok {
 		in.Scope, in.ClientKey = &scope, client
 	}
@@ -110,6 +169,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		if *body {
 			fmt.Fprintf(w, "\n%s\n", in.Body)
 		}
+	}
+	if in.Request != nil {
+		in.Request.print(w)
 	}
 	return nil
 }

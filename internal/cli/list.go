@@ -54,7 +54,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	store := storeFlag(e, fs)
 	sc := bindScope(e, fs)
 	state := fs.String("state", "any", "keep only records in this condition: "+strings.Join(listStates, ", ")+" (held, stale, or running for longer than --stuck-after)")
-	stuckAfter := fs.Duration("stuck-after", defaultStuckAfter, "the age from which a running claim counts as stuck, for --state stuck (the console's default)")
+	stuckAfter := fs.Duration("stuck-after", console.DefaultStuckAfter, "the age from which a running claim counts as stuck, for --state stuck (the console's default)")
 	olderThan := fs.Duration("older-than", 0, "keep only records created longer ago than this (e.g. 10m)")
 	prefix := fs.String("key", "", "keep only keys that start with PREFIX: the client's key with --scope-value or --scope none, else the storage key (SCOPE|KEY)")
 	limit := fs.Int("limit", 100, "print at most N records")
@@ -157,10 +157,6 @@ func runList(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// defaultStuckAfter is the console's StuckAfter default: the age from which a running claim
-// counts as stuck.
-const defaultStuckAfter = 5 * time.Minute
-
 // listStates are --state's values: the conditions inspect, list and the console show, stuck,
 // and any.
 var listStates = []string{"any", "stuck", string(console.Running), string(console.Held), string(console.Stale),
@@ -180,15 +176,7 @@ func stateFilter(name string, stuckAfter time.Duration, q *idem.ListQuery) (func
 			return nil, usageError("--stuck-after %v is negative", stuckAfter)
 		}
 		q.State = idem.StateInProgress
-		return func(rec idem.Record, now time.Time) bool {
-			switch console.ConditionOf(rec, now) {
-			case console.Held, console.Stale:
-				return true
-			case console.Running:
-				return now.Sub(rec.CreatedAt) >= stuckAfter
-			}
-			return false
-		}, nil
+		return func(rec idem.Record, now time.Time) bool { return console.Stuck(rec, now, stuckAfter) }, nil
 	}
 	if !slices.Contains(listStates, name) {
 		return nil, usageError("--state %q: want one of %s", name, strings.Join(listStates, ", "))

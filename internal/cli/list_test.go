@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/console"
 )
 
 func TestList(t *testing.T) {
@@ -106,6 +110,26 @@ func TestListMemoryAndErrors(t *testing.T) {
 		code, _, errs := run(t, append([]string{"list", "--store", "memory://"}, args...)...)
 		if code != 2 || errs == "" {
 			t.Errorf("list %q: exit %d %q, want a usage error", args, code, errs)
+		}
+	}
+}
+
+// --state stuck keeps exactly the records console.Stuck calls stuck with --stuck-after: the
+// CLI and the console decide "stuck" with one rule.
+func TestStateStuckIsConsoleStuck(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	after := 90 * time.Second
+	var q idem.ListQuery
+	keep, err := stateFilter("stuck", after, &q)
+	if err != nil || q.State != idem.StateInProgress {
+		t.Fatalf("stateFilter(stuck) = %v, query state %v", err, q.State)
+	}
+	for _, created := range []time.Duration{0, time.Second, after - time.Microsecond, after, time.Hour} {
+		for _, lease := range []time.Duration{-time.Second, 0, time.Second, time.Hour} {
+			rec := idem.Record{Key: "k", State: idem.StateInProgress, CreatedAt: now.Add(-created), LeaseUntil: now.Add(lease), ExpiresAt: now.Add(time.Hour)}
+			if got, want := keep(rec, now), console.Stuck(rec, now, after); got != want {
+				t.Errorf("created %v ago, lease %v: --state stuck keeps it %t, console.Stuck says %t", created, lease, got, want)
+			}
 		}
 	}
 }

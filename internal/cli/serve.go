@@ -77,6 +77,16 @@ func bindServe(e *env, fs *flag.FlagSet) *serveFlags {
 		c.MaxBody = gateway.ByteSize(n)
 		return err
 	})
+	fs.BoolFunc("retain-request", "keep what each client sent (method, path, headers, body's first bytes; credentials redacted) with its record, for idem inspect and the console (env IDEM_RETAIN_REQUEST=1)", func(s string) error {
+		c.RetainRequest = s == "true"
+		f.set["retain-request"] = true
+		return nil
+	})
+	fs.Func("retain-request-max", "bytes each retained request takes at most, as stored (default 4KiB) (env IDEM_RETAIN_REQUEST_MAX)", func(s string) error {
+		n, err := gateway.ParseByteSize(s)
+		c.RetainRequestMax = gateway.ByteSize(n)
+		return err
+	})
 	fs.Func("memory-budget", "bytes of request and response bodies held at once across requests; over it, 503 before anything runs (default 64MiB or 8 × max-body; -1: unlimited) (env IDEM_MEMORY_BUDGET)", func(s string) error {
 		if strings.TrimSpace(s) == "-1" {
 			c.MemoryBudget = -1
@@ -135,10 +145,11 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 		"upstream-timeout": durationFlag(&f.cfg.UpstreamTimeout), "shutdown-timeout": durationFlag(&f.cfg.ShutdownTimeout),
 		"read-timeout": durationFlag(&f.cfg.ReadTimeout), "write-timeout": durationFlag(&f.cfg.WriteTimeout),
 		"idle-timeout": durationFlag(&f.cfg.IdleTimeout), "wait-for-store": durationFlag(&f.cfg.WaitForStore),
-		"shutdown-delay": func(s string) error { return fs.Lookup("shutdown-delay").Value.Set(s) },
-		"max-body":       func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
-		"methods":        func(s string) error { return fs.Lookup("methods").Value.Set(s) },
-		"cache":          func(s string) error { return fs.Lookup("cache").Value.Set(s) },
+		"shutdown-delay":     func(s string) error { return fs.Lookup("shutdown-delay").Value.Set(s) },
+		"max-body":           func(s string) error { return fs.Lookup("max-body").Value.Set(s) },
+		"retain-request-max": func(s string) error { return fs.Lookup("retain-request-max").Value.Set(s) },
+		"methods":            func(s string) error { return fs.Lookup("methods").Value.Set(s) },
+		"cache":              func(s string) error { return fs.Lookup("cache").Value.Set(s) },
 	} {
 		v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 		if v != "" && !given[name] {
@@ -150,7 +161,7 @@ func (f *serveFlags) resolve(e *env, fs *flag.FlagSet) (gateway.Config, error) {
 	if v := e.getenv("IDEM_SCOPE_SECRET"); v != "" && !given["scope-secret"] {
 		f.cfg.ScopeSecret = v
 	}
-	for name, p := range map[string]*bool{"require-key": &f.cfg.RequireKey, "store-5xx": &f.cfg.Store5xx, "h2c": &f.cfg.H2C} {
+	for name, p := range map[string]*bool{"require-key": &f.cfg.RequireKey, "store-5xx": &f.cfg.Store5xx, "h2c": &f.cfg.H2C, "retain-request": &f.cfg.RetainRequest} {
 		if v := e.getenv("IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" && !given[name] {
 			*p, f.set[name] = v == "1" || strings.EqualFold(v, "true"), true
 		}
@@ -228,6 +239,12 @@ func merge(over, base gateway.Config, set map[string]bool) gateway.Config {
 	}
 	if over.MemoryBudget != 0 {
 		c.MemoryBudget = over.MemoryBudget
+	}
+	if over.RetainRequestMax != 0 {
+		c.RetainRequestMax = over.RetainRequestMax
+	}
+	if set["retain-request"] {
+		c.RetainRequest = over.RetainRequest
 	}
 	if len(over.Methods) > 0 {
 		c.Methods = over.Methods
@@ -392,7 +409,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 			srv.Close()
 			return err
 		}
-		admin = newServer(cfg, g.AdminHandler(), log)
+		admin = newServer(cfg, g.OpsHandler(), log)
 		go func() { errc <- admin.Serve(mln) }()
 		metricsAddr = mln.Addr().String()
 		log.Info("metrics listening", "addr", metricsAddr)
@@ -402,7 +419,7 @@ func serve(ctx context.Context, second <-chan os.Signal, cfg gateway.Config, log
 		// jitter) that goes on while there is a backlog, paced to leave the store to requests
 		// (at most a tenth of the time in it), reported in the idem_sweep_* metrics.
 		sw, err := sweeper.Start(g.Store(), sweeper.Options{Interval: 5 * time.Minute, Logger: log,
-			Observer: g.Metrics().SweepObserver()})
+			OnEvent: g.Metrics().ObserveSweep})
 		if err != nil {
 			srv.Close()
 			if admin != nil {

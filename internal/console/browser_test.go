@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,18 +16,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/console"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/storeurl"
 )
 
 // TestBrowserNewestFirst drives the front page with a real headless chromium on every store
-// that lists newest first: more than one page of older keys, then a newer key whose key sorts
+// that lists (all list newest first; Redis standalone and Cluster, DynamoDB): more than one page of older keys, then a newer key whose key sorts
 // after all of them, is first on page 1; each filter (time range, route, status, state)
 // shows exactly its records; and a record claimed while the page is open appears without a
 // reload, while the filter stays applied, and not while updates are paused.
@@ -51,6 +56,37 @@ func TestBrowserNewestFirst(t *testing.T) {
 			testenv.MySQLDSN(t)
 			return "mysql://root@127.0.0.1:3306/test?table=" + table
 		},
+		"redis": func(t *testing.T) string {
+			addr := testenv.RedisAddr(t)
+			prefix := dropRedisPrefix(t, redis.NewClient(&redis.Options{Addr: addr}))
+			return "redis://" + addr + "/0?prefix=" + url.QueryEscape(prefix)
+		},
+		"redis-cluster": func(t *testing.T) string {
+			addrs := strings.Split(testenv.Service(t, "Redis Cluster", "IDEM_REDIS_CLUSTER_ADDRS",
+				"127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003", func(v string) string { return strings.Split(v, ",")[0] }), ",")
+			prefix := dropRedisPrefix(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}))
+			return "redis+cluster://" + strings.Join(addrs, ",") + "?prefix=" + url.QueryEscape(prefix)
+		},
+	}
+	// DynamoDB through a client whose connections the test closes (goleak watches them).
+	openDynamoDB := func(t *testing.T) storeurl.Store {
+		ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		client := dynamostore.LocalClient(ep, tr)
+		st, err := dynamostore.New(dynamostore.Options{Client: client, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if _, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
+				t.Errorf("DeleteTable %s: %v", table, err)
+			}
+			tr.CloseIdleConnections()
+		})
+		if err := st.CreateTable(context.Background(), dynamostore.TableOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return st
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(exec), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
@@ -58,17 +94,48 @@ func TestBrowserNewestFirst(t *testing.T) {
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 860))
 	defer cancelAlloc()
-	for _, name := range []string{"memory", "sqlite", "postgres", "postgres-partitioned", "mysql"} {
+	for _, name := range []string{"memory", "sqlite", "postgres", "postgres-partitioned", "mysql", "redis", "redis-cluster", "dynamodb"} {
 		t.Run(name, func(t *testing.T) {
-			raw := stores[name](t)
-			st, err := storeurl.Open(context.Background(), raw)
-			if err != nil {
-				t.Fatalf("open %s: %v", name, err)
+			var st storeurl.Store
+			if name == "dynamodb" {
+				st = openDynamoDB(t)
+			} else {
+				var err error
+				if st, err = storeurl.Open(context.Background(), stores[name](t)); err != nil {
+					t.Fatalf("open %s: %v", name, err)
+				}
 			}
 			t.Cleanup(func() { st.Close() })
 			browseNewest(t, allocCtx, st)
 		})
 	}
+}
+
+// dropRedisPrefix returns a key prefix of the test's own and deletes its keys from every
+// master of rdb when the test ends.
+func dropRedisPrefix(t *testing.T, rdb redis.UniversalClient) string {
+	prefix := fmt.Sprintf("idemconsole%08x:", rand.Uint32())
+	t.Cleanup(func() {
+		defer rdb.Close()
+		ctx := context.Background()
+		drop := func(ctx context.Context, c *redis.Client) error {
+			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				c.Del(ctx, iter.Val())
+			}
+			return iter.Err()
+		}
+		var err error
+		if cc, ok := rdb.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, drop)
+		} else {
+			err = drop(ctx, rdb.(*redis.Client))
+		}
+		if err != nil {
+			t.Errorf("dropping %s*: %v", prefix, err)
+		}
+	})
+	return prefix
 }
 
 func browseNewest(t *testing.T, allocCtx context.Context, st storeurl.Store) {

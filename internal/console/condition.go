@@ -40,6 +40,24 @@ func ConditionOf(rec idem.Record, now time.Time) Condition {
 	return Running
 }
 
+// DefaultStuckAfter is the age from which a running claim counts as stuck when the operator
+// says nothing else: the console's Options.StuckAfter and `idem list --stuck-after` default.
+const DefaultStuckAfter = 5 * time.Minute
+
+// Stuck reports whether rec, at now, is a claim an operator should look at: held (an
+// uncertain outcome kept until expiry), stale (its lease ran out), or running for after or
+// longer since it was created. The console's flag and `idem list --state stuck` both decide
+// with it.
+func Stuck(rec idem.Record, now time.Time, after time.Duration) bool {
+	switch ConditionOf(rec, now) {
+	case Held, Stale:
+		return true
+	case Running:
+		return now.Sub(rec.CreatedAt) >= after
+	}
+	return false
+}
+
 // Live reports whether a record in condition c has a live lease: a release would let a retry
 // execute while the first call may still act.
 func (c Condition) Live() bool { return c == Running || c == Held }

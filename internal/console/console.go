@@ -99,7 +99,7 @@ func New(opt Options) (*Console, error) {
 	}
 	opt.RateStep = cmp.Or(opt.RateStep, 5*time.Second)
 	opt.RateWindow = max(cmp.Or(opt.RateWindow, 15*time.Minute), 2*opt.RateStep)
-	opt.StuckAfter = cmp.Or(opt.StuckAfter, 5*time.Minute)
+	opt.StuckAfter = cmp.Or(opt.StuckAfter, DefaultStuckAfter)
 	opt.Refresh = cmp.Or(opt.Refresh, 5*time.Second)
 	c := &Console{opt: opt, log: cmp.Or(opt.Logger, slog.Default()), cross: http.NewCrossOriginProtection(), hidden: map[string]bool{}}
 	if _, err := rand.Read(c.key[:]); err != nil {

@@ -496,7 +496,7 @@ func TestRates(t *testing.T) {
 	b := setup(t, func(o *console.Options) {
 		o.RateStep = 50 * time.Millisecond
 		o.Rates = func() map[string]float64 {
-			return map[string]float64{"executed": float64(executed.Load()), "conflict": float64(conflicts.Load()), "bypass": 1e6}
+			return map[string]float64{"executed": float64(executed.Load()), "in_flight": float64(conflicts.Load()), "bypass": 1e6}
 		}
 	})
 	c := b.client(t)
@@ -616,5 +616,54 @@ func TestRoute(t *testing.T) {
 		if page := mustGet(t, c, "/record?key="+url.QueryEscape(key)); !strings.Contains(page, want) {
 			t.Errorf("record page of %s lacks %s:\n%s", key, want, page)
 		}
+	}
+}
+
+// TestRecordPageShowsRequest: a record that retained its request shows it on its page while it
+// is still running — method and target, headers, the body's first bytes and how large it was —
+// as text, never as markup, and with hidden headers hidden; a record without one shows none.
+// (Planted: the request left out of the page → this fails; printed without escaping → the
+// markup check fails.)
+func TestRecordPageShowsRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *console.Options) { o.HiddenHeaders = []string{"X-Tenant"} })
+	sent := &idem.Request{Method: "POST", Target: `/v1/orders?q=<b>x</b>`, BodySize: 5000, Truncated: true,
+		Header: map[string][]string{
+			"Content-Type":  {"application/json"},
+			"X-Note":        {`<img src=x onerror=alert("req")>`},
+			"X-Tenant":      {"SECRET-TENANT"},
+			"Authorization": {"[redacted]"},
+		},
+		Body: []byte(`{"amount":100,"note":"</pre><script>alert("body")</script>"}`)}
+	if _, err := b.st.Reserve(context.Background(), idem.ReserveRequest{Key: "t|sent", Fingerprint: fp, Request: sent,
+		Now: b.now, Lease: time.Hour, TTL: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.client(t)
+	code, page := c.get("/record?key=t%7Csent")
+	if code != 200 {
+		t.Fatalf("record page: %d", code)
+	}
+	for _, want := range []string{
+		`<code id="request-line">POST /v1/orders?q=&lt;b&gt;x&lt;/b&gt;</code>`,
+		"<th>Content-Type</th><td class=\"\">application/json</td>",
+		"&lt;img src=x onerror=alert(&#34;req&#34;)&gt;",
+		"(hidden: 13 bytes)",
+		"Request body, 5000 bytes (the first 60 kept)",
+		`{&#34;amount&#34;:100,&#34;note&#34;:&#34;&lt;/pre&gt;&lt;script&gt;alert(&#34;body&#34;)&lt;/script&gt;&#34;}`,
+		`id="request-cut"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("record page lacks %q:\n%s", want, page)
+		}
+	}
+	for _, bad := range []string{"<script>alert", "<img src=x", "SECRET-TENANT", "<b>x"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("record page shows %q", bad)
+		}
+	}
+	b.running(t, "t|plain")
+	if _, page := c.get("/record?key=t%7Cplain"); strings.Contains(page, "request-line") {
+		t.Errorf("a record without a request shows one:\n%s", page)
 	}
 }

@@ -11,8 +11,8 @@ var rateGroups = []struct {
 	Outcomes []string
 }{
 	{"new", []string{"executed", "released", "uncertain", "oversize", "upstream_error"}},
-	{"replay", []string{"replayed"}},
-	{"409", []string{"conflict"}},
+	{"replay", []string{"replay"}},
+	{"409", []string{"in_flight"}},
 	{"422", []string{"mismatch"}},
 	{"503", []string{"store_error", "overloaded"}},
 }

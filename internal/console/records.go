@@ -122,8 +122,9 @@ func printable(s string) string {
 	return s
 }
 
-func (c *Console) stuck(cond Condition, rec idem.Record, now time.Time) bool {
-	return cond == Held || cond == Stale || cond == Running && now.Sub(rec.CreatedAt) >= c.opt.StuckAfter
+// stuck reports whether rec is stuck at now (Stuck, with Options.StuckAfter).
+func (c *Console) stuck(rec idem.Record, now time.Time) bool {
+	return Stuck(rec, now, c.opt.StuckAfter)
 }
 
 func (c *Console) row(rec idem.Record, now time.Time) row {
@@ -131,7 +132,7 @@ func (c *Console) row(rec idem.Record, now time.Time) row {
 	cond := ConditionOf(rec, now)
 	r := row{
 		Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope, Condition: cond,
-		Stuck: c.stuck(cond, rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: Starts(rec), Status: "—", created: rec.CreatedAt,
+		Stuck: c.stuck(rec, now), Age: age(now.Sub(rec.CreatedAt)), Attempts: Starts(rec), Status: "—", created: rec.CreatedAt,
 		Route: routeText(rec.Route),
 	}
 	if cond.Live() {
@@ -345,7 +346,7 @@ func (c *Console) matches(rec idem.Record, f filter, now time.Time) bool {
 	case anyState:
 		return true
 	case stuckState:
-		return c.stuck(cond, rec, now)
+		return c.stuck(rec, now)
 	}
 	return string(cond) == f.State
 }
@@ -377,24 +378,68 @@ type recordView struct {
 	BodyShown                          int
 	CanRelease, NeedsForce             bool
 	Message, Err                       string
+	Request                            *requestView // what the client sent, when it was retained
+}
+
+// requestView is a retained request (idem.Record.Request) as the record page shows it.
+type requestView struct {
+	Method, Target    string // printable
+	Headers           []header
+	BodySize          int64 // the size of the body the client sent
+	BodyKept          int   // how many of its first bytes the record keeps
+	BodyText, BodyHex string
+	BodyShown         int
+	Truncated         bool
+}
+
+// requestView builds the view of r, nil for none. Credentials were redacted before r was
+// stored; headers the console hides are hidden here as well.
+func (c *Console) requestView(r *idem.Request) *requestView {
+	if r == nil {
+		return nil
+	}
+	v := &requestView{Method: printable(r.Method), Target: printable(r.Target), BodySize: r.BodySize, BodyKept: len(r.Body), Truncated: r.Truncated}
+	v.Headers = c.headers(r.Header)
+	v.BodyText, v.BodyHex, v.BodyShown = bodyView(r.Body)
+	return v
+}
+
+// headers returns stored headers as a page shows them, sorted by name, the values of hidden
+// ones replaced by their size.
+func (c *Console) headers(h map[string][]string) []header {
+	names := make([]string, 0, len(h))
+	for n := range h {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []header
+	for _, n := range names {
+		for _, val := range h[n] {
+			if c.hiddenHeader(n) {
+				out = append(out, header{Name: printable(n), Value: fmt.Sprintf("(hidden: %d bytes)", len(val)), Hidden: true})
+				continue
+			}
+			out = append(out, header{Name: printable(n), Value: printable(val)})
+		}
+	}
+	return out
+}
+
+// bodyView returns a body as a page shows it: text cut to maxTextBody bytes, or a hex dump of
+// its first maxHexBody bytes when it is not text, and how many bytes are shown.
+func bodyView(body []byte) (text, hexDump string, shown int) {
+	if isText(body) {
+		shown = min(len(body), maxTextBody)
+		return strings.ToValidUTF8(string(body[:shown]), "\uFFFD"), "", shown // a cut may split a rune
+	}
+	shown = min(len(body), maxHexBody)
+	return "", hex.Dump(body[:shown]), shown
 }
 
 // hiddenHeader reports whether a header's stored value may be a credential, never shown.
 func (c *Console) hiddenHeader(name string) bool {
 	n := strings.ToLower(name)
-	if c.hidden[n] {
-		return true
-	}
-	switch n {
-	case "authorization", "proxy-authorization", "cookie", "set-cookie", "www-authenticate", "proxy-authenticate":
-		return true
-	}
-	for _, s := range []string{"token", "secret", "passw", "pwd", "auth", "session", "key", "signature", "credential", "cookie"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
+	return c.hidden[n] || idemhttp.CredentialHeader(n)
 }
 
 // view builds a record's page.
@@ -403,7 +448,7 @@ func (c *Console) view(w http.ResponseWriter, r *http.Request, rec idem.Record, 
 	cond := ConditionOf(rec, now)
 	v := recordView{
 		page: c.page(w, r, "Record"), Key: rec.Key, ClientKey: client, Tenant: shortTenant(scope, scoped), TenantFull: scope,
-		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(cond, rec, now), Live: cond.Live(),
+		Condition: cond, Explain: Explain(cond, rec, now), Stuck: c.stuck(rec, now), Live: cond.Live(),
 		Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: Starts(rec), Route: routeText(rec.Route),
 		Created: rec.CreatedAt.UTC().Format(timeLayout) + " (" + age(now.Sub(rec.CreatedAt)) + " ago)",
 	}
@@ -420,29 +465,10 @@ func (c *Console) view(w http.ResponseWriter, r *http.Request, rec idem.Record, 
 	v.NeedsForce = cond.Live() || cond == Completed
 	if resp := rec.Response; resp != nil {
 		v.HasResponse, v.Status, v.BodyLen, v.BodyOmitted = true, resp.Status, len(resp.Body), resp.BodyOmitted
-		names := make([]string, 0, len(resp.Header))
-		for n := range resp.Header {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			for _, val := range resp.Header[n] {
-				if c.hiddenHeader(n) {
-					v.Headers = append(v.Headers, header{Name: printable(n), Value: fmt.Sprintf("(hidden: %d bytes)", len(val)), Hidden: true})
-					continue
-				}
-				v.Headers = append(v.Headers, header{Name: printable(n), Value: printable(val)})
-			}
-		}
-		body := resp.Body
-		if isText(body) {
-			v.BodyShown = min(len(body), maxTextBody)
-			v.BodyText = strings.ToValidUTF8(string(body[:v.BodyShown]), "\uFFFD") // a cut may split a rune
-		} else {
-			v.BodyShown = min(len(body), maxHexBody)
-			v.BodyHex = hex.Dump(body[:v.BodyShown])
-		}
+		v.Headers = c.headers(resp.Header)
+		v.BodyText, v.BodyHex, v.BodyShown = bodyView(resp.Body)
 	}
+	v.Request = c.requestView(rec.Request)
 	return v
 }
 

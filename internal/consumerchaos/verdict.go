@@ -168,7 +168,7 @@ func (j *judge) logged(e Effect, unstored bool) bool {
 		}
 	}
 	return slices.ContainsFunc(j.deliveries[[2]string{e.Fact, e.Worker}], func(d Delivery) bool {
-		return d.Outcome == "processed" && d.Unstored == unstored && !d.At.Before(e.At) && (until.IsZero() || d.At.Before(until))
+		return d.Outcome == "executed" && d.Unstored == unstored && !d.At.Before(e.At) && (until.IsZero() || d.At.Before(until))
 	})
 }
 

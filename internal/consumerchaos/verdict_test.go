@@ -19,9 +19,9 @@ func base() consumerchaos.History {
 		Mode: consumerchaos.Engine, Facts: []string{"a", "b"}, Messages: 3, Lease: 2 * time.Second,
 		Effects: []consumerchaos.Effect{{Fact: "a", Worker: "w0", At: at(0)}, {Fact: "b", Worker: "w1", At: at(10)}},
 		Deliveries: []consumerchaos.Delivery{
-			{Fact: "a", Worker: "w0", At: at(5), Outcome: "processed"},
-			{Fact: "b", Worker: "w1", At: at(15), Outcome: "processed"},
-			{Fact: "b", Worker: "w0", At: at(20), Outcome: "duplicate"},
+			{Fact: "a", Worker: "w0", At: at(5), Outcome: "executed"},
+			{Fact: "b", Worker: "w1", At: at(15), Outcome: "executed"},
+			{Fact: "b", Worker: "w0", At: at(20), Outcome: "replay"},
 		},
 	}
 }
@@ -31,7 +31,7 @@ func TestJudgeCleanRunPasses(t *testing.T) {
 		h := base()
 		h.Mode = mode
 		v := consumerchaos.Judge(h)
-		if !v.OK() || v.Effects != 2 || v.Facts != 2 || v.Outcomes["duplicate"] != 1 {
+		if !v.OK() || v.Effects != 2 || v.Facts != 2 || v.Outcomes["replay"] != 1 {
 			t.Fatalf("%s: %+v", mode, v)
 		}
 		var buf bytes.Buffer
@@ -67,7 +67,7 @@ func TestJudgeCountsViolations(t *testing.T) {
 		}, func(v consumerchaos.Verdict) bool { return v.UnexplainedDoubles == 1 && v.PauseTakeovers == 0 }},
 		{"a worker resumed from a pause completes a claim it no longer held", func(h *consumerchaos.History) {
 			h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w1", At: at(3000)})
-			h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w1", At: at(3005), Outcome: "processed"})
+			h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w1", At: at(3005), Outcome: "executed"})
 			h.Pauses = append(h.Pauses, consumerchaos.Pause{Worker: "w1", From: at(-2000), To: at(2990)})
 		}, func(v consumerchaos.Verdict) bool { return v.UnexplainedDoubles == 1 && v.PauseTakeovers == 0 }},
 		{"transaction mode excuses nothing", func(h *consumerchaos.History) {
@@ -191,9 +191,9 @@ func TestJudgeKillAfterStoreCuts(t *testing.T) {
 func TestJudgeSameWorkerTwice(t *testing.T) {
 	h := base()
 	h.Deliveries = []consumerchaos.Delivery{
-		{Fact: "a", Worker: "w0", At: at(4650), Outcome: "processed", Unstored: true},
-		{Fact: "a", Worker: "w0", At: at(5090), Outcome: "processed", Takeover: true},
-		{Fact: "b", Worker: "w1", At: at(15), Outcome: "processed"},
+		{Fact: "a", Worker: "w0", At: at(4650), Outcome: "executed", Unstored: true},
+		{Fact: "a", Worker: "w0", At: at(5090), Outcome: "executed", Takeover: true},
+		{Fact: "b", Worker: "w1", At: at(15), Outcome: "executed"},
 	}
 	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w0", At: at(5010)})
 	h.Pauses = append(h.Pauses, consumerchaos.Pause{Worker: "w0", From: at(170), To: at(3035)})
@@ -213,7 +213,7 @@ func TestJudgeSameWorkerTwice(t *testing.T) {
 func TestJudgeLateEffectOfAPartitionedHolder(t *testing.T) {
 	h := base()
 	h.Effects = append(h.Effects, consumerchaos.Effect{Fact: "a", Worker: "w2", At: at(130)})
-	h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w2", At: at(330), Outcome: "processed", Unstored: true})
+	h.Deliveries = append(h.Deliveries, consumerchaos.Delivery{Fact: "a", Worker: "w2", At: at(330), Outcome: "executed", Unstored: true})
 	h.Cuts = []consumerchaos.Cut{{At: at(-4500), What: "store"}, {At: at(-2000), What: "broker"}, {At: at(3000), What: "store"}}
 	if v := consumerchaos.Judge(h); v.UnexplainedDoubles != 1 {
 		t.Fatalf("no store cut in the two leases before: %+v", v)

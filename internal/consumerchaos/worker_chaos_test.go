@@ -35,7 +35,7 @@ import (
 
 // The worker: the test binary run again with workerEnv set. It consumes the run's stream or
 // queue through the broker relay, with a pgstore reached through the store relay, and writes
-// one effect row per execution. It logs every Result (from the consumer's Observe hook, so
+// one effect row per execution. It logs every Result (from the consumer's OnEvent hook, so
 // before the ack) and every kill it inflicts on itself to stdout, one line each:
 //
 //	D <fact> <outcome> <unstored 0|1> <takeover 0|1> <unix nanoseconds>
@@ -143,8 +143,9 @@ func workerMain() int {
 			f := parse(m)
 			return idem.Fingerprint([]byte(f.Fact + "/" + strconv.Itoa(f.Amount))), nil
 		},
-		Observe: func(m *consumer.Message, r consumer.Result) {
-			unstored := r.Outcome == consumer.Processed && r.Err != nil
+		OnEvent: func(ev consumer.Event) {
+			m, r := ev.Message, ev.Result
+			unstored := r.Outcome == consumer.OutcomeExecuted && r.Err != nil
 			logLine("D %s %s %d %d %d", parse(m).Fact, r.Outcome, b2i(unstored), b2i(r.Takeover), time.Now().UnixNano())
 			if r.Outcome.Ack() && chance(killAckRate) {
 				killSelf("before-ack")

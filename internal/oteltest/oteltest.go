@@ -129,9 +129,9 @@ func (tr *Tracing) Check(t testing.TB, secret string, producer trace.SpanContext
 	if got := attr(cons, idemotel.AttrKey); got != "order-1" {
 		t.Errorf("idem.consume's idem.key %q, want order-1", got)
 	}
-	claimName, outcome := "idem.claim", "processed"
+	claimName, outcome := "idem.claim", "executed"
 	if duplicate {
-		claimName, outcome = "idem.replay", "duplicate"
+		claimName, outcome = "idem.replay", "replay"
 	}
 	if got := attr(cons, idemotel.AttrOutcome); got != outcome {
 		t.Errorf("idem.consume's outcome %q, want %q", got, outcome)

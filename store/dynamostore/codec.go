@@ -28,6 +28,10 @@ const (
 	// attrListShard, on records only, is the partition key of the listing index: one of
 	// ListShards groups (listShard). The index's sort key is the table's partition key.
 	attrListShard = "list_shard"
+	// attrListCreated, on records only, is the sort key of the newest-first index
+	// (NewestIndex): the record's created_at in 16 zero-padded decimal digits of Unix
+	// microseconds, then its key (listCreated).
+	attrListCreated = "list_created"
 	// attrResponseHead, on completed records, holds the first storekit.ListResponseHeadLen bytes
 	// of the encoded response: what a listing shows of it (status, body omitted).
 	attrResponseHead = "response_head"
@@ -37,6 +41,10 @@ const (
 	// attrStarts is idem.Record.Starts: how many times the record's effect was started. A
 	// record written before starts were counted has none, and its start count is its attempts.
 	attrStarts = "starts"
+	// attrRequest, on records that keep the request their client sent (idem.Record.Request),
+	// is its storekit.EncodeRequest encoding; a record without one has no such attribute, so
+	// it is the same item as before requests were kept.
+	attrRequest = "request"
 
 	stateInProgress = "in_progress"
 	stateCompleted  = "completed"
@@ -112,10 +120,14 @@ func (s *Store) attrName(placeholder string) string {
 		return attrPart
 	case "#shard":
 		return attrListShard
+	case "#lcreated":
+		return attrListCreated
 	case "#rhead":
 		return attrResponseHead
 	case "#route":
 		return attrRoute
+	case "#req":
+		return attrRequest
 	}
 	panic("dynamostore: unknown placeholder " + placeholder) // a bug in this file, not input
 }
@@ -170,6 +182,17 @@ func decodeMeta(key string, it map[string]types.AttributeValue) (idem.Record, er
 			return bad("route is not a string")
 		}
 		rec.Route = rs.Value
+	}
+	if r, present := it[attrRequest]; present {
+		rb, ok := r.(*types.AttributeValueMemberB)
+		if !ok {
+			return bad("request is not binary")
+		}
+		req, err := storekit.DecodeRequest(rb.Value)
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("record %q: %w", key, err)
+		}
+		rec.Request = &req
 	}
 	st, _ := it[attrState].(*types.AttributeValueMemberS)
 	switch {

@@ -57,8 +57,8 @@
 // value (Options.SortKey, Options.SortKeyValue). Attributes: fingerprint (S), state (S:
 // in_progress or completed), token (N), lease_until, created_at, completed_at, expires_at (N,
 // Unix microseconds), attempts (N), response (B, storekit.EncodeResponse) and the TTL attribute
-// (N, Unix seconds, Options.TTLMargin beyond expires_at), and for the listing index list_shard
-// (N) and, once completed, response_head (B, the first bytes of the response). Keys pass idem.CheckKey (UTF-8
+// (N, Unix seconds, Options.TTLMargin beyond expires_at), and for the listing indexes list_shard
+// (N), list_created (S: created_at in 16 zero-padded digits, then the key) and, once completed, response_head (B, the first bytes of the response). Keys pass idem.CheckKey (UTF-8
 // without NUL, at most idem.MaxStorageKeyLen bytes) and are at most MaxKeyBytes with the prefix.
 //
 // A response whose encoding exceeds PartSize (384 KiB; DynamoDB items hold 400 KiB) is split:
@@ -83,10 +83,26 @@
 // The index is eventually consistent, so a record claimed a moment ago may be missing from a
 // page; what a page shows of each record is read from the table itself.
 //
-// CreateTable creates the index with the table, and adds it to an existing table that lacks
-// it (UpdateTable; DynamoDB builds it in the background and CreateTable waits for it).
-// Records written before carry no list_shard: they appear once a Complete or a new claim
-// rewrites them, and otherwise age out by their TTL.
+// Newest first (idem.ListNewestFirst) reads a second such index, NewestIndex, whose sort key
+// is list_created: each record's creation time (16 zero-padded decimal digits of Unix
+// microseconds) then its key, so each partition reads newest first (ScanIndexForward false)
+// and a time range or a cursor is a range of it. Its partition key is list_shard too, not one
+// constant: a single partition key would take every new record's index write, and a throttled
+// index throttles the table's writes with it; spread over ListShards keys it takes no more
+// than the table's own writes do, and a page merges ListShards Queries. A cursor is a
+// (creation time, key) position, so records claimed while an operator pages go before the
+// first page and never shift the later ones. It costs one index write per new record (and per
+// record claimed anew after it expired, whose list_created changes) and about as much storage
+// as ListIndex.
+//
+// CreateTable creates the indexes with the table, and adds each to an existing table that
+// lacks it (UpdateTable; DynamoDB builds it in the background and CreateTable waits for it).
+// When it adds NewestIndex, it gives the records already in the table their list_created,
+// and their list_shard if they have none, with one Scan and an UpdateItem per record (a
+// one-time cost, billed by the table's size), so records written by earlier versions of the
+// store are listed in both orders. Records written by such versions while they still run
+// carry neither: they appear in key order once a Complete or a new claim rewrites them, and
+// newest first once a new claim does.
 //
 // # Expiry, TTL and Sweep
 //

@@ -139,7 +139,7 @@ func New(opt Options) (*Store, error) {
 	names := map[string]bool{}
 	for _, n := range []string{opt.PartitionKey, opt.SortKey, opt.TTLAttribute, attrFingerprint, attrState, attrToken,
 		attrLeaseUntil, attrAttempts, attrResponse, attrParts, attrCreatedAt, attrCompletedAt, attrExpiresAt, attrPart,
-		attrListShard, attrResponseHead, attrRoute, attrStarts} {
+		attrListShard, attrListCreated, attrResponseHead, attrRoute, attrStarts, attrRequest} {
 		if n == "" {
 			continue
 		}

@@ -2,7 +2,6 @@ package dynamostore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,9 +22,9 @@ type QueryAPI interface {
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
-// List returns a page of records in key order (idem.Lister), for operators (newest first is
-// not supported: it fails with an error wrapping errors.ErrUnsupported), through the
-// table's listing index (ListIndex, which CreateTable creates or adds): never a Scan.
+// List returns a page of records in key order or newest first (idem.Lister), for operators,
+// through the table's listing indexes (ListIndex and NewestIndex, which CreateTable creates
+// or adds): never a Scan.
 //
 // The index keeps every record's key, sorted, in each of ListShards partitions. A page reads
 // the start of the key range (the prefix, after the cursor) in every partition (ListShards
@@ -36,6 +35,13 @@ type QueryAPI interface {
 // are checked record by record. DynamoDB bills the Queries by the size of the keys they read
 // and the reads by the size of the attributes read, never a stored body.
 //
+// Newest first, the same merge reads NewestIndex, whose partitions are the same ListShards
+// groups and whose sort key is list_created (the creation time, zero-padded, then the key),
+// each partition from its newest entry down (ScanIndexForward false), so a time range and a
+// cursor are a range of each partition; the key prefix is checked record by record. A record
+// whose created_at differs from its index entry's (claimed anew after it expired, and the
+// index not caught up yet) is skipped there: its new entry lists it.
+//
 // A global secondary index is eventually consistent: a record claimed a moment ago may be
 // missing from a page (usually for well under a second), and a deleted one is skipped. The
 // records listed are read from the table itself. The client must implement QueryAPI (a
@@ -45,9 +51,6 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if err != nil {
 		return idem.ListPage{}, err
 	}
-	if b.Newest {
-		return idem.ListPage{}, fmt.Errorf("%s: list: newest first: %w", "dynamostore", errors.ErrUnsupported)
-	}
 	if err := s.ready(ctx); err != nil {
 		return idem.ListPage{}, err
 	}
@@ -55,7 +58,27 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	if !ok {
 		return idem.ListPage{}, invalid("Options.Client does not implement QueryAPI (Query), which List needs")
 	}
-	l := &lister{s: s, api: api, page: shardmerge.NewPage(b)}
+	l := &lister{s: s, api: api, page: shardmerge.NewPage(b), newest: b.Newest}
+	if b.Newest {
+		// Entries from the newest down: before the cursor's (time, key) and CreatedBefore
+		// (hi, inclusive here: Match leaves it out), at or after CreatedSince (lo).
+		if b.CreatedBefore != 0 {
+			l.hi = listCreated(b.CreatedBefore, "")
+		}
+		if b.HasAfter && (b.CreatedBefore == 0 || b.AfterCreated < b.CreatedBefore) {
+			l.hi = listCreated(b.AfterCreated, b.After)
+		}
+		if b.HasSince {
+			l.lo = listCreated(b.CreatedSince, "")
+		}
+		if l.hi != "" && l.lo > l.hi {
+			return idem.ListPage{}, nil
+		}
+		if err := l.run(ctx); err != nil {
+			return idem.ListPage{}, wrap("list", err)
+		}
+		return l.page.Result(), nil
+	}
 	// The range of partition keys to read: KeyPrefix + the listing's range, or every key
 	// with KeyPrefix.
 	l.lo = s.opt.KeyPrefix + b.From
@@ -83,7 +106,8 @@ type lister struct {
 	s      *Store
 	api    QueryAPI
 	page   *shardmerge.Page
-	lo, hi string // partition keys k with lo <= k (and k < hi when hi is not "")
+	newest bool   // read NewestIndex, newest first: the merge's keys are newestMember's
+	lo, hi string // index sort keys k with lo <= k (and k < hi when hi is not ""; newest first, k <= hi)
 	shards [ListShards]shardRange
 	merge  *shardmerge.Merge
 }
@@ -96,6 +120,9 @@ type shardRange struct {
 
 func (l *lister) run(ctx context.Context) error {
 	l.merge = shardmerge.New(ListShards)
+	if l.newest {
+		l.merge = shardmerge.NewDescending(ListShards)
+	}
 	for i := range l.shards {
 		l.shards[i].n = int32(min(2*l.page.Need/ListShards+4, idem.MaxListLimit))
 	}
@@ -107,8 +134,24 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 	s := l.s
 	cond := "#shard = :shard"
 	names := []string{"#shard", "#pk"}
+	index := ListIndex
+	if l.newest {
+		names[1], index = "#lcreated", NewestIndex
+	}
 	values := map[string]types.AttributeValue{}
 	switch {
+	case l.newest && l.hi != "":
+		cond += " AND #lcreated <= :hi" // Match leaves the cursor's record out
+		if l.lo != "" {
+			cond = "#shard = :shard AND #lcreated BETWEEN :lo AND :hi"
+			values[":lo"] = str(l.lo)
+		}
+		values[":hi"] = str(l.hi)
+	case l.newest && l.lo != "":
+		cond += " AND #lcreated >= :lo"
+		values[":lo"] = str(l.lo)
+	case l.newest:
+		names = names[:1]
 	case l.lo != "" && l.hi != "":
 		cond += " AND #pk BETWEEN :lo AND :hi" // hi is inclusive here; Match leaves it out
 		values[":lo"], values[":hi"] = str(l.lo), str(l.hi)
@@ -131,7 +174,8 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 		vals[":shard"] = num(int64(sh))
 		in := &dynamodb.QueryInput{
 			TableName:                 &s.opt.Table,
-			IndexName:                 aws.String(ListIndex),
+			IndexName:                 aws.String(index),
+			ScanIndexForward:          aws.Bool(!l.newest),
 			KeyConditionExpression:    &cond,
 			ExpressionAttributeNames:  s.names(names...),
 			ExpressionAttributeValues: vals,
@@ -167,7 +211,15 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 					continue
 				}
 			}
-			keys = append(keys, k.Value[len(s.opt.KeyPrefix):])
+			key := k.Value[len(s.opt.KeyPrefix):]
+			if l.newest {
+				lc, _ := it[attrListCreated].(*types.AttributeValueMemberS)
+				if lc == nil || len(lc.Value) < 16 {
+					continue
+				}
+				key = newestMember(lc.Value[:16], key)
+			}
+			keys = append(keys, key)
 		}
 		r.from = outs[i].LastEvaluatedKey
 		r.n = min(2*r.n, idem.MaxListLimit)
@@ -180,8 +232,16 @@ func (l *lister) read(ctx context.Context, shards []int) error {
 // listAttrs are the attributes List reads of a record: all but the response.
 var listAttrs = []string{"#pk", "#fp", "#st", "#tok", "#lease", "#att", "#created", "#completed", "#exp", "#rhead", "#route", "#starts"}
 
-// check reads the records of keys (in key order) and keeps those that match.
+// check reads the records of keys (in key order; newest first, newestMember's) and keeps
+// those that match.
 func (l *lister) check(ctx context.Context, keys []string) error {
+	var members []string
+	if l.newest {
+		members, keys = keys, make([]string, len(keys))
+		for i, m := range members {
+			keys[i] = m[16:]
+		}
+	}
 	items, err := l.get(ctx, keys, listAttrs)
 	if err != nil {
 		return err
@@ -207,7 +267,7 @@ func (l *lister) check(ctx context.Context, keys []string) error {
 			}
 		}
 	}
-	for _, k := range keys {
+	for i, k := range keys {
 		it := items[k]
 		if it == nil {
 			continue // deleted since the index listed it
@@ -215,6 +275,9 @@ func (l *lister) check(ctx context.Context, keys []string) error {
 		rec, err := decodeMeta(k, it)
 		if err != nil {
 			return err
+		}
+		if l.newest && newestMember(listCreated(rec.CreatedAt.UnixMicro(), "")[:16], k) != members[i] {
+			continue // claimed anew since the index entry: its new entry lists it
 		}
 		if rec.State == idem.StateCompleted {
 			head, _ := it[attrResponseHead].(*types.AttributeValueMemberB)

@@ -31,8 +31,8 @@ import (
 // A second write that loses to a concurrent writer re-evaluates the record it returns, a
 // bounded number of times.
 //
-// The claiming PutItem writes the route too (a takeover's, the route of the record it takes
-// over unless that has none).
+// The claiming PutItem writes the route and the request too (a takeover's, those of the record
+// it takes over unless it has none).
 func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Reservation, error) {
 	key, fingerprint := req.Key, req.Fingerprint
 	if err := s.begin(ctx, key); err != nil {
@@ -48,10 +48,11 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 
 	// First try: a fresh claim of an absent or expired key, token = now in microseconds.
 	route := storekit.CleanRoute(req.Route)
+	request := req.Request.Clone() // the store's own copy: the caller may reuse its buffers
 	claim := idem.Record{Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Token: nowM, Attempts: 1,
-		Starts: 1, CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires), Route: route}
+		Starts: 1, CreatedAt: now, LeaseUntil: time.UnixMicro(leaseUntil), ExpiresAt: time.UnixMicro(expires), Route: route, Request: request}
 	fresh := func() {
-		claim.Token, claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route = nowM, 1, 1, now, route
+		claim.Token, claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route, claim.Request = nowM, 1, 1, now, route, request
 	}
 	cond := claimFresh
 	var prev int64
@@ -67,8 +68,12 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 		item[attrExpiresAt] = num(expires)
 		item[s.opt.TTLAttribute] = num(s.ttl(expires))
 		item[attrListShard] = num(listShard(key))
+		item[attrListCreated] = str(listCreated(micros(claim.CreatedAt), key))
 		if claim.Route != "" {
 			item[attrRoute] = str(claim.Route)
+		}
+		if claim.Request != nil {
+			item[attrRequest] = bin(storekit.EncodeRequest(*claim.Request))
 		}
 		_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           &s.opt.Table,
@@ -103,13 +108,14 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 			// Expired or released, but its token is not below now: claim with prev+1. A
 			// released record retried with the same fingerprint goes on counting starts.
 			cond = claimExpired
-			claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route = 1, 1, now, route
+			claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route, claim.Request = 1, 1, now, route, request
 			if old.ExpiresAt.UnixMicro() == 0 && old.Fingerprint == fingerprint {
 				claim.Starts, claim.CreatedAt = old.Starts+1, old.CreatedAt
 			}
 		case old.LeaseExpired(now) && old.Fingerprint == fingerprint:
 			cond = claimTakeover
 			claim.Attempts, claim.Starts, claim.CreatedAt, claim.Route = old.Attempts+1, old.Starts+1, old.CreatedAt, cmp.Or(old.Route, route)
+			claim.Request = cmp.Or(old.Request, request)
 		default:
 			if parts > 1 {
 				ok, err := s.loadParts(ctx, key, &old, parts)

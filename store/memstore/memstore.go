@@ -62,8 +62,8 @@ type Options struct {
 	// MaxRecords is the most records the store holds, expired ones not yet reclaimed included.
 	// 0 (the default): no bound.
 	MaxRecords int
-	// MaxBytes bounds the bytes the store's records take: their keys, fingerprints, routes and
-	// stored responses, plus a fixed overhead per record. A claim that would take the store
+	// MaxBytes bounds the bytes the store's records take: their keys, fingerprints, routes,
+	// retained requests and stored responses, plus a fixed overhead per record. A claim that would take the store
 	// past it is refused; completing a claim never is, so the responses of claims in flight
 	// may take the store past it until expired records are reclaimed. 0 (the default): no
 	// bound.
@@ -112,6 +112,7 @@ type head struct {
 	attempts int32
 	starts   int32 // Record.Starts
 	room     int32 // bytes allocated after the blob's end, that Complete may write once
+	reqLen   int32 // the encoded request (Record.Request) after the route; 0: none
 	routeLen uint16
 	state    idem.State
 	packed   bool // the fingerprint is kept as the 32 bytes its 64 hex digits spell
@@ -279,6 +280,11 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 	if err := idem.CheckKey(key); err != nil {
 		return idem.Reservation{}, err
 	}
+	var reqBytes string // the encoded request, "" for none
+	if req.Request != nil {
+		b := storekit.EncodeRequest(*req.Request)
+		reqBytes = unsafe.String(unsafe.SliceData(b), len(b))
+	}
 	hash := s.hash(key)
 	if err := s.lock(ctx); err != nil {
 		return idem.Reservation{}, err
@@ -297,7 +303,7 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 	for reclaimed := false; ; reclaimed = true {
 		i, first, found = s.lookup(hash, key)
 		takeover, prev, attempts, starts, created, oldCost = false, 0, 1, 1, n, 0
-		claimRoute := route
+		claimRoute, claimReq := route, reqBytes
 		if found {
 			h := s.head(i)
 			switch {
@@ -311,14 +317,17 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 				if h.routeLen != 0 {
 					claimRoute = s.route(i) // a takeover keeps the claim's route (newBlob copies it)
 				}
+				if h.reqLen != 0 {
+					claimReq = s.request(i) // and its request, as it keeps its route
+				}
 			default:
 				return idem.Reservation{Record: s.record(key, i, fingerprint)}, nil
 			}
 			oldCost = s.cost(i)
 		}
-		newCost := int64(len(key)+len(fingerprint)+len(claimRoute)) + int64(s.room) + recordOverhead
+		newCost := int64(len(key)+len(fingerprint)+len(claimRoute)+len(claimReq)) + int64(s.room) + recordOverhead
 		if s.fits(!found, newCost-oldCost) {
-			route = claimRoute
+			route, reqBytes = claimRoute, claimReq
 			break
 		}
 		if reclaimed || !s.reclaim(n) {
@@ -339,12 +348,13 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 		}
 		s.n++
 	}
-	blob, packed := s.newBlob(key, fingerprint, route)
+	blob, packed := s.newBlob(key, fingerprint, route, reqBytes)
 	*s.head(i) = head{
 		next:     next,
 		keyLen:   int32(len(key)),
-		fpLen:    int32(len(blob) - len(key) - len(route)),
+		fpLen:    int32(len(blob) - len(key) - len(route) - len(reqBytes)),
 		routeLen: uint16(len(route)),
+		reqLen:   int32(len(reqBytes)),
 		packed:   packed,
 		room:     s.room,
 		state:    idem.StateInProgress,
@@ -362,16 +372,16 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 	return idem.Reservation{Claimed: true, Takeover: takeover, Record: s.recordAs(key, fingerprint, i)}, nil
 }
 
-// newBlob returns key, fingerprint and route end to end, in an allocation that has s.room bytes
-// more. A fingerprint of 64 lowercase hex digits, as idem.Fingerprint makes, is kept as the 32
+// newBlob returns key, fingerprint, route and encoded request end to end, in an allocation that
+// has s.room bytes more. A fingerprint of 64 lowercase hex digits, as idem.Fingerprint makes, is kept as the 32
 // bytes they spell (packed).
-func (s *Store) newBlob(key, fingerprint, route string) (blob string, packed bool) {
+func (s *Store) newBlob(key, fingerprint, route, request string) (blob string, packed bool) {
 	packed = idem.ValidFingerprint(fingerprint)
 	n := len(fingerprint)
 	if packed {
 		n /= 2
 	}
-	b := make([]byte, 0, len(key)+n+len(route)+int(s.room))
+	b := make([]byte, 0, len(key)+n+len(route)+len(request)+int(s.room))
 	b = append(b, key...)
 	if packed {
 		b = appendUnhex(b, fingerprint)
@@ -379,6 +389,7 @@ func (s *Store) newBlob(key, fingerprint, route string) (blob string, packed boo
 		b = append(b, fingerprint...)
 	}
 	b = append(b, route...)
+	b = append(b, request...)
 	return unsafe.String(unsafe.SliceData(b), len(b)), packed
 }
 
@@ -410,8 +421,15 @@ func (s *Store) route(i int32) string {
 	return (*s.blob(i))[end : end+int32(h.routeLen)]
 }
 
+// request returns record i's encoded request, a window on its blob ("" for none).
+func (s *Store) request(i int32) string {
+	h := s.head(i)
+	end := h.keyLen + h.fpLen + int32(h.routeLen)
+	return (*s.blob(i))[end : end+h.reqLen]
+}
+
 // respStart returns where record i's encoded response begins in its blob.
-func (h *head) respStart() int { return int(h.keyLen+h.fpLen) + int(h.routeLen) }
+func (h *head) respStart() int { return int(h.keyLen+h.fpLen) + int(h.routeLen) + int(h.reqLen) }
 
 // fp returns record i's fingerprint: a new string if it is packed, else a window on its blob.
 func (s *Store) fp(i int32) string {
@@ -600,6 +618,11 @@ func (s *Store) recordAs(key, fp string, i int32) idem.Record {
 	}
 	if h.routeLen != 0 {
 		r.Route = strings.Clone(s.route(i)) // not a window on the blob, which holds the body
+	}
+	if h.reqLen != 0 {
+		// The bytes were written by EncodeRequest, so they always decode; the decoder copies.
+		req, _ := storekit.DecodeRequest([]byte(s.request(i)))
+		r.Request = &req
 	}
 	if h.done != 0 {
 		r.CompletedAt = time.UnixMicro(h.done)

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Claims made while responses of one size are stored get room for that size; responses of
@@ -68,5 +70,33 @@ func TestRoomForResponses(t *testing.T) {
 		case done && (rec.State != idem.StateCompleted || rec.Response == nil || !rec.Response.Equal(resp)):
 			t.Fatalf("Get(%q): %v with %+v, want completed with %+v", key, rec.State, rec.Response, resp)
 		}
+	}
+}
+
+// TestRecordWithoutRequestCostsAsBefore: a record's head did not grow when heads learned where
+// a retained request ends (reqLen fits in the padding), and a claim without a request has a
+// blob of its key, packed fingerprint and route only: a store that keeps no requests holds the
+// same bytes per record as before. A claim with one costs exactly its encoding more.
+func TestRecordWithoutRequestCostsAsBefore(t *testing.T) {
+	if n := unsafe.Sizeof(head{}); n != 72 {
+		t.Errorf("head is %d bytes, was 72", n)
+	}
+	s := New()
+	now := time.Now()
+	fp := idem.Fingerprint([]byte("x"))
+	if _, err := s.Reserve(context.Background(), idem.ReserveRequest{Key: "plain", Fingerprint: fp, Route: "POST /r", Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	i, _ := s.find("plain")
+	if got, want := len(*s.blob(i)), len("plain")+32+len("POST /r"); got != want {
+		t.Errorf("blob of a claim without a request: %d bytes, want %d", got, want)
+	}
+	sent := idem.Request{Method: "POST", Target: "/r", Body: []byte("body"), BodySize: 4}
+	if _, err := s.Reserve(context.Background(), idem.ReserveRequest{Key: "kept", Fingerprint: fp, Route: "POST /r", Request: &sent, Now: now, Lease: time.Minute, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	i, _ = s.find("kept")
+	if got, want := len(*s.blob(i)), len("kept")+32+len("POST /r")+storekit.RequestLen(sent); got != want {
+		t.Errorf("blob of a claim with a request: %d bytes, want %d", got, want)
 	}
 }

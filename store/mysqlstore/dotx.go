@@ -101,8 +101,9 @@ func (e txExec) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, 
 // bounded writes q, one of the store's statements, as text with its placeholders replaced by
 // args, behind a SET STATEMENT that bounds its lock wait to secs seconds. Only the store's own
 // statements pass here: table names are checked names, and their only '?' are placeholders.
-// Strings (keys and fingerprints) become hexadecimal literals, byte for byte, so no quoting
-// or character set is involved; integers are decimal.
+// Strings (keys and fingerprints) and byte slices (an encoded request; nil is NULL) become
+// hexadecimal literals, byte for byte, so no quoting or character set is involved; integers
+// are decimal.
 func bounded(secs int64, q string, args []any) string {
 	b := make([]byte, 0, len(q)+64+32*len(args))
 	b = append(b, "SET STATEMENT innodb_lock_wait_timeout = "...)
@@ -117,6 +118,14 @@ func bounded(secs int64, q string, args []any) string {
 		case string:
 			b = append(b, "X'"...)
 			b = hex.AppendEncode(b, []byte(v))
+			b = append(b, '\'')
+		case []byte: // an encoded request; nil is NULL
+			if v == nil {
+				b = append(b, "NULL"...)
+				break
+			}
+			b = append(b, "X'"...)
+			b = hex.AppendEncode(b, v)
 			b = append(b, '\'')
 		case int64:
 			b = strconv.AppendInt(b, v, 10)
@@ -185,7 +194,8 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
 	route := storekit.CleanRoute(idem.RouteFromContext(ctx))
-	r, err := s.claimWaiting(ctx, wctx, tx, &lw, key, fingerprint, route, now, ttl)
+	request := idem.RequestFromContext(ctx).Clone()
+	r, err := s.claimWaiting(ctx, wctx, tx, &lw, key, fingerprint, route, request, now, ttl)
 	if err != nil {
 		if errors.Is(err, idem.ErrInvalidInput) {
 			return res, false, err
@@ -251,15 +261,15 @@ func (s *Store) boundLockWait(ctx, wctx context.Context, conn *sql.Conn, w *txWa
 
 // claimWaiting claims key in tx, waiting for a concurrent holder as lw says (bounded by
 // wctx), and gives the session's lock wait setting back in tx once the key is claimed.
-func (s *Store) claimWaiting(ctx, wctx context.Context, tx *sql.Tx, lw *lockWait, key, fingerprint, route string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
-	r, err := s.claimTx(wctx, txExec{s, tx, lw.wait}, key, fingerprint, route, now, ttl)
+func (s *Store) claimWaiting(ctx, wctx context.Context, tx *sql.Tx, lw *lockWait, key, fingerprint, route string, request *idem.Request, now time.Time, ttl time.Duration) (idem.Reservation, error) {
+	r, err := s.claimTx(wctx, txExec{s, tx, lw.wait}, key, fingerprint, route, request, now, ttl)
 	for pause := 10 * time.Millisecond; lw.poll && isMySQLError(err, errLockWait); pause = min(2*pause, 200*time.Millisecond) {
 		// Only the statement was rolled back: the transaction goes on, and the claim is
 		// tried again in it.
 		if idemretry.Sleep(wctx, pause) != nil {
 			break
 		}
-		r, err = s.claimTx(wctx, txExec{s, tx, lw.wait}, key, fingerprint, route, now, ttl)
+		r, err = s.claimTx(wctx, txExec{s, tx, lw.wait}, key, fingerprint, route, request, now, ttl)
 	}
 	if err == nil && r.Claimed && lw.restore {
 		if _, err = tx.ExecContext(ctx, restoreLockWait); err == nil {
@@ -307,17 +317,18 @@ func checkClaim(key, fingerprint string) error {
 // with the same fingerprint) is taken over by the compare-and-swap UPDATE of Reserve. If the
 // holder rolled back its insert instead, the INSERT passes. A deadlock (InnoDB rolled the
 // transaction back) is returned, for the caller to retry the attempt.
-func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint, route string, now time.Time, ttl time.Duration) (idem.Reservation, error) {
+func (s *Store) claimTx(ctx context.Context, e txExec, key, fingerprint, route string, request *idem.Request, now time.Time, ttl time.Duration) (idem.Reservation, error) {
 	claim := idem.Record{
 		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1, Starts: 1,
 		LeaseUntil: now.Add(ttl).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(ttl).Truncate(time.Microsecond),
 		Token:     storekit.NextToken(0, now),
 		Route:     route,
+		Request:   request,
 	}
 	for range reserveRetries {
 		_, err := e.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
-			now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route)
+			now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route, encodeRequest(claim.Request))
 		if err == nil {
 			return idem.Reservation{Claimed: true, Record: claim}, nil
 		}

@@ -293,6 +293,7 @@ func (s *Store) reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 		Key: key, Fingerprint: fingerprint, State: idem.StateInProgress, Attempts: 1, Starts: 1,
 		LeaseUntil: now.Add(req.Lease).Truncate(time.Microsecond), CreatedAt: now,
 		ExpiresAt: now.Add(req.TTL).Truncate(time.Microsecond), Route: storekit.CleanRoute(req.Route),
+		Request: req.Request.Clone(), // the store's own copy: the caller may reuse its buffers
 	}
 	for range reserveRetries {
 		old, err := s.get(ctx, s, s.q.get, key)
@@ -300,7 +301,7 @@ func (s *Store) reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 		case errors.Is(err, idem.ErrNotFound):
 			claim.Token = storekit.NextToken(0, now)
 			_, err := s.exec(ctx, s.q.insert, key, fingerprint, claim.Token, claim.LeaseUntil.UnixMicro(),
-				now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route)
+				now.UnixMicro(), claim.ExpiresAt.UnixMicro(), claim.Route, encodeRequest(claim.Request))
 			if isMySQLError(err, errDupEntry) || isMySQLError(err, errDeadlock) {
 				continue
 			}
@@ -336,17 +337,20 @@ func (s *Store) swapClaim(ctx context.Context, e execer, claim, old idem.Record,
 	rec := claim
 	rec.Token = storekit.NextToken(old.Token, now)
 	switch {
-	case !expired: // a takeover keeps the claim's history, and its route if it has one
+	case !expired: // a takeover keeps the claim's history, and its route and request if it has them
 		rec.Attempts, rec.Starts, rec.CreatedAt = old.Attempts+1, old.Starts+1, old.CreatedAt
 		if old.Route != "" {
 			rec.Route = old.Route
+		}
+		if old.Request != nil {
+			rec.Request = old.Request
 		}
 	case old.ExpiresAt.UnixMicro() == 0 && old.Fingerprint == claim.Fingerprint:
 		// Released by a failed attempt and retried: the record goes on counting starts.
 		rec.Starts, rec.CreatedAt = old.Starts+1, old.CreatedAt
 	}
 	r, err := e.exec(ctx, s.q.swap,
-		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(), rec.Route, rec.Starts,
+		rec.Fingerprint, rec.Token, rec.LeaseUntil.UnixMicro(), rec.Attempts, rec.CreatedAt.UnixMicro(), rec.ExpiresAt.UnixMicro(), rec.Route, rec.Starts, encodeRequest(rec.Request),
 		rec.Key, old.Token, int(old.State), old.LeaseUntil.UnixMicro(), old.ExpiresAt.UnixMicro(), old.Fingerprint)
 	if err != nil {
 		return idem.Reservation{}, false, err
@@ -425,13 +429,13 @@ func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, 
 	rec := idem.Record{Key: key}
 	var state int16
 	var leaseUntil, createdAt, completedAt, expires int64
-	var response []byte
+	var response, request []byte
 	row, err := e.queryRow(ctx, q, key)
 	if err != nil {
 		return idem.Record{}, err
 	}
 	err = row.Scan(&rec.Fingerprint, &state, &rec.Token, &leaseUntil,
-		&rec.Attempts, &response, &createdAt, &completedAt, &expires, &rec.Route, &rec.Starts)
+		&rec.Attempts, &response, &createdAt, &completedAt, &expires, &rec.Route, &rec.Starts, &request)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Record{}, idem.ErrNotFound
 	}
@@ -449,6 +453,13 @@ func (s *Store) get(ctx context.Context, e execer, q, key string) (idem.Record, 
 		rec.CompletedAt = time.UnixMicro(completedAt)
 	}
 	rec.ExpiresAt = time.UnixMicro(expires)
+	if request != nil {
+		r, err := storekit.DecodeRequest(request)
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("record %.80q: %w", key, err)
+		}
+		rec.Request = &r
+	}
 	if response != nil {
 		r, err := storekit.DecodeResponse(response)
 		if err != nil {
@@ -481,4 +492,12 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, batch int) (int, error
 	}
 	n, err := r.RowsAffected()
 	return int(n), opErr("sweep", err)
+}
+
+// encodeRequest returns the encoding of r a claim stores: nil (NULL) for none.
+func encodeRequest(r *idem.Request) []byte {
+	if r == nil {
+		return nil
+	}
+	return storekit.EncodeRequest(*r)
 }

@@ -7,7 +7,7 @@ type queries struct {
 	get, lockingGet, insert, swap, complete, release, extend, held, del, sweep string
 }
 
-const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts`
+const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts, request`
 
 func newQueries(t string) queries {
 	return queries{
@@ -17,10 +17,10 @@ func newQueries(t string) queries {
 		// change until this transaction ends. (LOCK IN SHARE MODE is the spelling both MySQL 8
 		// and MariaDB accept.)
 		lockingGet: "SELECT " + cols + " FROM " + t + " WHERE `key` = ? LOCK IN SHARE MODE",
-		insert:     "INSERT INTO " + t + " (`key`, " + cols + ") VALUES (?, ?, 1, ?, ?, 1, NULL, ?, 0, ?, ?, 1)",
+		insert:     "INSERT INTO " + t + " (`key`, " + cols + ") VALUES (?, ?, 1, ?, ?, 1, NULL, ?, 0, ?, ?, 1, ?)",
 		// swap claims a row read before, only if it is still exactly that version.
 		swap: "UPDATE " + t + ` SET fingerprint = ?, state = 1, token = ?, lease_until = ?, attempts = ?,
-		response = NULL, created_at = ?, completed_at = 0, expires_at = ?, route = ?, starts = ?
+		response = NULL, created_at = ?, completed_at = 0, expires_at = ?, route = ?, starts = ?, request = ?
 	WHERE ` + "`key`" + ` = ? AND token = ? AND state = ? AND lease_until = ? AND expires_at = ? AND fingerprint = ?`,
 		// Fenced on the token, and on the claim being live: a released claim
 		// (expires_at = 0) is dead for its holder.

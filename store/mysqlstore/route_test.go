@@ -36,9 +36,9 @@ func TestMigrateAddsRoute(t *testing.T) {
 			if _, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Now: now, Lease: time.Second, TTL: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
-			// Back to the schema before routes (version 2) and starts (version 3).
+			// Back to the schema before routes (version 2), starts (version 3) and requests (5).
 			if !tc.keepColumn {
-				if _, err := st.DB().ExecContext(ctx, "ALTER TABLE "+st.Table()+" DROP COLUMN route, DROP COLUMN starts"); err != nil {
+				if _, err := st.DB().ExecContext(ctx, "ALTER TABLE "+st.Table()+" DROP COLUMN route, DROP COLUMN starts, DROP COLUMN request"); err != nil {
 					t.Fatal(err)
 				}
 			}

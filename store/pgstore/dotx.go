@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/txmode"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // TxFunc is the caller's effect in DoTx: it writes through tx (and only tx) and returns the
@@ -66,7 +67,7 @@ type txWait struct {
 func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	args, err := reserveArgs(idem.ReserveRequest{Key: key, Fingerprint: fingerprint, Route: idem.RouteFromContext(ctx),
+	args, err := reserveArgs(idem.ReserveRequest{Key: key, Fingerprint: fingerprint, Route: idem.RouteFromContext(ctx), Request: idem.RequestFromContext(ctx),
 		Now: now, Lease: ttl, TTL: ttl})
 	if err != nil {
 		return res, false, err
@@ -186,7 +187,13 @@ func (s *Store) beginClaim(ctx context.Context, conn *pgx.Conn, args []any, lock
 // newClaim is the reservation claimNew made: the record its arguments (from reserveArgs)
 // describe, claimed for the first time.
 func newClaim(args []any) idem.Reservation {
+	var req *idem.Request
+	if b := args[7].([]byte); b != nil {
+		r, _ := storekit.DecodeRequest(b) // encoded by reserveArgs: it decodes
+		req = &r
+	}
 	return idem.Reservation{Claimed: true, Record: idem.Record{
+		Request:     req,
 		Key:         args[0].(string),
 		Fingerprint: args[1].(string),
 		State:       idem.StateInProgress,

@@ -122,7 +122,7 @@ func (p *partitioning) claimSQL(b int64) string {
 ), old AS (
 	SELECT born, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM done) FOR UPDATE
 ), claim AS (
-	SELECT o.token, o.attempts, o.created_at, o.expires_at, o.route, o.starts, o.fingerprint
+	SELECT o.token, o.attempts, o.created_at, o.expires_at, o.route, o.starts, o.fingerprint, o.request
 	FROM (VALUES (1)) AS one (x) LEFT JOIN old AS o ON true
 	WHERE NOT EXISTS (SELECT 1 FROM done) AND (o.token IS NULL OR o.expires_at <= $3
 	   OR (o.state = 1 AND o.lease_until <= $3 AND o.fingerprint = $2))
@@ -136,13 +136,14 @@ func (p *partitioning) claimSQL(b int64) string {
 		CASE WHEN c.expires_at > $3 OR (c.expires_at = 0 AND c.fingerprint = $2) THEN c.created_at ELSE $3 END,
 		0, GREATEST($5, $4),
 		CASE WHEN c.token IS NULL OR c.expires_at <= $3 OR c.route = '' THEN $7 ELSE c.route END,
-		CASE WHEN c.expires_at > $3 OR (c.expires_at = 0 AND c.fingerprint = $2) THEN GREATEST(c.starts, c.attempts) + 1 ELSE 1 END
+		CASE WHEN c.expires_at > $3 OR (c.expires_at = 0 AND c.fingerprint = $2) THEN GREATEST(c.starts, c.attempts) + 1 ELSE 1 END,
+		CASE WHEN c.token IS NULL OR c.expires_at <= $3 OR c.request IS NULL THEN $8 ELSE c.request END
 	FROM claim AS c
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint = excluded.fingerprint, state = 1, token = excluded.token,
 		lease_until = excluded.lease_until, attempts = excluded.attempts, response = NULL,
 		created_at = excluded.created_at, completed_at = 0, expires_at = excluded.expires_at,
-		route = excluded.route, starts = excluded.starts
+		route = excluded.route, starts = excluded.starts, request = excluded.request
 	WHERE r.expires_at <= $3
 	   OR (r.state = 1 AND r.lease_until <= $3 AND r.fingerprint = excluded.fingerprint)
 	RETURNING true, ` + cols + `
@@ -162,7 +163,7 @@ UNION ALL SELECT false, ` + cols + ` FROM old WHERE NOT EXISTS (SELECT 1 FROM cl
 }
 
 var paramTypes = strings.NewReplacer("$1", "$1::text", "$2", "$2::text", "$3", "$3::bigint",
-	"$4", "$4::bigint", "$5", "$5::bigint", "$6", "$6::bigint", "$7", "$7::text")
+	"$4", "$4::bigint", "$5", "$5::bigint", "$6", "$6::bigint", "$7", "$7::text", "$8", "$8::bytea")
 
 // batcher is a pool or a transaction: both send a batch in one round trip.
 type batcher interface {

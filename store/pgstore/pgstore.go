@@ -251,7 +251,15 @@ func reserveArgs(req idem.ReserveRequest) ([]any, error) {
 	}
 	now := req.Now
 	return []any{req.Key, req.Fingerprint, now.UnixMicro(), now.Add(req.Lease).UnixMicro(), now.Add(req.TTL).UnixMicro(),
-		storekit.NextToken(0, now), storekit.CleanRoute(req.Route)}, nil
+		storekit.NextToken(0, now), storekit.CleanRoute(req.Route), encodeRequest(req.Request)}, nil
+}
+
+// encodeRequest returns the encoding of r a claim stores: nil (NULL) for none.
+func encodeRequest(r *idem.Request) []byte {
+	if r == nil {
+		return nil
+	}
+	return storekit.EncodeRequest(*r)
 }
 
 // reserve runs the claim statement on db (args from reserveArgs), again while it finds
@@ -397,12 +405,13 @@ type scan struct {
 	state                                       int16
 	leaseUntil, createdAt, completedAt, expires int64
 	response                                    []byte
+	request                                     []byte // NULL: none
 }
 
 // dest returns Scan destinations for the record columns, in queries' column order.
 func (sc *scan) dest(rec *idem.Record) []any {
 	return []any{&rec.Fingerprint, &sc.state, &rec.Token, &sc.leaseUntil, &rec.Attempts,
-		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires, &rec.Route, &rec.Starts}
+		&sc.response, &sc.createdAt, &sc.completedAt, &sc.expires, &rec.Route, &rec.Starts, &sc.request}
 }
 
 func (sc *scan) finish(rec *idem.Record) error {
@@ -417,6 +426,13 @@ func (sc *scan) finish(rec *idem.Record) error {
 		rec.CompletedAt = time.UnixMicro(sc.completedAt)
 	}
 	rec.ExpiresAt = time.UnixMicro(sc.expires)
+	if sc.request != nil {
+		r, err := storekit.DecodeRequest(sc.request)
+		if err != nil {
+			return fmt.Errorf("record %.80q: %w", rec.Key, err)
+		}
+		rec.Request = &r
+	}
 	if sc.response != nil {
 		r, err := storekit.DecodeResponse(sc.response)
 		if err != nil {

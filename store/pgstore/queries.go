@@ -2,19 +2,20 @@ package pgstore
 
 // queries are the store's statements for one table. Column order everywhere: fingerprint,
 // state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route,
-// starts.
+// starts, request.
 type queries struct {
 	reserve, claimNew, claimNewBounded, complete, release, extend, get, del, sweep, sweepByKey string
 }
 
-const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts`
+const cols = `fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts, request`
 
 func newQueries(t string) queries {
 	return queries{
 		// reserve claims in one statement. $1 key, $2 fingerprint, $3 now, $4 lease_until,
 		// $5 expires_at, $6 the token of a first claim (storekit.NextToken(0, now)), $7 the route
 		// ("" for none): a new claim stores it, a takeover keeps the route it finds unless
-		// that is "".
+		// that is "". $8 is the request (storekit.EncodeRequest, NULL for none), kept by the
+		// same rule as the route.
 		//
 		// "up" inserts, or updates a conflicting row that is expired or whose lease ran out
 		// with the same fingerprint: a claim (attempts 1) or a takeover (attempts + 1). A
@@ -39,7 +40,7 @@ func newQueries(t string) queries {
 	SELECT false, ` + cols + ` FROM ` + t + ` WHERE key = $1 AND state = 2 AND expires_at > $3
 ), up AS (
 	INSERT INTO ` + t + ` AS r (key, ` + cols + `)
-	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text, 1 WHERE NOT EXISTS (SELECT 1 FROM done)
+	SELECT $1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text, 1, $8::bytea WHERE NOT EXISTS (SELECT 1 FROM done)
 	ON CONFLICT (key) DO UPDATE SET
 		fingerprint  = excluded.fingerprint,
 		state        = 1,
@@ -53,7 +54,8 @@ func newQueries(t string) queries {
 			THEN GREATEST(r.starts, r.attempts) + 1 ELSE 1 END,
 		completed_at = 0,
 		expires_at   = excluded.expires_at,
-		route        = CASE WHEN r.expires_at <= $3 OR r.route = '' THEN excluded.route ELSE r.route END
+		route        = CASE WHEN r.expires_at <= $3 OR r.route = '' THEN excluded.route ELSE r.route END,
+		request      = CASE WHEN r.expires_at <= $3 OR r.request IS NULL THEN excluded.request ELSE r.request END
 	WHERE r.expires_at <= $3
 	   OR (r.state = 1 AND r.lease_until <= $3 AND r.fingerprint = excluded.fingerprint)
 	RETURNING true, ` + cols + `
@@ -71,17 +73,17 @@ SELECT * FROM done UNION ALL SELECT * FROM up UNION ALL SELECT * FROM cur`,
 		// Planned once and simpler than reserve, it is most of a new key's claim; reserve, run
 		// next in the same transaction, answers for a key that has a row.
 		claimNew: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
-	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text, 1)
+	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint, $7::text, 1, $8::bytea)
 	ON CONFLICT (key) DO NOTHING`,
-		// claimNewBounded is claimNew with its wait for a holder bounded by $8, a lock_timeout,
+		// claimNewBounded is claimNew with its wait for a holder bounded by $9, a lock_timeout,
 		// without statements of its own around it: the row's values are computed before the
 		// row is inserted, so the route's expression saves lock_timeout (in idem.lock_timeout)
-		// and sets it to $8 before the insert can wait; RETURNING, computed once the row is in,
+		// and sets it to $9 before the insert can wait; RETURNING, computed once the row is in,
 		// gives the saved setting back. When the key has a row nothing is returned and
 		// lock_timeout stays $8, for the full claim that follows to give back.
 		claimNewBounded: `INSERT INTO ` + t + ` AS r (key, ` + cols + `)
 	VALUES ($1, $2, 1, $6::bigint, $4::bigint, 1, NULL, $3, 0, $5::bigint,
-		$7::text || left(set_config('lock_timeout', $8::text || left(set_config('idem.lock_timeout', current_setting('lock_timeout'), true), 0), true), 0), 1)
+		$7::text || left(set_config('lock_timeout', $9::text || left(set_config('idem.lock_timeout', current_setting('lock_timeout'), true), 0), true), 0), 1, $8::bytea)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`,
 

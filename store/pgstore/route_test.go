@@ -10,12 +10,12 @@ import (
 	"github.com/idemkit/idem/store/pgstore"
 )
 
-// toPreviousSchema puts st's table back to the schema before routes (and starts): without the route
-// column, and with the version that added it unrecorded.
+// toPreviousSchema puts st's table back to the schema before routes (and starts and requests):
+// without the route column, and with the version that added it unrecorded.
 func toPreviousSchema(t *testing.T, st *pgstore.Store, table string, version int) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := st.Pool().Exec(ctx, `ALTER TABLE `+st.Table()+` DROP COLUMN route, DROP COLUMN starts`); err != nil {
+	if _, err := st.Pool().Exec(ctx, `ALTER TABLE `+st.Table()+` DROP COLUMN route, DROP COLUMN starts, DROP COLUMN request`); err != nil {
 		t.Fatal(err)
 	}
 	_, err := st.Pool().Exec(ctx, fmt.Sprintf(`DELETE FROM %q.%q WHERE tbl = $1 AND version >= $2`,
@@ -29,8 +29,8 @@ func toPreviousSchema(t *testing.T, st *pgstore.Store, table string, version int
 }
 
 // TestMigrateAddsRoute: a table of the schema before routes, plain or partitioned, migrates
-// and keeps its records, which read back without a route; claims then store routes, and a
-// takeover of an old record gives it one. A plain table of that schema converts to the
+// and keeps its records, which read back without a route or a request; claims then store
+// routes and requests, and a takeover of an old record gives it one. A plain table of that schema converts to the
 // partitioned layout the same way.
 func TestMigrateAddsRoute(t *testing.T) {
 	t.Parallel()
@@ -65,7 +65,7 @@ func TestMigrateAddsRoute(t *testing.T) {
 			if tc.opt.PartitionWidth > 0 {
 				version = pgstore.PartitionedSchemaVersion
 			}
-			toPreviousSchema(t, st, opt.Table, version-2) // version 2 added routes, 3 starts, 4 the newest-first index
+			toPreviousSchema(t, st, opt.Table, version-3) // version 2 added routes, 3 starts, 4 the newest-first index, 5 requests
 
 			if tc.convert {
 				var err error
@@ -82,12 +82,13 @@ func TestMigrateAddsRoute(t *testing.T) {
 				t.Fatalf("Version = %d, %v; want %d", v, err, version)
 			}
 			rec, err := st.Get(ctx, "done")
-			if err != nil || rec.Route != "" || rec.Starts != 1 || rec.Response == nil || string(rec.Response.Body) != "kept" {
+			if err != nil || rec.Route != "" || rec.Request != nil || rec.Starts != 1 || rec.Response == nil || string(rec.Response.Body) != "kept" {
 				t.Fatalf("Get of a record from before = %+v, %v", rec, err)
 			}
 			later := now.Add(2 * time.Second)
-			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Route: "POST /takeover", Now: later, Lease: time.Minute, TTL: time.Hour})
-			if err != nil || !res.Takeover || res.Record.Route != "POST /takeover" || res.Record.Starts != 2 {
+			sent := &idem.Request{Method: "POST", Target: "/takeover", Body: []byte("b"), BodySize: 1}
+			res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "stale", Fingerprint: fp, Route: "POST /takeover", Request: sent, Now: later, Lease: time.Minute, TTL: time.Hour})
+			if err != nil || !res.Takeover || res.Record.Route != "POST /takeover" || res.Record.Starts != 2 || !res.Record.Request.Equal(sent) {
 				t.Fatalf("takeover of a record from before = %+v, %v", res, err)
 			}
 			res, err = st.Reserve(ctx, idem.ReserveRequest{Key: "new", Fingerprint: fp, Route: "POST /new", Now: later, Lease: time.Minute, TTL: time.Hour})

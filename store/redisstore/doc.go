@@ -97,14 +97,28 @@
 // every master at once) and reads the head of each candidate record, never its body: two round
 // trips for most pages, plus one per shard whose keys a page used up, rarely.
 //
-// Records that Redis deletes by their storage TTL leave their key in the index. Each new key
-// checks three random members of its shard's index and removes those whose record is gone, so
+// Newest first (idem.ListNewestFirst) reads a second sorted set per shard, <Prefix>{sss}t,
+// whose members are each record's creation time (16 zero-padded decimal digits of Unix
+// microseconds) followed by its key, so ZRANGE … BYLEX REV reads a shard newest first and a
+// time range or a cursor is a range of members; the same scripts keep it, in the same atomic
+// step, and a record claimed anew after it expired moves its member. The page merges the
+// shards' ranges in descending order as above. A cursor is a (creation time, key) position,
+// so records claimed while an operator pages go before the first page and never shift the
+// later ones. Records written by a version of the store without it are added by the first
+// newest-first List of each Store (a pipelined ZCARD of both indexes of every shard, then
+// a script per few hundred keys of any shard whose time index is the smaller).
+//
+// Records that Redis deletes by their storage TTL leave their key in the indexes. Each new key
+// checks three random members of each of its shard's indexes and removes those whose record is
+// gone (or, in the time index, created at another time), so
 // at a steady rate about a third of an index is such leftovers at most; List skips and removes
 // those it meets; Sweep and Delete remove the member with the record. The index key itself
 // carries a TTL that covers its records', so the index of a prefix nobody writes any more
 // expires with its last record.
 //
-// The index costs memory and server time. Memory: a member takes about the key's length plus
+// The indexes cost memory and server time; the time index about as much again as the key
+// index, its members 16 bytes longer (the figures that follow were measured before it). Memory:
+// a member takes about the key's length plus
 // 10 bytes while its shard's index is stored as a listpack (Redis's default: at most 128
 // members of at most 64 bytes, so about 100,000 records over the 1,024 shards), and the key's
 // length plus about 100 bytes beyond (MEMORY USAGE: 63 bytes per record for 100,000 records

@@ -26,3 +26,9 @@ func PinReadFirst(s *Store, on bool) {
 
 // ReadsFirst reports whether the next Reserve starts with a GET.
 func ReadsFirst(s *Store) bool { return s.readFirst() }
+
+// TimeKey exposes the Redis key of key's shard's time index to the tests.
+func TimeKey(s *Store, key string) string { return s.timeKey(shard(key)) }
+
+// TimeKeyOf exposes the Redis key of a shard's time index to the tests.
+func TimeKeyOf(s *Store, sh int) string { return s.timeKey(sh) }

@@ -72,8 +72,12 @@ func FuzzDecodeRecord(f *testing.F) {
 		if rec.State == idem.StateInProgress && !strings.Contains(op, "|") {
 			claim := rec
 			claim.Attempts, claim.CompletedAt = 1, time.Time{}
-			back, backOp, err := decode("k", string(encodeClaim(claim, op)))
-			if err != nil || backOp != op || back.Token != claim.Token || back.Fingerprint != claim.Fingerprint || back.Route != claim.Route ||
+			var enc []byte
+			if claim.Request != nil {
+				enc = storekit.EncodeRequest(*claim.Request)
+			}
+			back, backOp, err := decode("k", string(encodeClaim(claim, enc, op)))
+			if err != nil || backOp != op || back.Token != claim.Token || back.Fingerprint != claim.Fingerprint || back.Route != claim.Route || !back.Request.Equal(claim.Request) ||
 				!back.LeaseUntil.Equal(claim.LeaseUntil) || !back.ExpiresAt.Equal(claim.ExpiresAt) ||
 				!back.CreatedAt.Equal(claim.CreatedAt) || back.Attempts != 1 || !back.CompletedAt.IsZero() {
 				t.Fatalf("claim %+v read back as %+v, %q, %v", claim, back, backOp, err)

@@ -83,6 +83,8 @@ type Store struct {
 	ap     *redis.AutoPipeliner // the client's, when Options.AutoPipeline is set
 	opt    Options
 	closed atomic.Bool
+	// timeIndexed is set once List found every shard's time index complete (backfill).
+	timeIndexed atomic.Bool
 
 	// balance is positive while most Reserves find a record, and Reserve then starts with a
 	// plain GET (see readFirst).
@@ -214,10 +216,16 @@ func (s *Store) indexKey(sh int) string {
 	return s.opt.Prefix + tag(sh) + "i"
 }
 
-// keys returns the record key of key and its shard's index key, as the scripts take them.
+// timeKey is the Redis key of a shard's time index: <prefix>{sss}t (see scripts.go).
+func (s *Store) timeKey(sh int) string {
+	return s.opt.Prefix + tag(sh) + "t"
+}
+
+// keys returns the record key of key and its shard's index and time index keys, as the
+// scripts take them.
 func (s *Store) keys(key string) []string {
 	sh := shard(key)
-	return []string{s.recordKey(sh, key), s.indexKey(sh)}
+	return []string{s.recordKey(sh, key), s.indexKey(sh), s.timeKey(sh)}
 }
 
 // base is the length of a record key before the store key (<prefix>{sss}r:), as the scripts
@@ -271,6 +279,10 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 	keys := s.keys(key)
 	op := opID()
 	route := storekit.CleanRoute(req.Route)
+	var reqBytes []byte // the request's encoding; nil for none
+	if req.Request != nil {
+		reqBytes = storekit.EncodeRequest(*req.Request)
+	}
 	if s.readFirst() {
 		get := redis.NewStringCmd(ctx, "get", keys[0])
 		err := s.exec(ctx, get)
@@ -288,7 +300,7 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 			if !claimable(rec, fingerprint, now) {
 				return idem.Reservation{Record: rec}, nil
 			}
-			return s.reserveScript(ctx, keys, key, fingerprint, route, now, leaseUntil, expires, window, op)
+			return s.reserveScript(ctx, keys, key, fingerprint, route, reqBytes, now, leaseUntil, expires, window, op)
 		}
 	}
 	claim := idem.Reservation{
@@ -306,7 +318,11 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 			Route:       route,
 		},
 	}
-	reply, err := s.eval(ctx, claimScript, keys, encodeClaim(claim.Record, op), s.ttlMillis(window), s.base())
+	if reqBytes != nil {
+		r, _ := storekit.DecodeRequest(reqBytes) // the store's own copy; its encoding decodes
+		claim.Record.Request = &r
+	}
+	reply, err := s.eval(ctx, claimScript, keys, encodeClaim(claim.Record, reqBytes, op), s.ttlMillis(window), s.base(), micros(now))
 	switch {
 	case errors.Is(err, redis.Nil):
 		s.found(false)
@@ -330,7 +346,7 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 	if !claimable(rec, fingerprint, now) {
 		return idem.Reservation{Record: rec}, nil
 	}
-	return s.reserveScript(ctx, keys, key, fingerprint, route, now, leaseUntil, expires, window, op)
+	return s.reserveScript(ctx, keys, key, fingerprint, route, reqBytes, now, leaseUntil, expires, window, op)
 }
 
 // claimable reports whether a Reserve at now of fingerprint may claim the record rec, read
@@ -383,9 +399,9 @@ func (s *Store) found(yes bool) {
 }
 
 // reserveScript is the second round trip of a Reserve that met a record it may claim.
-func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerprint, route string, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
+func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerprint, route string, reqBytes []byte, now, leaseUntil, expires time.Time, window time.Duration, op string) (idem.Reservation, error) {
 	reply, err := s.eval(ctx, reserveScript, keys,
-		fingerprint, micros(now), micros(leaseUntil), micros(expires), s.ttlMillis(window), op, s.base(), route)
+		fingerprint, micros(now), micros(leaseUntil), micros(expires), s.ttlMillis(window), op, s.base(), route, string(appendRequest(nil, reqBytes)))
 	v, ok := reply.([]any)
 	if err == nil && !ok {
 		err = fmt.Errorf("unexpected reply %T", reply)
@@ -403,10 +419,15 @@ func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerpri
 			return idem.Reservation{Record: rec}, nil
 		}
 	}
-	if len(v) != 5 {
+	if len(v) != 6 {
 		return idem.Reservation{}, wrap("reserve", fmt.Errorf("unexpected reply of %d elements", len(v)))
 	}
 	route, _ = v[4].(string)
+	qseg, _ := v[5].(string)
+	request, err := decodeRequestSeg(qseg)
+	if err != nil {
+		return idem.Reservation{}, wrap("reserve", err)
+	}
 	kind, _ := v[0].(int64)
 	tok, err1 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
 	att, sts, err2 := parseAttempts(fmt.Sprint(v[2]))
@@ -428,8 +449,25 @@ func (s *Store) reserveScript(ctx context.Context, keys []string, key, fingerpri
 			CreatedAt:   time.UnixMicro(crt),
 			ExpiresAt:   expires,
 			Route:       route,
+			Request:     request,
 		},
 	}, nil
+}
+
+// decodeRequestSeg decodes a request's stored segment (q<len>|<encoding>): nil for "".
+func decodeRequestSeg(seg string) (*idem.Request, error) {
+	if seg == "" {
+		return nil, nil
+	}
+	n, enc, ok := strings.Cut(strings.TrimPrefix(seg, "q"), "|")
+	if l, err := strconv.Atoi(n); !ok || err != nil || l != len(enc) || seg[0] != 'q' {
+		return nil, fmt.Errorf("%w: request segment", idem.ErrCorruptRecord)
+	}
+	r, err := storekit.DecodeRequest([]byte(enc))
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // fenced runs a token-fenced script and maps its 0 answer to idem.ErrLeaseLost.
@@ -523,8 +561,8 @@ func parseAttempts(f string) (attempts, starts int, err error) {
 }
 
 // encodeClaim is the stored form of a new claim (see scripts.go for the layout).
-func encodeClaim(rec idem.Record, op string) []byte {
-	b := make([]byte, 0, 96+len(op)+len(rec.Fingerprint)+len(rec.Route))
+func encodeClaim(rec idem.Record, request []byte, op string) []byte {
+	b := make([]byte, 0, 96+len(op)+len(rec.Fingerprint)+len(rec.Route)+len(request))
 	b = append(b, "1|"...)
 	b = strconv.AppendInt(b, rec.Token, 10)
 	b = append(b, '|')
@@ -539,7 +577,19 @@ func encodeClaim(rec idem.Record, op string) []byte {
 	b = strconv.AppendInt(b, int64(len(rec.Fingerprint)), 10)
 	b = append(b, '|')
 	b = append(b, rec.Fingerprint...)
-	return appendRoute(b, rec.Route)
+	return appendRequest(appendRoute(b, rec.Route), request)
+}
+
+// appendRequest appends the stored segment of a request's encoding: nothing for none, else
+// q<length>|<encoding>.
+func appendRequest(b, request []byte) []byte {
+	if request == nil {
+		return b
+	}
+	b = append(b, 'q')
+	b = strconv.AppendInt(b, int64(len(request)), 10)
+	b = append(b, '|')
+	return append(b, request...)
 }
 
 // appendRoute appends the stored form of a route: nothing for none, else r<length>|<route>.
@@ -571,8 +621,9 @@ func decode(key, v string) (idem.Record, string, error) {
 	return rec, op, nil
 }
 
-// errShort is decodeFields' answer to a value that ends within the fingerprint or the route.
-var errShort = fmt.Errorf("%w: value ends within the fingerprint or the route", idem.ErrCorruptRecord)
+// errShort is decodeFields' answer to a value that ends within the fingerprint, the route or the
+// request.
+var errShort = fmt.Errorf("%w: value ends within the fingerprint, the route or the request", idem.ErrCorruptRecord)
 
 // decodeFields reads a stored record's fields, fingerprint and route; rest is what follows
 // (the response of a completed record), op the id of the call that last wrote it, and fpEnd
@@ -638,6 +689,25 @@ func decodeFields(key, v string) (rec idem.Record, st idem.State, op, rest strin
 			return idem.Record{}, 0, "", "", len(v) - len(after) + min(rl, 1<<30), fmt.Errorf("%w (route of %d bytes in %d)", errShort, rl, len(after))
 		}
 		rec.Route, rest = after[:rl], after[rl:]
+	}
+	if len(rest) > 0 && rest[0] == 'q' {
+		n, after, ok := strings.Cut(rest[1:], "|")
+		if !ok && len(rest) < len("q")+20 {
+			// Cut short before the request's length ends: the whole value, then.
+			return idem.Record{}, 0, "", "", 1 << 30, errShort
+		}
+		ql, e := strconv.Atoi(n)
+		switch {
+		case !ok || e != nil || ql < 0:
+			return idem.Record{}, 0, "", "", 0, fmt.Errorf("%w: request length %.40q", idem.ErrCorruptRecord, n)
+		case ql > len(after):
+			return idem.Record{}, 0, "", "", len(v) - len(after) + min(ql, 1<<30), fmt.Errorf("%w (request of %d bytes in %d)", errShort, ql, len(after))
+		}
+		r, e := storekit.DecodeRequest([]byte(after[:ql]))
+		if e != nil {
+			return idem.Record{}, 0, "", "", 0, e
+		}
+		rec.Request, rest = &r, after[ql:]
 	}
 	switch f[0] {
 	case "1":

@@ -129,9 +129,9 @@ func (sw *sweeper) page(ctx context.Context, keys []string) (bool, error) {
 		dels := make([]*redis.Cmd, take)
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range expired[:take] {
-				// k is <prefix>{sss}r:<key>; its index is <prefix>{sss}i.
-				ik := k[:len(s.opt.Prefix)+len("{sss}")] + "i"
-				dels[i] = sweepScript.Eval(ctx, p, []string{k, ik}, sw.now, s.base())
+				// k is <prefix>{sss}r:<key>; its indexes are <prefix>{sss}i and …t.
+				pre := k[:len(s.opt.Prefix)+len("{sss}")]
+				dels[i] = sweepScript.Eval(ctx, p, []string{k, pre + "i", pre + "t"}, sw.now, s.base())
 			}
 			return nil
 		})

@@ -71,7 +71,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	c := claim{key: key, fp: fingerprint, route: storekit.CleanRoute(idem.RouteFromContext(ctx)), now: now.UnixMicro(), token: storekit.NextToken(0, now)}
+	c := claim{key: key, fp: fingerprint, route: storekit.CleanRoute(idem.RouteFromContext(ctx)), request: encodeRequest(idem.RequestFromContext(ctx)), now: now.UnixMicro(), token: storekit.NextToken(0, now)}
 	c.leaseUntil, c.expiresAt = c.now+ttl.Microseconds(), c.now+ttl.Microseconds()
 
 	// A key this store has seen existing is looked up first, on a reader: a completed record,

@@ -64,7 +64,7 @@ func ExampleOpen() {
 	_, err = sqlitestore.Open(context.Background(), filepath.Join(dir, "shared.db"), sqlitestore.Options{Table: "billing-idem"})
 	fmt.Println(err)
 	// Output:
-	// billing_idem schema version 4
+	// billing_idem schema version 5
 	// sqlitestore: idem: invalid input: Options.Table "billing-idem" is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)
 }
 

@@ -6,7 +6,7 @@ import "strings"
 // identifier, quoted). Times are Unix microseconds. A released record has expires_at = 0.
 const (
 	// selectRecord reads one record; the columns are those scanRecord expects.
-	selectRecord = `SELECT fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts
+	selectRecord = `SELECT fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts, request
 FROM "{{table}}" WHERE key = ?1`
 
 	// upsertClaim is the claim, in one statement: insert a new record, or overwrite one that is
@@ -14,12 +14,13 @@ FROM "{{table}}" WHERE key = ?1`
 	// the existing record is anything else, the WHERE fails, nothing is written and no row is
 	// returned. The token is NextToken(previous, now): ?3 is now in microseconds. ?7 is the
 	// route: a new claim stores it, a takeover keeps the route it finds unless that is ''.
+	// ?8 is the request (NULL for none), kept by the same rule as the route.
 	// A takeover, or a claim of a released record (expires_at 0) with the same fingerprint,
 	// goes on counting starts from the record's first claim (attempts stays the takeover
 	// count: 1 after a release); anything else starts again.
 	upsertClaim = `INSERT INTO "{{table}}" AS r
-	(key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts)
-VALUES (?1, ?2, 1, ?3, ?4, 1, NULL, ?5, NULL, ?6, ?7, 1)
+	(key, fingerprint, state, token, lease_until, attempts, response, created_at, completed_at, expires_at, route, starts, request)
+VALUES (?1, ?2, 1, ?3, ?4, 1, NULL, ?5, NULL, ?6, ?7, 1, ?8)
 ON CONFLICT (key) DO UPDATE SET
 	fingerprint  = excluded.fingerprint,
 	state        = 1,
@@ -31,9 +32,10 @@ ON CONFLICT (key) DO UPDATE SET
 	starts       = CASE WHEN r.expires_at > ?5 OR (r.expires_at = 0 AND r.fingerprint = excluded.fingerprint) THEN max(r.starts, r.attempts) + 1 ELSE 1 END,
 	completed_at = NULL,
 	expires_at   = excluded.expires_at,
-	route        = CASE WHEN r.expires_at <= ?5 OR r.route = '' THEN excluded.route ELSE r.route END
+	route        = CASE WHEN r.expires_at <= ?5 OR r.route = '' THEN excluded.route ELSE r.route END,
+	request      = CASE WHEN r.expires_at <= ?5 OR r.request IS NULL THEN excluded.request ELSE r.request END
 WHERE r.expires_at <= ?5 OR (r.state = 1 AND r.lease_until <= ?5 AND r.fingerprint = excluded.fingerprint)
-RETURNING token, attempts, created_at, route, starts`
+RETURNING token, attempts, created_at, route, starts, request`
 
 	// held is the fence shared by Complete, Release and Extend: in progress, this token, not
 	// released.

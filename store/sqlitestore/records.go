@@ -43,7 +43,7 @@ func (s *Store) Reserve(ctx context.Context, req idem.ReserveRequest) (idem.Rese
 	if req.Lease <= 0 || req.TTL <= 0 {
 		return idem.Reservation{}, invalid("lease %s and TTL %s must be positive", req.Lease, req.TTL)
 	}
-	c := claim{key: key, fp: req.Fingerprint, route: storekit.CleanRoute(req.Route), now: req.Now.UnixMicro(), token: storekit.NextToken(0, req.Now)}
+	c := claim{key: key, fp: req.Fingerprint, route: storekit.CleanRoute(req.Route), request: encodeRequest(req.Request), now: req.Now.UnixMicro(), token: storekit.NextToken(0, req.Now)}
 	c.leaseUntil, c.expiresAt = c.now+req.Lease.Microseconds(), c.now+req.TTL.Microseconds()
 	res, err := s.reserve(ctx, &c)
 	if err != nil {
@@ -127,17 +127,43 @@ func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, c *claim) (idem.Reserva
 // claim holds the arguments of one upsert, in Unix microseconds.
 type claim struct {
 	key, fp, route                    string
+	request                           []byte // the encoded request; nil for none (NULL)
 	now, token, leaseUntil, expiresAt int64
+}
+
+// encodeRequest returns the encoding of r a claim stores, nil (NULL) for none.
+func encodeRequest(r *idem.Request) []byte {
+	if r == nil {
+		return nil
+	}
+	return storekit.EncodeRequest(*r)
+}
+
+// decodeRequest decodes a stored request column: nil for NULL.
+func decodeRequest(b []byte) (*idem.Request, error) {
+	if b == nil {
+		return nil, nil
+	}
+	r, err := storekit.DecodeRequest(b)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // try runs the upsert. It returns a Reservation with Claimed false when the upsert did not fire.
 func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, error) {
 	var token, attempts, created, starts int64
 	route := c.route
-	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt, c.route).Scan(&token, &attempts, &created, &route, &starts)
+	var stored []byte
+	err := upsert.QueryRowContext(ctx, c.key, c.fp, c.token, c.leaseUntil, c.now, c.expiresAt, c.route, c.request).Scan(&token, &attempts, &created, &route, &starts, &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Reservation{}, nil
 	}
+	if err != nil {
+		return idem.Reservation{}, err
+	}
+	request, err := decodeRequest(stored)
 	if err != nil {
 		return idem.Reservation{}, err
 	}
@@ -155,6 +181,7 @@ func (c *claim) try(ctx context.Context, upsert *sql.Stmt) (idem.Reservation, er
 			CreatedAt:   time.UnixMicro(created),
 			ExpiresAt:   time.UnixMicro(c.expiresAt),
 			Route:       route,
+			Request:     request,
 		},
 	}, nil
 }
@@ -254,9 +281,10 @@ type row struct {
 	fp    string
 	route string
 	resp  sql.RawBytes // the driver's own copy of the blob
+	req   sql.RawBytes // the request column, nil for NULL
 	ints  [8]any       // the integer columns, as the driver returned them
 	n     [8]int64     // the same, checked
-	dest  [11]any
+	dest  [12]any
 }
 
 // Indexes in row.ints and row.n.
@@ -274,7 +302,7 @@ const (
 var rowPool = sync.Pool{New: func() any {
 	r := new(row)
 	i := &r.ints
-	r.dest = [11]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires], &r.route, &i[colStarts]}
+	r.dest = [12]any{&r.fp, &i[colState], &i[colToken], &i[colLease], &i[colAttempts], &r.resp, &i[colCreated], &i[colCompleted], &i[colExpires], &r.route, &i[colStarts], &r.req}
 	return r
 }}
 
@@ -292,7 +320,7 @@ func (s *Store) read(ctx context.Context, stmt *sql.Stmt, key, fp string, now in
 	}
 	r := rowPool.Get().(*row)
 	defer func() {
-		r.fp, r.route, r.resp, r.ints = "", "", nil, [8]any{}
+		r.fp, r.route, r.resp, r.req, r.ints = "", "", nil, nil, [8]any{}
 		rowPool.Put(r)
 	}()
 	if err := rs.Scan(r.dest[:]...); err != nil {
@@ -345,6 +373,10 @@ func (r *row) record(key string) (idem.Record, error) {
 		Starts:      int(max(n[colStarts], n[colAttempts])),
 		CreatedAt:   time.UnixMicro(n[colCreated]),
 		ExpiresAt:   time.UnixMicro(n[colExpires]),
+	}
+	var err error
+	if rec.Request, err = decodeRequest(r.req); err != nil {
+		return idem.Record{}, err
 	}
 	switch n[colState] {
 	case stateInProgress:

@@ -20,7 +20,12 @@
 // idem.CheckKey refuses refused with idem.ErrInvalidInput, cancelled contexts, Complete racing a
 // takeover, Attempts and CreatedAt carried across releases and takeovers (not replays), every
 // method of a closed store returning idem.ErrClosed, the route a claim stores
-// (idem.ReserveRequest.Route: kept by a takeover, replaced by a new claim, listed), and a
-// porcupine check that concurrent histories of all operations are linearizable with respect to
+// (idem.ReserveRequest.Route: kept by a takeover, replaced by a new claim, listed), the request
+// a claim retains (idem.ReserveRequest.Request: kept by the same rule, in the store's own copy),
+// and a porcupine check that concurrent histories of all operations are linearizable with respect to
 // the contract (see CheckLinearizable).
+//
+// A store that implements idem.Lister is checked in both orders: in key order, and newest
+// first (idem.ListNewestFirst), which every lister must serve, since an operator's console
+// opens on the newest records; a store without a Lister skips the listing tests.
 package storetest

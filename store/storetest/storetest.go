@@ -65,6 +65,7 @@ func RunWithOptions(t *testing.T, newStore NewStore, opt Options) {
 		{"List", s.list},
 		{"ListNewestFirst", s.newest},
 		{"Route", s.route},
+		{"Request", s.request},
 		{"Linearizable", s.linearizable},
 		{"Closed", s.closed},
 	}
@@ -152,7 +153,7 @@ func checkSame(t *testing.T, what string, got, want idem.Record) {
 		got.Token != want.Token || got.Attempts != want.Attempts || got.Starts != want.Starts ||
 		!sameTime(got.LeaseUntil, want.LeaseUntil) || !sameTime(got.ExpiresAt, want.ExpiresAt) ||
 		!sameTime(got.CreatedAt, want.CreatedAt) || !sameTime(got.CompletedAt, want.CompletedAt) ||
-		got.Route != want.Route ||
+		got.Route != want.Route || !got.Request.Equal(want.Request) ||
 		(got.Response == nil) != (want.Response == nil) ||
 		(got.Response != nil && !got.Response.Equal(*want.Response)) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)

@@ -192,7 +192,7 @@ func TestBenchSweepGateway(t *testing.T) {
 	var sweptTime time.Duration
 	hold()
 	sw, err := sweeper.Start(st, sweeper.WithClock(sweeper.Options{Interval: 200 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler), Observer: g.Metrics().SweepObserver()}, time.Now, gatedSleep))
+		Logger: slog.New(slog.DiscardHandler), OnEvent: g.Metrics().ObserveSweep}, time.Now, gatedSleep))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@
 //   - after a call that took d it pauses d×(1−MaxShare)/MaxShare, so it spends at most
 //     MaxShare of the wall time (default a tenth) in the store.
 //
-// An Observer receives every batch and run: the backlog left (counted by stores that
+// Options.OnEvent receives every batch and run: the backlog left (counted by stores that
 // implement ExpiredCounter), the rate, the batch durations. Drain is a paced one-off sweep,
 // for an operator or a cron job; Sweep an unpaced one.
 //

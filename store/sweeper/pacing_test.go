@@ -274,7 +274,7 @@ func TestBacklogReported(t *testing.T) {
 	s := newSim(30*time.Second, func(time.Time) float64 { return 0 }, perRow(time.Millisecond, 10*time.Microsecond))
 	s.expired = 5500
 	obs := &recorder{}
-	runSim(t, s, counting{s}, sweeper.Options{Observer: obs, Interval: 10 * time.Second})
+	runSim(t, s, counting{s}, sweeper.Options{OnEvent: obs.add, Interval: 10 * time.Second})
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	if len(obs.runs) < 2 || len(obs.batches) < 7 {
@@ -302,7 +302,7 @@ func TestBacklogUnknown(t *testing.T) {
 	s := newSim(10*time.Second, func(time.Time) float64 { return 0 }, perRow(time.Millisecond, 0))
 	s.expired = 2500
 	obs := &recorder{}
-	runSim(t, s, s, sweeper.Options{Observer: obs, Interval: 5 * time.Second})
+	runSim(t, s, s, sweeper.Options{OnEvent: obs.add, Interval: 5 * time.Second})
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	got := []int{}
@@ -318,18 +318,34 @@ type recorder struct {
 	mu      sync.Mutex
 	batches []sweeper.Batch
 	runs    []sweeper.Run
+	wrong   []sweeper.Event // events whose Outcome contradicts their batch or run
 }
 
-func (r *recorder) SweepBatch(b sweeper.Batch) {
+// add records a Sweeper's Event, checking that its Outcome says what its batch or run says.
+func (r *recorder) add(ev sweeper.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.batches = append(r.batches, b)
-}
-
-func (r *recorder) SweepRun(x sweeper.Run) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.runs = append(r.runs, x)
+	var want sweeper.Outcome
+	switch ev.Kind {
+	case sweeper.EventBatch:
+		r.batches = append(r.batches, ev.Batch)
+		want = sweeper.OutcomeOK
+		if ev.Batch.Err != nil {
+			want = sweeper.OutcomeError
+		}
+	case sweeper.EventRun:
+		r.runs = append(r.runs, ev.Run)
+		want = sweeper.OutcomeBehind
+		switch {
+		case ev.Run.Err != nil:
+			want = sweeper.OutcomeError
+		case ev.Run.CaughtUp:
+			want = sweeper.OutcomeCaughtUp
+		}
+	}
+	if ev.Outcome != want {
+		r.wrong = append(r.wrong, ev)
+	}
 }
 
 // TestDrainPaced: Drain works off a backlog until a short batch; paced at MaxShare 0.25 it

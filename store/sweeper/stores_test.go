@@ -162,7 +162,11 @@ func sweptWhileClaiming(t *testing.T, st idem.Store) {
 	var deleted atomic.Int64
 	sw, err := sweeper.Start(st, sweeper.Options{
 		Interval: 20 * time.Millisecond, Jitter: time.Millisecond, Batch: 100, MaxShare: 0.5, MaxBatches: 3,
-		OnSweep: func(n int, err error) {
+		OnEvent: func(ev sweeper.Event) {
+			if ev.Kind != sweeper.EventRun {
+				return
+			}
+			n, err := ev.Run.Deleted, ev.Run.Err
 			if err != nil {
 				t.Errorf("sweep: %v", err)
 			}

@@ -69,7 +69,7 @@ type Options struct {
 	// d×(1−MaxShare)/MaxShare. 1 sweeps batch after batch without a pause. Default 0.1.
 	MaxShare float64
 	// MaxBatches bounds the batches of one run: a run that reaches it ends (and is reported
-	// to OnSweep and Observer) and, since the backlog is not gone, the next begins after the
+	// to OnEvent) and, since the backlog is not gone, the next begins after the
 	// pacing pause rather than after Interval. Default 100.
 	MaxBatches int
 	// CountLimit bounds the count of expired records taken as each run begins from a store
@@ -84,26 +84,66 @@ type Options struct {
 	// Logger receives sweep errors (at Warn) and runs that deleted something (at Debug).
 	// Default slog.Default().
 	Logger *slog.Logger
-	// OnSweep, if set, is called after each run with how many records it deleted and its
-	// error, from the Sweeper's goroutine (for metrics and tests).
-	OnSweep func(deleted int, err error)
-	// Observer, if set, receives every batch and every run, from the Sweeper's goroutine:
-	// the backlog, the rate, the batch durations (for metrics). Default none.
-	Observer Observer
+	// OnEvent, if set, is called after each batch (one Sweep call) and after each run, from
+	// the Sweeper's goroutine, with what it did: the records deleted, the backlog left, the
+	// rate, the durations (for metrics and tests). It must return quickly. Default nil.
+	OnEvent func(Event)
 
 	// clock and sleep are the pacing's clock: real time unless a test sets them.
 	clock func() time.Time
 	sleep func(ctx context.Context, d time.Duration) bool
 }
 
-// Observer receives a Sweeper's measurements, from its goroutine: its methods must return
-// quickly.
-type Observer interface {
-	// SweepBatch is called after each Sweep call.
-	SweepBatch(Batch)
-	// SweepRun is called after each run, when its last batch came back short, failed, or
-	// was the run's MaxBatches-th.
-	SweepRun(Run)
+// Outcome says how a batch or a run ended. Its values are short, stable, lowercase labels,
+// fit for metrics.
+type Outcome string
+
+// The outcomes of Event.
+const (
+	// OutcomeOK: a batch (Sweep call) succeeded.
+	OutcomeOK Outcome = "ok"
+	// OutcomeCaughtUp: a run's last batch came back short: nothing expired was left.
+	OutcomeCaughtUp Outcome = "caught_up"
+	// OutcomeBehind: a run stopped after MaxBatches batches with expired records left; the
+	// next begins after the pacing pause.
+	OutcomeBehind Outcome = "behind"
+	// OutcomeError: the batch, or the run's last batch, failed (Batch.Err, Run.Err).
+	OutcomeError Outcome = "error"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventBatch reports one Sweep call, in Event.Batch.
+	EventBatch EventKind = iota + 1
+	// EventRun reports a run, in Event.Run: its batches from the first to the one that came
+	// back short, failed, or was the run's MaxBatches-th.
+	EventRun
+)
+
+// String returns "batch", "run" or "unknown".
+func (k EventKind) String() string {
+	switch k {
+	case EventBatch:
+		return "batch"
+	case EventRun:
+		return "run"
+	}
+	return "unknown"
+}
+
+// Event describes a batch or a run of a Sweeper, for Options.OnEvent.
+type Event struct {
+	// Kind is EventBatch or EventRun.
+	Kind EventKind
+	// Outcome is how the batch (OutcomeOK, OutcomeError) or the run (OutcomeCaughtUp,
+	// OutcomeBehind, OutcomeError) ended.
+	Outcome Outcome
+	// Batch is the batch, for EventBatch.
+	Batch Batch
+	// Run is the run, for EventRun.
+	Run Run
 }
 
 // Batch describes one Sweep call of a Sweeper.
@@ -137,6 +177,17 @@ type Run struct {
 	CaughtUp bool
 	// Err is the error that ended the run, if any.
 	Err error
+}
+
+// outcome is how the run ended.
+func (r Run) outcome() Outcome {
+	switch {
+	case r.Err != nil:
+		return OutcomeError
+	case r.CaughtUp:
+		return OutcomeCaughtUp
+	}
+	return OutcomeBehind
 }
 
 // Rate is the records the run deleted per second of its wall time.
@@ -259,9 +310,6 @@ func (s *Sweeper) loop(ctx context.Context) {
 			s.opt.Logger.Debug("idem: swept expired records", "deleted", r.Deleted, "batches", r.Batches,
 				"took", r.Took, "backlog", r.Backlog, "caught_up", r.CaughtUp)
 		}
-		if s.opt.OnSweep != nil {
-			s.opt.OnSweep(r.Deleted, r.Err)
-		}
 		wait = max(s.next(), pause)
 		if !r.CaughtUp && r.Err == nil {
 			wait = pause // behind: go on once the store has had its share
@@ -353,8 +401,12 @@ func run(ctx context.Context, st Sweepable, o Options, p *pacer, maxBatches int)
 		if el := end.Sub(start); el > 0 {
 			b.Rate = float64(r.Deleted) / el.Seconds()
 		}
-		if o.Observer != nil {
-			o.Observer.SweepBatch(b)
+		if o.OnEvent != nil {
+			ev := Event{Kind: EventBatch, Outcome: OutcomeOK, Batch: b}
+			if err != nil {
+				ev.Outcome = OutcomeError
+			}
+			o.OnEvent(ev)
 		}
 		if err != nil {
 			r.Err = err
@@ -366,8 +418,8 @@ func run(ctx context.Context, st Sweepable, o Options, p *pacer, maxBatches int)
 	}
 	r.Took = o.clock().Sub(start)
 	r.Backlog, p.backlog = backlog, backlog
-	if o.Observer != nil && (ctx.Err() == nil || r.Batches > 0) {
-		o.Observer.SweepRun(r)
+	if o.OnEvent != nil && (ctx.Err() == nil || r.Batches > 0) {
+		o.OnEvent(Event{Kind: EventRun, Outcome: r.outcome(), Run: r})
 	}
 	return r, pause
 }

@@ -39,15 +39,15 @@ func TestSweeper(t *testing.T) {
 	t.Parallel()
 	st := &countingStore{}
 	st.left.Store(1050)
-	sweeps := make(chan int, 100)
+	runs := make(chan sweeper.Event, 100)
 	sw, err := sweeper.Start(st, sweeper.Options{
 		Interval: 10 * time.Millisecond, Batch: 100, MaxBatches: 5,
-		OnSweep: func(n int, err error) {
-			if err != nil {
-				t.Error(err)
+		OnEvent: func(ev sweeper.Event) {
+			if ev.Kind != sweeper.EventRun {
+				return
 			}
 			select {
-			case sweeps <- n:
+			case runs <- ev:
 			default:
 			}
 		},
@@ -55,12 +55,16 @@ func TestSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A backlog is worked off MaxBatches at a time: 500, 500, then the short batch of 50.
-	for i, want := range []int{500, 500, 50, 0} {
+	// A backlog is worked off MaxBatches at a time: 500, 500 (behind), then the short batch of
+	// 50 (caught up).
+	for i, want := range []struct {
+		deleted int
+		outcome sweeper.Outcome
+	}{{500, sweeper.OutcomeBehind}, {500, sweeper.OutcomeBehind}, {50, sweeper.OutcomeCaughtUp}, {0, sweeper.OutcomeCaughtUp}} {
 		select {
-		case n := <-sweeps:
-			if n != want {
-				t.Errorf("sweep %d deleted %d, want %d", i, n, want)
+		case ev := <-runs:
+			if ev.Run.Deleted != want.deleted || ev.Outcome != want.outcome || ev.Run.Err != nil {
+				t.Errorf("run %d deleted %d, %s (%v), want %d, %s", i, ev.Run.Deleted, ev.Outcome, ev.Run.Err, want.deleted, want.outcome)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("sweeper did not sweep")
@@ -73,6 +77,27 @@ func TestSweeper(t *testing.T) {
 		t.Error("sweeper swept after Stop")
 	}
 	sw.Stop()
+}
+
+type failingStore struct{}
+
+var errSweep = errors.New("sweep failed")
+
+func (failingStore) Sweep(context.Context, time.Time, int) (int, error) { return 0, errSweep }
+
+// TestEventOutcomeError: a failed Sweep call is reported as a batch and a run, both with
+// OutcomeError and the error.
+func TestEventOutcomeError(t *testing.T) {
+	t.Parallel()
+	var evs []sweeper.Event
+	r, err := sweeper.Drain(context.Background(), failingStore{}, sweeper.Options{OnEvent: func(ev sweeper.Event) { evs = append(evs, ev) }})
+	if !errors.Is(err, errSweep) || r.Err == nil {
+		t.Fatalf("Drain = %+v, %v", r, err)
+	}
+	if len(evs) != 2 || evs[0].Kind != sweeper.EventBatch || evs[0].Outcome != sweeper.OutcomeError || !errors.Is(evs[0].Batch.Err, errSweep) ||
+		evs[1].Kind != sweeper.EventRun || evs[1].Outcome != sweeper.OutcomeError || !errors.Is(evs[1].Run.Err, errSweep) {
+		t.Errorf("events %+v, want a failed batch, then a failed run", evs)
+	}
 }
 
 func TestSweeperOptions(t *testing.T) {

@@ -215,13 +215,14 @@ func CommitFails(t *testing.T, broker consumertest.Broker) {
 			}
 			return "event/" + e.ID, nil
 		},
-		Observe: func(m *consumer.Message, r consumer.Result) {
+		OnEvent: func(ev consumer.Event) {
+			r := ev.Result
 			switch r.Outcome {
-			case consumer.Failed:
+			case consumer.OutcomeFailed:
 				mu.Lock()
 				failed[r.Key]++
 				mu.Unlock()
-			case consumer.Processed:
+			case consumer.OutcomeExecuted:
 				processed.Add(1)
 			}
 		},
@@ -322,7 +323,7 @@ func CommitFails(t *testing.T, broker consumertest.Broker) {
 		t.Errorf("%d idem records, %d completed; want %d completed", all, completed, n)
 	}
 	if p := processed.Load(); p != n {
-		t.Errorf("%d Processed outcomes, want %d", p, n)
+		t.Errorf("%d OutcomeExecuted outcomes, want %d", p, n)
 	}
 	mu.Lock()
 	t.Logf("%d events, %d with failing commits; failed deliveries per doomed key: %v", n, len(doomed), failed)

@@ -354,7 +354,7 @@ func (w *Worker) read(id, cp string, r *reader) {
 			res := w.c.Handle(w.hctx, rec.Msg)
 			switch {
 			case res.Outcome.Ack():
-			case res.Outcome == consumer.Rejected:
+			case res.Outcome == consumer.OutcomeRejected:
 				w.opt.Logger.Warn("consumer: record rejected; the checkpoint moves past it", "stream", w.opt.Name, "shard", id, "sequence_number", rec.Seq, "err", res.Err)
 				if w.opt.OnRejected != nil {
 					w.opt.OnRejected(w.hctx, rec.Msg, res)

@@ -1,4 +1,5 @@
-// Package shardmerge merges, in key order, the sorted key ranges of a store's shards when each
+// Package shardmerge merges, in key order (or in descending order: NewDescending), the sorted
+// key ranges of a store's shards when each
 // range is read a chunk at a time: redisstore's and dynamostore's listings (one index range
 // per shard) share it. The merge never hands out a key while a shard whose keys in hand ran
 // out still has more to read: that shard's next key might come first. A Page keeps, of the
@@ -18,9 +19,18 @@ type Merge struct {
 	blocked []int      // shards whose keys in hand ran out but whose range has more
 }
 
-// New returns a merge of n shards, none read yet.
+// New returns a merge of n shards, none read yet, in ascending byte order.
 func New(n int) *Merge {
 	return &Merge{keys: make([][]string, n), more: make([]bool, n)}
+}
+
+// NewDescending returns a merge of n shards, none read yet, in descending byte order: each
+// shard's chunks come largest first, and Next hands out the largest key in hand. Newest-first
+// listings merge index members that sort by creation time this way.
+func NewDescending(n int) *Merge {
+	m := New(n)
+	m.heap.desc = true
+	return m
 }
 
 // Add hands over the next keys of shard sh's range, in key order, and whether the range has
@@ -35,7 +45,7 @@ func (m *Merge) Add(sh int, keys []string, more bool) {
 	}
 }
 
-// Next returns the smallest key in hand, or false when none can be handed out before the
+// Next returns the smallest key in hand (the largest, descending), or false when none can be handed out before the
 // blocked shards are read (or when every range is merged: then Blocked is empty).
 func (m *Merge) Next() (string, bool) {
 	if len(m.blocked) > 0 || m.heap.Len() == 0 {
@@ -104,15 +114,23 @@ type head struct {
 	shard int
 }
 
-type heads []head
+// heads is the heap of shards by their next key, smallest first (largest first when desc).
+type heads struct {
+	h    []head
+	desc bool
+}
 
-func (h heads) Len() int           { return len(h) }
-func (h heads) Less(i, j int) bool { return h[i].key < h[j].key }
-func (h heads) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *heads) Push(x any)        { *h = append(*h, x.(head)) }
+func (h *heads) Len() int { return len(h.h) }
+func (h *heads) Less(i, j int) bool {
+	if h.desc {
+		return h.h[i].key > h.h[j].key
+	}
+	return h.h[i].key < h.h[j].key
+}
+func (h *heads) Swap(i, j int) { h.h[i], h.h[j] = h.h[j], h.h[i] }
+func (h *heads) Push(x any)    { h.h = append(h.h, x.(head)) }
 func (h *heads) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+	x := h.h[len(h.h)-1]
+	h.h = h.h[:len(h.h)-1]
 	return x
 }

@@ -14,6 +14,13 @@ import (
 // once, in order, whatever the chunk sizes; and a merge asked for fewer keys reads no further
 // than it needs.
 func TestRunMergesInOrder(t *testing.T) {
+	for _, desc := range []bool{false, true} {
+		runMerges(t, desc)
+	}
+}
+
+// runMerges is TestRunMergesInOrder in one order: ascending, or descending (NewDescending).
+func runMerges(t *testing.T, desc bool) {
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		nShards := 1 + rng.IntN(8)
@@ -25,9 +32,18 @@ func TestRunMergesInOrder(t *testing.T) {
 			ranges[sh] = append(ranges[sh], k)
 			all = append(all, k)
 		}
+		if desc {
+			slices.Reverse(all)
+			for _, r := range ranges {
+				slices.Reverse(r)
+			}
+		}
 		want := rng.IntN(len(all) + 20)
 		pos := make([]int, nShards)
 		m := shardmerge.New(nShards)
+		if desc {
+			m = shardmerge.NewDescending(nShards)
+		}
 		var got []string
 		read := func(_ context.Context, shards []int) error {
 			for _, sh := range shards {
@@ -46,7 +62,7 @@ func TestRunMergesInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		if exp := all[:min(want, len(all))]; !slices.Equal(got, exp) {
-			t.Fatalf("seed %d, %d shards, want %d keys: got %d keys %v…", seed, nShards, want, len(got), got[:min(len(got), 10)])
+			t.Fatalf("descending %t, seed %d, %d shards, want %d keys: got %d keys %v…", desc, seed, nShards, want, len(got), got[:min(len(got), 10)])
 		}
 	}
 }

@@ -130,7 +130,7 @@ func Run[T any](ctx context.Context, ready func(context.Context) error, policy i
 	txfn := func(ctx context.Context, tx T) (idem.Response, error) {
 		ran = true
 		resp, ferr = fn(context.WithValue(ctx, ctxKey, tx))
-		if ferr != nil || policy(resp, ferr) != idem.Keep {
+		if ferr != nil || policy(resp, ferr) != idem.DispositionKeep {
 			return resp, errRollback
 		}
 		return resp, nil

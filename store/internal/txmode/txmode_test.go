@@ -104,7 +104,7 @@ var (
 	errAbort = errors.New("serialization failure")
 )
 
-func keepAll(idem.Response, error) idem.Disposition { return idem.Keep }
+func keepAll(idem.Response, error) idem.Disposition { return idem.DispositionKeep }
 
 func TestDefaults(t *testing.T) {
 	clock := func() time.Time { return time.Unix(42, 0) }
@@ -135,10 +135,10 @@ func TestSettings(t *testing.T) {
 		t.Errorf("Settings wait 0 = %v, want DefaultWait", w)
 	}
 	// idem.DefaultPolicy releases a 500 and keeps a 200; keepAll keeps both.
-	if p(idem.Response{Status: 500}, nil) != idem.Release || p(idem.Response{Status: 200}, nil) != idem.Keep {
+	if p(idem.Response{Status: 500}, nil) != idem.DispositionRelease || p(idem.Response{Status: 200}, nil) != idem.DispositionKeep {
 		t.Error("Settings(nil policy) is not idem.DefaultPolicy")
 	}
-	if p, _ := Settings(keepAll, 0); p(idem.Response{Status: 500}, nil) != idem.Keep {
+	if p, _ := Settings(keepAll, 0); p(idem.Response{Status: 500}, nil) != idem.DispositionKeep {
 		t.Error("Settings replaced a policy that was given")
 	}
 	for _, tc := range []struct{ in, want time.Duration }{
@@ -363,7 +363,7 @@ func TestRun(t *testing.T) {
 		err    error
 	}{
 		{"released status", idem.DefaultPolicy, idem.Response{Status: 503}, nil},
-		{"held", func(idem.Response, error) idem.Disposition { return idem.Hold }, idem.Response{Status: 202}, nil},
+		{"held", func(idem.Response, error) idem.Disposition { return idem.DispositionUncertain }, idem.Response{Status: 202}, nil},
 		{"fn's error", idem.DefaultPolicy, idem.Response{Status: 299}, errFn},
 		{"fn's error under a policy that keeps it", keepAll, idem.Response{Status: 299}, errFn},
 	} {
@@ -385,7 +385,7 @@ func TestRun(t *testing.T) {
 		var saw idem.Response
 		policy := func(resp idem.Response, err error) idem.Disposition {
 			saw = resp
-			return idem.Keep
+			return idem.DispositionKeep
 		}
 		runs := 0
 		if _, err := run(s, policy, respond(&runs, idem.Response{Status: 503}, nil)); err != nil || saw.Status != 503 || !s.lastTx(t).committed {
@@ -477,7 +477,7 @@ func TestRunner(t *testing.T) {
 		var calls []call
 		r := newRunner(nil, 0, &calls)
 		o := r.Options()
-		if o.TTL != time.Hour || !o.Now().Equal(time.Unix(7, 0)) || o.Policy(idem.Response{Status: 500}, nil) != idem.Release {
+		if o.TTL != time.Hour || !o.Now().Equal(time.Unix(7, 0)) || o.Policy(idem.Response{Status: 500}, nil) != idem.DispositionRelease {
 			t.Errorf("Options = %+v; want the store's TTL and clock, idem.DefaultPolicy", o)
 		}
 		if o.Wait != 0 || o.Heartbeat != 0 || o.CacheSize != 0 || o.Lease != 0 {

@@ -127,6 +127,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"WaiterTakesOverRollback", s.waiterTakesOver},
 		{"Mismatch", s.mismatch},
 		{"SharedWithEngine", s.sharedWithEngine},
+		{"KeepsRequest", s.keepsRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -369,6 +370,29 @@ func (s suite) waiterTakesOver(t *testing.T) {
 
 // The key with another payload gets idem.ErrMismatch and writes nothing: after the first
 // committed, and while the first is in flight (once it commits).
+// keepsRequest: the runner's claim keeps the request its context carries (idem.WithRequest), as
+// the engine's does, in the store's own copy; a claim without one keeps none.
+func (s suite) keepsRequest(t *testing.T) {
+	h := s.harness(t, 0)
+	sent := &idem.Request{Method: "POST", Target: "/v1/tx", Header: map[string][]string{"Content-Type": {"application/json"}},
+		Body: []byte(`{"n":1}`), BodySize: 7}
+	mine := sent.Clone()
+	ctx := idem.WithRequest(testCtx(t), mine)
+	if _, err := h.Runner.Do(ctx, "with", fpA, order(h, 0)); err != nil {
+		t.Fatal(err)
+	}
+	mine.Body[0], mine.Header["Content-Type"][0] = 'X', "changed" // the caller reuses its buffers
+	if rec, err := h.Store.Get(testCtx(t), "with"); err != nil || !rec.Request.Equal(sent) {
+		t.Fatalf("Get = %+v, %v; want the request kept", rec, err)
+	}
+	if _, err := h.Runner.Do(testCtx(t), "without", fpA, order(h, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := h.Store.Get(testCtx(t), "without"); err != nil || rec.Request != nil {
+		t.Fatalf("Get = %+v, %v; want no request", rec, err)
+	}
+}
+
 func (s suite) mismatch(t *testing.T) {
 	h := s.harness(t, 0)
 	ctx := testCtx(t)
