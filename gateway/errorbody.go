@@ -17,10 +17,9 @@ import (
 //	  content_type: application/json
 //	  template: '{"error":{"type":"idempotency_error","code":{{json .Code}},"message":{{json .Title}}}}'
 //
-// The template is a Go text/template over the problem, whose fields it reads (it calls no
-// methods): .Status (the HTTP status), .Type (the problem's type URI), .Title (its English
-// summary) and .Code (the type URI's last segment: in-flight, mismatch, store-unavailable,
-// …). {{json .Title}} writes a value as JSON.
+// The template is a Go text/template over an idemhttp.Problem: .Status (the HTTP status),
+// .Type (the problem's type URI), .Title (its English summary) and .Code (the type URI's last
+// segment: in-flight, mismatch, store-unavailable, …). {{json .Title}} writes a value as JSON.
 // The status and Retry-After are the gateway's whatever the body says. As everywhere in the
 // config file, environment variables are expanded first: a "$" in the template is read as one.
 type ErrorBody struct {
