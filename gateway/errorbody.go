@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"text/template"
 
 	"github.com/idemkit/idem/idemhttp"
-	template "github.com/idemkit/idem/internal/xtemplate/text"
 )
 
 // ErrorBody writes the gateway's refusals (400, 409, 413, 422, 500, 502, 503, 504) in the API's
@@ -58,7 +58,7 @@ func (e ErrorBody) formatter() (idemhttp.ProblemFormatter, error) {
 	isJSON := strings.Contains(strings.ToLower(ct), "json")
 	for _, p := range sampleProblems {
 		var b bytes.Buffer
-		if err := tpl.Execute(&b, problemView(p)); err != nil {
+		if err := tpl.Execute(&b, p); err != nil {
 			return nil, configError("error_body.template", "%v", err)
 		}
 		if isJSON && !json.Valid(b.Bytes()) {
@@ -67,7 +67,7 @@ func (e ErrorBody) formatter() (idemhttp.ProblemFormatter, error) {
 	}
 	return func(p idemhttp.Problem) (string, []byte) {
 		var b bytes.Buffer
-		if err := tpl.Execute(&b, problemView(p)); err != nil {
+		if err := tpl.Execute(&b, p); err != nil {
 			// Checked at load on every field: unreachable but for a template that fails on
 			// one problem and not another; the client still gets a problem, in RFC 9457 form.
 			b, _ := json.Marshal(struct {
@@ -79,15 +79,4 @@ func (e ErrorBody) formatter() (idemhttp.ProblemFormatter, error) {
 		}
 		return ct, b.Bytes()
 	}, nil
-}
-
-// errorBodyData is what an error_body template reads: the problem's fields, and its Code as
-// a field too (templates read fields, never call methods).
-type errorBodyData struct {
-	Status            int
-	Type, Title, Code string
-}
-
-func problemView(p idemhttp.Problem) errorBodyData {
-	return errorBodyData{Status: p.Status, Type: p.Type, Title: p.Title, Code: p.Code()}
 }

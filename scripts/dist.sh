@@ -25,7 +25,6 @@ git clone -q --no-checkout . "$work/src"
 git -C "$work/src" checkout -q --detach "$commit"
 cd "$work/src"
 ldflags=$(bash scripts/dist-ldflags.sh)
-tags=$(bash scripts/dist-tags.sh)
 version=$(sed -n 's/.*cli\.Version=\([^ ]*\).*/\1/p' <<<"$ldflags")
 # Every mtime in the archives: the commit's time (SOURCE_DATE_EPOCH if set).
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
@@ -43,7 +42,7 @@ for platform in $PLATFORMS; do
 	if [ "$os" = windows ]; then
 		exe=idem.exe
 	fi
-	CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -buildvcs=false -tags "$tags" -ldflags "$ldflags" \
+	CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -buildvcs=false -ldflags "$ldflags" \
 		-o "$dir/$exe" ./cmd/idem
 	cp LICENSE README.md "$dir/"
 	chmod 0755 "$dir/$exe"

@@ -17,7 +17,6 @@ bash scripts/podman.sh
 IMAGE=${IMAGE:-localhost/idem}
 GOARCH=${GOARCH:-$(go env GOARCH)}
 ldflags=$(bash scripts/dist-ldflags.sh)
-tags=$(bash scripts/dist-tags.sh)
 version=$(sed -n 's/.*cli\.Version=\([^ ]*\).*/\1/p' <<<"$ldflags")
 commit=$(sed -n 's/.*cli\.Commit=\([^ ]*\).*/\1/p' <<<"$ldflags")
 ctx=$(mktemp -d)
@@ -29,7 +28,7 @@ if [ -n "${BINARY:-}" ]; then
 	cp "$BINARY" "$root/usr/local/bin/idem"
 	chmod 0755 "$root/usr/local/bin/idem"
 else
-	CGO_ENABLED=0 GOOS=linux GOARCH=$GOARCH go build -trimpath -tags "$tags" -ldflags "$ldflags" \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "$ldflags" \
 		-o "$root/usr/local/bin/idem" ./cmd/idem
 fi
 certs=${IDEM_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	template "github.com/idemkit/idem/internal/xtemplate/html"
 )
 
 //go:embed assets
