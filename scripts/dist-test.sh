@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks `make dist`: two builds of the commit at HEAD, each from its own clean clone at its
 # own path, give byte-identical archives, SBOMs and SHA256SUMS; the checksums verify; every
-# platform has its archive and SBOM; each binary's size is printed, a linux one must stay under 30 MiB
-# (MAX_BINARY bytes); and the binary for this machine names its commit.
+# platform has its archive and SBOM; each binary's size is printed, and a linux one must stay
+# under 45 MiB (MAX_BINARY bytes: a guard against a dependency that swells it); and the binary
+# for this machine names its commit.
 # PLATFORMS (as for scripts/dist.sh) narrows both builds and the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,8 +52,8 @@ for p in ${platforms//\//_}; do
 		size=$(tar -tvzf "$archive" | awk '$6 ~ /\/idem$/ {print $3}')
 	fi
 	echo "dist-test: $p binary $size bytes"
-	if [[ $p == linux_* ]] && [ "${size:-0}" -ge "${MAX_BINARY:-31457280}" ]; then
-		echo "dist-test: the $p binary has $size bytes, not under ${MAX_BINARY:-31457280} (30 MiB)" >&2
+	if [[ $p == linux_* ]] && [ "${size:-0}" -ge "${MAX_BINARY:-47185920}" ]; then
+		echo "dist-test: the $p binary has $size bytes, not under ${MAX_BINARY:-47185920} (45 MiB)" >&2
 		fail=1
 	fi
 done
