@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -304,15 +305,37 @@ func openDynamoDBMode(ctx context.Context, u *url.URL, mode openMode) (*dynamost
 
 // dynamoTableExists reports whether st's table exists.
 func dynamoTableExists(ctx context.Context, st *dynamostore.Store) (bool, error) {
+	v, err := dynamoTableVersion(ctx, st)
+	return v > 0, err
+}
+
+// DynamoDBVersion is the version Migrate reports for a DynamoDB table that has every index
+// the store uses (dynamostore.ListIndex and dynamostore.NewestIndex); a table without them is
+// version 1, and Migrate adds them.
+const DynamoDBVersion = 2
+
+// dynamoTableVersion returns the version of st's table: 0 when it does not exist, 1 when it
+// lacks an index the store uses, DynamoDBVersion when it has them all.
+func dynamoTableVersion(ctx context.Context, st *dynamostore.Store) (int, error) {
 	api, ok := st.Options().Client.(dynamostore.TableAPI)
 	if !ok {
-		return false, fmt.Errorf("%w: the DynamoDB client cannot describe tables", idem.ErrInvalidInput)
+		return 0, fmt.Errorf("%w: the DynamoDB client cannot describe tables", idem.ErrInvalidInput)
 	}
 	table := st.Options().Table
-	_, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
+	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
 	var nf *types.ResourceNotFoundException
-	if errors.As(err, &nf) {
-		return false, nil
+	switch {
+	case errors.As(err, &nf):
+		return 0, nil
+	case err != nil:
+		return 0, err
 	}
-	return err == nil, err
+	has := map[string]bool{}
+	for _, g := range out.Table.GlobalSecondaryIndexes {
+		has[aws.ToString(g.IndexName)] = true
+	}
+	if has[dynamostore.ListIndex] && has[dynamostore.NewestIndex] {
+		return DynamoDBVersion, nil
+	}
+	return 1, nil
 }

@@ -177,8 +177,10 @@ func nilStore[S Store](st S, err error) (Store, error) {
 
 // Migrate creates or upgrades the schema of the store raw names and says what it did: the
 // table's schema version before (0: it was created) and after. A DynamoDB table is created if
-// it does not exist (as create=true does), and counts as version 1. memory:// and redis:// have
-// no schema: Migrate fails with ErrNoSchema, having changed nothing.
+// it does not exist (as create=true does), and its indexes are added if it lacks them: it
+// counts as version DynamoDBVersion with both (dynamostore.ListIndex and NewestIndex), and 1
+// without. memory:// and redis:// have no schema: Migrate fails with ErrNoSchema, having
+// changed nothing.
 func Migrate(ctx context.Context, raw string) (sqlmigrate.Result, error) {
 	u, scheme, err := parse(raw)
 	if err != nil {
@@ -219,17 +221,14 @@ func migrate(ctx context.Context, u *url.URL, scheme string) (sqlmigrate.Result,
 			return sqlmigrate.Result{}, err
 		}
 		defer st.Close()
-		existed, err := dynamoTableExists(ctx, st)
+		from, err := dynamoTableVersion(ctx, st)
 		if err != nil {
 			return sqlmigrate.Result{}, err
 		}
 		if err := st.CreateTable(ctx, dynamostore.TableOptions{}); err != nil {
 			return sqlmigrate.Result{}, err
 		}
-		if existed {
-			return sqlmigrate.Result{From: 1, To: 1}, nil
-		}
-		return sqlmigrate.Result{From: 0, To: 1}, nil
+		return sqlmigrate.Result{From: from, To: DynamoDBVersion}, nil
 	}
 	mu.RLock()
 	_, known := openers[scheme]
