@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,27 +102,12 @@ func (d directTo) RoundTrip(req *http.Request) (*http.Response, error) {
 // It runs until ctx ends, and at least fenceMin times.
 func (h *harness) fenceCompletions(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
-	missed := 0
+	aims := h.aims("fence", planFenceComplete)
 	for n := 0; n < h.cfg.fenceMin || ctx.Err() == nil; {
 		h.fenceRest(ctx, n)
-		a := h.pickSlot(func(s *slot) { s.paused.Store(true) })
-		if a == nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		op := h.newFenceOp(planFenceComplete)
-		executed := h.expectFence(op)
-		var deliveries sync.WaitGroup
-		var first chaos.Answer
-		deliveries.Go(func() { first = h.deliverTo(context.WithoutCancel(ctx), a, op) })
-		select {
-		case <-executed:
-		case <-time.After(10 * time.Second):
-			a.paused.Store(false)
-			deliveries.Wait()
-			h.t.Logf("fence: %s sent to %s was not executed within 10s (its answer: %d %s %s)", op, a.name, first.Status, first.Err, clipLine(string(first.Body)))
-			if missed++; missed > 2*h.cfg.fenceMin {
-				h.t.Errorf("fence: %d operations sent to a gateway were not executed", missed)
+		a, op, deliveries, ok := aims.next(ctx, func(s *slot) *atomic.Bool { return &s.paused })
+		if !ok {
+			if aims.failed {
 				return
 			}
 			continue
@@ -134,6 +120,52 @@ func (h *harness) fenceCompletions(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		deliveries.Wait()
 	}
+}
+
+// aimer sends the operations of one aimed leg: each to a gateway it marks (so no other fault
+// picks it), and waits until the upstream records its execution.
+type aimer struct {
+	h      *harness
+	leg    string // for the log
+	plan   string
+	missed int
+	failed bool // too many operations were never executed: the leg gave up
+}
+
+func (h *harness) aims(leg, plan string) *aimer {
+	return &aimer{h: h, leg: leg, plan: plan}
+}
+
+// next picks a gateway, sets the flag mark returns for it, sends it a new operation and
+// waits for the upstream to record its execution. It returns the gateway, the operation and
+// the deliveries under way (the first one included); ok is false, with the flag cleared and
+// the deliveries waited for, when there was no gateway to aim at or the operation was not
+// executed within 10s.
+func (m *aimer) next(ctx context.Context, mark func(*slot) *atomic.Bool) (a *slot, op string, deliveries *sync.WaitGroup, ok bool) {
+	h := m.h
+	a = h.pickSlot(func(s *slot) { mark(s).Store(true) })
+	if a == nil {
+		time.Sleep(100 * time.Millisecond)
+		return nil, "", nil, false
+	}
+	op = h.newFenceOp(m.plan)
+	executed := h.expectFence(op)
+	deliveries = &sync.WaitGroup{}
+	var first chaos.Answer
+	deliveries.Go(func() { first = h.deliverTo(context.WithoutCancel(ctx), a, op) })
+	select {
+	case <-executed:
+		return a, op, deliveries, true
+	case <-time.After(10 * time.Second):
+	}
+	mark(a).Store(false)
+	deliveries.Wait()
+	h.t.Logf("%s: %s sent to %s was not executed within 10s (its answer: %d %s %s)", m.leg, op, a.name, first.Status, first.Err, clipLine(string(first.Body)))
+	if m.missed++; m.missed > 2*h.cfg.fenceMin {
+		h.t.Errorf("%s: %d operations sent to a gateway were not executed", m.leg, m.missed)
+		m.failed = true
+	}
+	return nil, "", nil, false
 }
 
 // fenceExtensions is the extension leg: a gateway's link to the store holds back the store's
@@ -222,27 +254,12 @@ func (h *harness) deployer(ctx context.Context, wg *sync.WaitGroup) {
 // effect a deploy must never cause. It runs until ctx ends, and at least fenceMin times.
 func (h *harness) drainAims(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
-	missed := 0
+	aims := h.aims("drain", planDrain)
 	for n := 0; n < h.cfg.fenceMin || ctx.Err() == nil; {
 		h.fenceRest(ctx, n)
-		a := h.pickSlot(func(s *slot) { s.busy.Store(true) })
-		if a == nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		op := h.newFenceOp(planDrain)
-		executed := h.expectFence(op)
-		var deliveries sync.WaitGroup
-		var first chaos.Answer
-		deliveries.Go(func() { first = h.deliverTo(context.WithoutCancel(ctx), a, op) })
-		select {
-		case <-executed:
-		case <-time.After(10 * time.Second):
-			a.busy.Store(false)
-			deliveries.Wait()
-			h.t.Logf("drain: %s sent to %s was not executed within 10s (its answer: %d %s %s)", op, a.name, first.Status, first.Err, clipLine(string(first.Body)))
-			if missed++; missed > 2*h.cfg.fenceMin {
-				h.t.Errorf("drain: %d operations sent to a gateway were not executed", missed)
+		a, _, deliveries, ok := aims.next(ctx, func(s *slot) *atomic.Bool { return &s.busy })
+		if !ok {
+			if aims.failed {
 				return
 			}
 			continue
