@@ -1,45 +1,30 @@
 package idemfiber
 
-import "time"
+import (
+	"time"
 
-// Outcome says what the middleware did with a request. Its values are short, stable,
-// lowercase labels, fit for metrics, and mean what the same words mean in idemhttp.Outcome.
-type Outcome string
+	"github.com/idemkit/idem/idemhttp"
+)
 
-// The outcomes of Event.
+// Outcome says what the middleware did with a request: idemhttp's outcomes, so that the
+// same thing has the same word (and metric label) on both middlewares.
+type Outcome = idemhttp.Outcome
+
+// The outcomes of Event: idemhttp's (see idemhttp.Outcome for what each means).
 const (
-	// OutcomeExecuted: the handler ran and its response is stored for replay.
-	OutcomeExecuted Outcome = "executed"
-	// OutcomeReleased: the handler ran and returned an error before it began to answer, or a
-	// response the runner's Policy does not keep (by default 5xx, 401, 403, 408, 409, 425,
-	// 429): the key is released and a retry runs it again.
-	OutcomeReleased Outcome = "released"
-	// OutcomeUncertain: the handler failed or panicked after it began to answer: the claim is
-	// held as the engine's idem.UncertainPolicy says.
-	OutcomeUncertain Outcome = "uncertain"
-	// OutcomeOversize: the handler ran and its response body was larger than
-	// Options.MaxResponseBody: the record is kept without it.
-	OutcomeOversize Outcome = "oversize"
-	// OutcomeReplay: the stored response was replayed; the handler did not run.
-	OutcomeReplay Outcome = "replay"
-	// OutcomeInFlight: another request with the key is in flight: 409.
-	OutcomeInFlight Outcome = "in_flight"
-	// OutcomeMismatch: the key was used with another request: 422.
-	OutcomeMismatch Outcome = "mismatch"
-	// OutcomeBypass: the request went to the handler without protection: its method is not
-	// processed, or it has no key and Options.RequireKey is false.
-	OutcomeBypass Outcome = "bypass"
-	// OutcomeStoreError: the store failed before the handler ran: 503, nothing was done.
-	OutcomeStoreError Outcome = "store_error"
-	// OutcomeInvalidKey: 400: the key is malformed or sent twice.
-	OutcomeInvalidKey Outcome = "invalid_key"
-	// OutcomeInvalidScope: 400: Options.Scope could not name the caller.
-	OutcomeInvalidScope Outcome = "invalid_scope"
-	// OutcomeMissingKey: 400: a key is required.
-	OutcomeMissingKey Outcome = "missing_key"
-	// OutcomeError: 500, an unexpected error, or the client went away while its request
-	// waited for the original.
-	OutcomeError Outcome = "error"
+	OutcomeExecuted     = idemhttp.OutcomeExecuted
+	OutcomeReleased     = idemhttp.OutcomeReleased
+	OutcomeUncertain    = idemhttp.OutcomeUncertain
+	OutcomeOversize     = idemhttp.OutcomeOversize
+	OutcomeReplay       = idemhttp.OutcomeReplay
+	OutcomeInFlight     = idemhttp.OutcomeInFlight
+	OutcomeMismatch     = idemhttp.OutcomeMismatch
+	OutcomeBypass       = idemhttp.OutcomeBypass
+	OutcomeStoreError   = idemhttp.OutcomeStoreError
+	OutcomeInvalidKey   = idemhttp.OutcomeInvalidKey
+	OutcomeInvalidScope = idemhttp.OutcomeInvalidScope
+	OutcomeMissingKey   = idemhttp.OutcomeMissingKey
+	OutcomeError        = idemhttp.OutcomeError
 )
 
 // Event describes one request the middleware saw, for metrics and logs. It is passed to
