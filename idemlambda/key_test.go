@@ -78,6 +78,11 @@ func TestStoredKeys(t *testing.T) {
 		`{"b":1,"a":"x"}`:             `fn|#json:{"a":"x","b":1}`,
 		`[1,"a\"b\\c\u001f\u0001 d"]`: `fn|#json:[1,"a\"b\\c\u001f\u0001 d"]`,
 		`{"k\u0009":[true]}`:          `fn|#json:{"k\u0009":[true]}`,
+		// Numbers at the edges of canonNumber's three shapes.
+		`-5`: "fn|#num:-5", `0.5`: "fn|#num:0.5", `0.050`: "fn|#num:0.05",
+		`1e20`: "fn|#num:100000000000000000000", `1e21`: "fn|#num:1e21",
+		`1e-21`: "fn|#num:0.000000000000000000001", `1e-22`: "fn|#num:1e-22",
+		`1.23456789012345678901`: "fn|#num:1.23456789012345678901", `1.234567890123456789012`: "fn|#num:1234567890123456789012e-21",
 	} {
 		if _, err := h(context.Background(), json.RawMessage(`{"id":`+v+`}`)); err != nil {
 			t.Fatal(err)
