@@ -74,3 +74,40 @@ func TestUnroutableIsAnError(t *testing.T) {
 		t.Fatalf("publish to no queue: %v, want an unroutable error", err)
 	}
 }
+
+// TestKilledRelay: relay processes publish an event to RabbitMQ (confirmed) and are killed
+// (SIGKILL) before they mark it sent; after the lease another relay publishes it again, and
+// the idem consumer, keyed by the event's Idempotency-Key header, runs each payment's effect
+// once.
+func TestKilledRelay(t *testing.T) {
+	if cfg, ok := e2e.ChildConfig(); ok {
+		conn, err := amqp091.Dial(cfg.Broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := amqpout.New(ch, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2e.Child(cfg, pub)
+	}
+	t.Parallel()
+	conn := dial(t)
+	queue := fmt.Sprintf("outbox-kill-%x", rand.Int64())
+	adm := channel(t, conn)
+	if _, err := adm.QueueDeclare(queue, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := amqpout.New(channel(t, conn), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.RunKilled(t, e2e.Killed{Pub: pub, Broker: testenv.AMQPURL(t), Topic: queue, Test: "TestKilledRelay",
+		Consume: func(ctx context.Context, c *consumer.Consumer) error {
+			return amqp.Run(ctx, channel(t, conn), queue, c, amqp.Options{})
+		}})
+}

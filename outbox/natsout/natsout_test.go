@@ -92,3 +92,53 @@ func TestDuplicateWindowDropsRepeat(t *testing.T) {
 		t.Fatalf("%d messages in the stream after two publishes of one event, want 1", info.State.Msgs)
 	}
 }
+
+// TestKilledRelay: relay processes publish an event to JetStream and are killed (SIGKILL)
+// before they mark it sent; after the lease another relay publishes it again, and the idem
+// consumer, keyed by the event's Idempotency-Key header, runs each payment's effect once.
+// The stream's duplicate window is shorter than the lease, as when a relay is down longer
+// than the window: the repeat reaches the consumer.
+func TestKilledRelay(t *testing.T) {
+	if cfg, ok := e2e.ChildConfig(); ok {
+		nc, err := nats.Connect(cfg.Broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		pub, _ := natsout.New(js, "payments")
+		e2e.Child(cfg, pub)
+	}
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	if url == "" {
+		return
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%x", rand.Int64())
+	stream, subject := "OUTBOXK_"+id, "outboxk."+id
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, Duplicates: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "work", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := natsout.New(js, "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.RunKilled(t, e2e.Killed{Pub: pub, Broker: url, Topic: subject, Test: "TestKilledRelay",
+		Consume: func(ctx context.Context, c *consumer.Consumer) error {
+			return natsjs.Run(ctx, cons, c, natsjs.Options{})
+		}})
+}
