@@ -44,7 +44,7 @@ const relayEnv = "IDEM_CCHAOS_RELAY"
 const (
 	relays        = 2
 	relayLease    = engineLease // a pause is longer
-	relayKillRate = 0.015       // SIGKILL after the broker took an event, before mark-sent
+	relayKillRate = 0.04        // SIGKILL between an event's two steps (publish, mark-sent)
 	relayPrefix   = "cchaos"    // the Nats-Msg-Id prefix
 	natsDupWindow = 100 * time.Millisecond
 )
