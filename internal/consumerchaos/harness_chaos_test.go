@@ -449,13 +449,19 @@ func (r *run) supervise(n int, calm bool, stop chan struct{}) *sync.WaitGroup {
 // worker runs one worker process until it dies (true: start another) or stop is closed
 // (false).
 func (r *run) worker(slot int, name string, calm bool, stop chan struct{}) bool {
-	cmd := exec.Command(r.exe, "-test.run=^$")
 	env := map[string]string{
 		"NAME": name, "BROKER": r.cfg.broker, "BROKER_URL": r.b.URL(r.busRelay.Addr()), "TARGET": r.b.Target(),
 		"PG": withHost(r.pgURL, r.storeRelay.Addr()), "PG_DIRECT": r.pgURL, "STORE": r.store, "EFFECTS": r.effects,
 		"MODE": string(r.cfg.mode), "BUG": r.cfg.bug, "CALM": strconv.Itoa(b2i(calm)), "SOURCE": r.cfg.source,
 	}
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	return r.process(slot, name, workerEnv, env, stop)
+}
+
+// process runs the test binary again as a worker or a relay (role: the environment variable
+// that makes it one) in slot, until it dies (true: start another) or stop is closed (false).
+func (r *run) process(slot int, name, role string, env map[string]string, stop chan struct{}) bool {
+	cmd := exec.Command(r.exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), role+"=1")
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, "IDEM_CCHAOS_"+k+"="+v)
 	}

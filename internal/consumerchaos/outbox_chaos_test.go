@@ -5,13 +5,10 @@ package consumerchaos_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -140,64 +137,14 @@ func (r *run) superviseRelays(n int, stop chan struct{}) *sync.WaitGroup {
 	return &wg
 }
 
-// relay runs one relay process until it dies (true) or stop is closed (false).
+// relay runs one relay process until it dies (true) or stop is closed (false); relays have
+// slots of their own, apart from the workers'.
 func (r *run) relay(slot int, name string, stop chan struct{}) bool {
-	cmd := exec.Command(r.exe, "-test.run=^$")
 	env := map[string]string{
 		"NAME": name, "BROKER": r.cfg.broker, "BROKER_URL": r.b.URL(r.busRelay.Addr()),
 		"PG": withHost(r.pgURL, r.storeRelay.Addr()), "OUTBOX": r.outbox, "BUG": r.cfg.bug,
 	}
-	cmd.Env = append(os.Environ(), relayEnv+"=1")
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, "IDEM_CCHAOS_"+k+"="+v)
-	}
-	cmd.Stdout = &lineLog{r: r, worker: name}
-	errPath := filepath.Join(r.dir, name+".stderr")
-	errFile, err := os.Create(errPath)
-	if err != nil {
-		r.t.Error(err)
-		return false
-	}
-	defer errFile.Close()
-	cmd.Stderr = errFile
-	if err := cmd.Start(); err != nil {
-		r.t.Error(err)
-		return false
-	}
-	p := &proc{name: name, cmd: cmd}
-	key := 100 + slot // relays share the procs map with the workers, apart
-	r.mu.Lock()
-	r.procs[key] = p
-	r.mu.Unlock()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	forget := func() {
-		r.mu.Lock()
-		if r.procs[key] == p {
-			delete(r.procs, key)
-		}
-		r.mu.Unlock()
-	}
-	select {
-	case err := <-exited:
-		forget()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			r.stray(name, err, errPath)
-		}
-		return true
-	case <-stop:
-		forget()
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			r.stray(name, fmt.Errorf("did not stop within 30s of SIGTERM: %w", <-exited), errPath)
-		}
-		return false
-	}
+	return r.process(100+slot, name, relayEnv, env, stop)
 }
 
 // relayMain is a relay process: an outbox.Relay on the run's outbox table, publishing with
