@@ -336,6 +336,10 @@ func TestDynamoProxyRefusals(t *testing.T) {
 				if s.Status != status || s.Headers["Content-Type"] != idemhttp.ProblemContentType || !strings.Contains(s.Body, `"type":"`+typ+`"`) {
 					t.Fatalf("want %d %s, got %s", status, typ, s.raw)
 				}
+				// Only a refusal to be retried later says when.
+				if _, ok := s.Headers["Retry-After"]; ok != (status == 409) {
+					t.Fatalf("%d with Retry-After %v: %s", status, ok, s.raw)
+				}
 			}
 			s, err := send(t, h, k.req("tenant-a", "k-1", `{"sku":"tea"}`))
 			problem(s, err, 409, idemhttp.ProblemInFlight)
