@@ -116,3 +116,25 @@ func TestOutcomeAck(t *testing.T) {
 		}
 	}
 }
+
+// A result of exactly Options.MaxResult bytes is stored and replayed; one byte more is not.
+func TestResultOfMaxResultStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Options{})
+	c := newConsumer(t, b.engine, func(_ context.Context, m *consumer.Message) ([]byte, error) {
+		return bytes.Repeat([]byte("r"), len(m.Body)-len("order:42:")), nil
+	}, consumer.Options{MaxResult: 10})
+	for _, n := range []int{10, 11} {
+		m := &consumer.Message{Body: []byte("order:42:" + strings.Repeat("x", n))}
+		if n == 11 {
+			m.Body = []byte("order:43:" + strings.Repeat("x", n))
+		}
+		if r := c.Handle(context.Background(), m); r.Outcome != consumer.OutcomeExecuted || len(r.Output) != n || r.OutputOmitted != (n > 10) {
+			t.Fatalf("%d bytes, first: %+v", n, r)
+		}
+		r := c.Handle(context.Background(), m)
+		if r.Outcome != consumer.OutcomeReplay || r.OutputOmitted != (n > 10) || (n == 10 && len(r.Output) != 10) || (n > 10 && r.Output != nil) {
+			t.Fatalf("%d bytes, duplicate: %+v", n, r)
+		}
+	}
+}
