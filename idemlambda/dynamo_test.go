@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,8 +344,9 @@ func TestDynamoProxyRefusals(t *testing.T) {
 			}
 			s, err := send(t, h, k.req("tenant-a", "k-1", `{"sku":"tea"}`))
 			problem(s, err, 409, idemhttp.ProblemInFlight)
-			if s.Headers["Retry-After"] == "" {
-				t.Fatalf("409 without Retry-After: %s", s.raw)
+			// Whole seconds, rounded up, at most the holder's lease (the engine's default, 30 s).
+			if n, err := strconv.Atoi(s.Headers["Retry-After"]); err != nil || n < 1 || n > 30 {
+				t.Fatalf("409 with Retry-After %q: %s", s.Headers["Retry-After"], s.raw)
 			}
 			s, err = send(t, h, k.req("tenant-a", "k-1", `{"sku":"rum"}`))
 			problem(s, err, 422, idemhttp.ProblemMismatch)
