@@ -557,3 +557,30 @@ func TestDynamoStoreDown(t *testing.T) {
 		})
 	}
 }
+
+// REST API events: a Lambda authorizer's principalId scopes the key (two callers, one key: two
+// runs), and the query string of an event that carries only single-valued parameters is part
+// of the request (the same key with another query is refused as another request).
+func TestDynamoProxyV1PrincipalAndQuery(t *testing.T) {
+	t.Parallel()
+	o := &orders{}
+	h := proxyKinds[0].wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{}), Logger: quiet}, o)
+	ev := func(principal, amount string) any {
+		r := v1Request("unused", "v1-key", `{"sku":"tea"}`)
+		r.RequestContext.Authorizer = map[string]any{"principalId": principal}
+		r.QueryStringParameters = map[string]string{"amount": amount}
+		return r
+	}
+	a, err1 := send(t, h, ev("alice", "1"))
+	b, err2 := send(t, h, ev("bob", "1"))
+	a2, err3 := send(t, h, ev("alice", "2"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != 201 || b.Status != 201 || b.Headers[idemhttp.ReplayedHeader] == "true" || o.runs.Load() != 2 {
+		t.Fatalf("alice: %s, bob: %s, %d runs; want one run each", a.raw, b.raw, o.runs.Load())
+	}
+	if a2.Status != 422 || o.runs.Load() != 2 {
+		t.Fatalf("alice's key with another query: %s; want 422", a2.raw)
+	}
+}
