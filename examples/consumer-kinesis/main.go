@@ -149,7 +149,9 @@ func run(ctx context.Context, db *pgxpool.Pool, client *awskinesis.Client, t tab
 		}
 		defer w.Stop()
 	}
-	wait(func() bool { return booked.Load() >= int64(payments) && booked.Load()+replays.Load() >= int64(s.Records) })
+	wait(func() bool {
+		return booked.Load() >= int64(payments) && booked.Load()+replays.Load() >= int64(s.Records)
+	})
 	time.Sleep(300 * time.Millisecond) // room for a second booking, were there one
 	s.Booked, s.Replays = booked.Load(), replays.Load()
 
