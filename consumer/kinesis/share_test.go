@@ -37,7 +37,7 @@ func TestWorkersClaimOnlyTheirShare(t *testing.T) {
 	const lease = 3 * time.Second
 	eng := engine(t)
 	ta := newTally()
-	opt := kinesis.Options{Client: client, Stream: stream, Checkpoints: cps, PollInterval: 200 * time.Millisecond, LeaseDuration: lease, Logger: quiet()}
+	opt := kinesis.Options{Client: client, Stream: stream, Checkpoints: cps, PollInterval: time.Second, LeaseDuration: lease, Logger: quiet()}
 	var workers []*kinesis.Worker
 	for i, name := range []string{"a", "b", "c"} {
 		w, err := kinesis.Start(context.Background(), ta.consumer(t, eng, name), opt)
