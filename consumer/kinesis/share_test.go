@@ -79,7 +79,7 @@ func TestWorkersClaimOnlyTheirShare(t *testing.T) {
 		}
 	}()
 	workers[0].Stop()
-	owners = waitOwners(t, cps, func(m map[string]int) bool { return len(m) == 2 && sum(m) == 6 })
+	waitOwners(t, cps, func(m map[string]int) bool { return len(m) == 2 && sum(m) == 6 })
 	time.Sleep(lease) // three more rounds of each worker's claims
 	stopSampling()
 	<-sampled
