@@ -6,32 +6,14 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger that writes from a timer's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A message with an Extend func but no ExtendEvery is never extended: no interval, no
 // extension (not one extension after another without pause).
@@ -58,7 +40,7 @@ func TestExtendWithoutIntervalNeverCalled(t *testing.T) {
 func TestExtensionFailureWarns(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []bool{false, true} {
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		b := setup(t, idem.Options{})
 		var extends atomic.Int64
 		c := newConsumer(t, b.engine, func(context.Context, *consumer.Message) ([]byte, error) {
