@@ -83,6 +83,44 @@ func TestEndToEnd(t *testing.T) {
 	})
 }
 
+// TestRecordOrderKey: events of distinct keys and one order key share the record key (the
+// order key), so they land in one partition in the order they were published, each with its
+// own Idempotency-Key header.
+func TestRecordOrderKey(t *testing.T) {
+	t.Parallel()
+	name := topic(t, 4)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(name), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, _ := kafkaout.New(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const events = 12
+	for i := range events {
+		m := outbox.Message{ID: int64(i), Key: fmt.Sprintf("order-1/step-%d", i), OrderKey: "order-1", Topic: name, Body: fmt.Appendf(nil, "%d", i)}
+		if err := pub.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	partitions := map[int32]bool{}
+	var got []string
+	for len(got) < events && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			partitions[r.Partition] = true
+			got = append(got, string(r.Value))
+			key, err := outbox.KeyOf(kafka.Message(r).Header)
+			if err != nil || key != "order-1/step-"+string(r.Value) || string(r.Key) != "order-1" {
+				t.Errorf("record %s: key %q, Idempotency-Key %q (%v); want record key order-1 and the event's own key", r.Value, r.Key, key, err)
+			}
+		})
+	}
+	if fmt.Sprint(got) != "[0 1 2 3 4 5 6 7 8 9 10 11]" || len(partitions) != 1 {
+		t.Fatalf("received %v in %d partitions, want 0..11 in order in one", got, len(partitions))
+	}
+}
+
 // TestRecord: the key is the record's key (one partition per key) and the Idempotency-Key
 // header, the event's headers come along; a nil client is an option error.
 func TestRecord(t *testing.T) {

@@ -78,8 +78,9 @@ func TestRelayOptions(t *testing.T) {
 	}
 }
 
-// A table made before published events were kept (no sent_at column, a plain (key, id) index)
-// is brought up to date by Migrate, its unsent events kept and published.
+// A table made before published events were kept and before events had an order key (no
+// sent_at or order_key column, a plain (key, id) index) is brought up to date by Migrate, its
+// unsent events kept and published in the order of their key.
 func TestMigrateKeepsAnOlderTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -95,7 +96,7 @@ func TestMigrateKeepsAnOlderTable(t *testing.T) {
 	due_at timestamptz NOT NULL DEFAULT '-infinity', claimed_till timestamptz NOT NULL DEFAULT '-infinity',
 	attempts integer NOT NULL DEFAULT 0, last_error text);
 CREATE INDEX `+opt.Table+`_key_id ON `+opt.Table+` (key, id);
-INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old')`); err != nil {
+INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old'), ('k', 't', 'old-2')`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE "+opt.Table) })
@@ -109,8 +110,8 @@ INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old')`); err != 
 		t.Fatal(err)
 	}
 	ms, err := st.Claim(ctx, time.Now(), 10, time.Minute)
-	if err != nil || len(ms) != 1 || string(ms[0].Body) != "old" {
-		t.Fatalf("claim after migrating: %v %v, want the old event", ms, err)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "old" || ms[0].OrderKey != "k" {
+		t.Fatalf("claim after migrating: %v %v, want the first old event only, with order key k", ms, err)
 	}
 	if err := st.Sent(ctx, ms[0]); err != nil {
 		t.Fatal(err)
