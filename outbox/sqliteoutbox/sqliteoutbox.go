@@ -3,10 +3,11 @@
 // is the table as an outbox.Relay reads it.
 //
 // Like pgoutbox's, the table holds each event until it is published: a relay claims the
-// oldest unsent event of each order key (a conditional UPDATE, so two relays never publish
-// one event at once, and an order key's later events wait while an earlier one is unsent), publishes it
-// and marks it sent; a relay that stops holds its claims only for its lease. Sent events are
-// kept for Options.Retention, then Store.Sweep deletes them in batches (store/sweeper runs it).
+// oldest unsent event of each order key (outbox.Message.OrderKey, kept in the column
+// order_key; a conditional UPDATE, so two relays never publish one event at once, and an
+// order key's later events wait while an earlier one is unsent), publishes it and marks it
+// sent; a relay that stops holds its claims only for its lease. Sent events are kept for
+// Options.Retention, then Store.Sweep deletes them in batches (store/sweeper runs it).
 package sqliteoutbox
 
 import (
