@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,7 +85,7 @@ func Migrate(ctx context.Context, db Execer, opt Options) error {
 	// The unsent events are found through partial indexes, however many sent ones are kept;
 	// a table made before sent events were kept gets sent_at and the indexes here, and one
 	// made before events had an order key gets order_key, filled with each event's key (the
-	// order it was published in until then).
+	// order it was published in until then), once: a table that has it is not scanned.
 	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
 	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	key          text        NOT NULL,
@@ -100,9 +101,13 @@ func Migrate(ctx context.Context, db Execer, opt Options) error {
 	sent_at      timestamptz
 );
 ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS sent_at timestamptz;
-ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS order_key text;
-UPDATE `+t+` SET order_key = key WHERE order_key IS NULL;
-ALTER TABLE `+t+` ALTER COLUMN order_key SET NOT NULL;
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '`+strings.ReplaceAll(t, "'", "''")+`'::regclass AND attname = 'order_key' AND NOT attisdropped) THEN
+		ALTER TABLE `+t+` ADD COLUMN order_key text;
+		UPDATE `+t+` SET order_key = key;
+		ALTER TABLE `+t+` ALTER COLUMN order_key SET NOT NULL;
+	END IF;
+END $$;
 DROP INDEX IF EXISTS `+schemaQualified(opt, tableName(opt)+"_key_id")+`;
 DROP INDEX IF EXISTS `+schemaQualified(opt, tableName(opt)+"_unsent_key_id")+`;
 CREATE INDEX IF NOT EXISTS `+idx("_unsent_order_id")+` ON `+t+` (order_key, id) WHERE sent_at IS NULL;

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -119,5 +120,40 @@ INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old'), ('k', 't'
 	var sent int
 	if err := db.QueryRow(ctx, "SELECT count(sent_at) FROM "+opt.Table).Scan(&sent); err != nil || sent != 1 {
 		t.Fatalf("%d rows marked sent (%v), want 1", sent, err)
+	}
+}
+
+// A table in a schema of its own, whose name needs quoting, is created, migrated again and
+// used as any other.
+func TestMigrateInSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	opt := pgoutbox.Options{Schema: fmt.Sprintf("outbox's %d", rand.Int64()), Table: "Events"}
+	if _, err := db.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{opt.Schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{opt.Schema}.Sanitize()+` CASCADE`)
+	})
+	for range 2 {
+		if err := pgoutbox.Migrate(ctx, db, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pgoutbox.Add(ctx, db, opt, outbox.Message{Key: "order-1/paid", OrderKey: "order-1", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgoutbox.New(db, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.Claim(ctx, time.Now(), 10, time.Minute)
+	if err != nil || len(ms) != 1 || ms[0].Key != "order-1/paid" || ms[0].OrderKey != "order-1" {
+		t.Fatalf("claim: %+v %v, want the event with its order key", ms, err)
 	}
 }
