@@ -120,6 +120,21 @@ func bodies(ms []outbox.Message) []string {
 	return out
 }
 
+// drain runs relay's rounds until tb has no unsent event, for at most 10s.
+func drain(t *testing.T, tb Table, relay *outbox.Relay, pub *recorder) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, tb) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox not drained; published %v", bodies(pub.got))
+		}
+		if _, err := relay.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A key's later events wait while its first one fails, and are published in the order they
 // were added; other keys' events are not held up.
 func orderPerKey(t *testing.T, tb Table) {
@@ -149,16 +164,7 @@ func orderPerKey(t *testing.T, tb Table) {
 	if pub.got[0].Header["X-Trace"][0] != "abc" {
 		t.Errorf("headers lost: %v", pub.got[0].Header)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for count(t, tb) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox not drained; published %v", bodies(pub.got))
-		}
-		if _, err := relay.Round(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	drain(t, tb, relay, pub)
 	if got := fmt.Sprint(bodies(pub.got)); got != "[x a b c]" {
 		t.Fatalf("published %s, want [x a b c]", got)
 	}
@@ -208,16 +214,7 @@ func orderPerOrderKey(t *testing.T, tb Table) {
 	if got := fmt.Sprint(bodies(pub.got)); got != "[B1 L1]" {
 		t.Fatalf("first round published %s, want [B1 L1]: A1 and K1 failed, A2 (order key a) and K2 (key k) wait behind them", got)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for count(t, tb) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox not drained; published %v", bodies(pub.got))
-		}
-		if _, err := relay.Round(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	drain(t, tb, relay, pub)
 	pos := map[string]int{}
 	for i, m := range pub.got {
 		if _, dup := pos[string(m.Body)]; dup {

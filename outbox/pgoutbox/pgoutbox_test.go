@@ -18,15 +18,22 @@ import (
 	"github.com/idemkit/idem/outbox/pgoutbox"
 )
 
-// table creates a fresh outbox table and returns the pool, its options and its store.
-func table(t *testing.T) (*pgxpool.Pool, pgoutbox.Options, *pgoutbox.Store) {
+// pool returns a pool of the test database, closed at the test's end.
+func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
+	db, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
+	return db
+}
+
+// table creates a fresh outbox table and returns the pool, its options and its store.
+func table(t *testing.T) (*pgxpool.Pool, pgoutbox.Options, *pgoutbox.Store) {
+	t.Helper()
+	ctx := context.Background()
+	db := pool(t)
 	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64()), Retention: time.Hour}
 	if err := pgoutbox.Migrate(ctx, db, opt); err != nil {
 		t.Fatal(err)
@@ -85,11 +92,7 @@ func TestRelayOptions(t *testing.T) {
 func TestMigrateKeepsAnOlderTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db := pool(t)
 	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_old_%d", rand.Int64())}
 	if _, err := db.Exec(ctx, `CREATE TABLE `+opt.Table+` (
 	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, topic text NOT NULL,
@@ -128,11 +131,7 @@ INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old'), ('k', 't'
 func TestMigrateInSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db := pool(t)
 	opt := pgoutbox.Options{Schema: fmt.Sprintf("outbox's %d", rand.Int64()), Table: "Events"}
 	if _, err := db.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{opt.Schema}.Sanitize()); err != nil {
 		t.Fatal(err)
