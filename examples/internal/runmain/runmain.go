@@ -96,3 +96,26 @@ func PostgresSchema(t *testing.T, pgURL string) (string, *pgxpool.Pool) {
 	t.Cleanup(db.Close)
 	return u.String(), db
 }
+
+// ChargedOnce runs main with the example's PostgreSQL tables in a schema of their own (its
+// URL in IDEM_POSTGRES_URL) and the other environment variables given as name, value pairs,
+// then checks that main printed want and that the example_charges table holds one row for
+// each of orders orders.
+func ChargedOnce(t *testing.T, pgURL string, main func(), want string, orders int, env ...string) {
+	t.Helper()
+	url, db := PostgresSchema(t, pgURL)
+	t.Setenv("IDEM_POSTGRES_URL", url)
+	for i := 0; i+1 < len(env); i += 2 {
+		t.Setenv(env[i], env[i+1])
+	}
+	if out := Run(t, 2*time.Minute, main); out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	var rows, distinct int
+	if err := db.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT order_id) FROM example_charges").Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != orders || distinct != orders {
+		t.Errorf("%d charges of %d orders in PostgreSQL, want %d of %d", rows, distinct, orders, orders)
+	}
+}
