@@ -6,8 +6,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/examples/internal/runmain"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -68,5 +70,35 @@ func TestRouter(t *testing.T) {
 	}
 	if w, _ := post("/webhooks/github", `{}`); w.StatusCode != http.StatusBadRequest {
 		t.Fatalf("webhook without a delivery id: %d, want 400", w.StatusCode)
+	}
+}
+
+// The demo as `go run ./examples/chi` runs it: the retry replays, another tenant's key of the
+// same name charges, the webhook retry replays, and one without a delivery id is refused.
+func TestDemo(t *testing.T) {
+	out := runmain.Run(t, time.Minute, main)
+	want := []string{
+		`POST /v1/charges       201 Created replayed="" {"charge":"ch_1","request":{"amount":1000}}`,
+		`POST /v1/charges       201 Created replayed="true" {"charge":"ch_1","request":{"amount":1000}}`,
+		`POST /v1/charges       201 Created replayed="" {"charge":"ch_2","request":{"amount":1000}}`,
+		`GET  /v1/charges       200 OK replayed="" {"count":2}`,
+		`POST /webhooks/github  204 No Content replayed="" `,
+		`POST /webhooks/github  204 No Content replayed="true" `,
+		`POST /webhooks/github  400 Bad Request replayed="" {`,
+		`charges: 2 deliveries handled: 1`,
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) || !strings.HasSuffix(w, "{") && lines[i] != w {
+			t.Errorf("line %d: %s\nwant %s", i+1, lines[i], w)
+		}
 	}
 }

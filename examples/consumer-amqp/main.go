@@ -140,7 +140,8 @@ func main() {
 			}
 		}()
 	}
-	for charged.Load()+skipped.Load() < orders*copies {
+	deadline := time.Now().Add(time.Minute)
+	for charged.Load()+skipped.Load() < orders*copies && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()

@@ -86,6 +86,7 @@ func open(dir, name string, hang bool) *scheduler {
 	s := &scheduler{name: name, dir: dir}
 	s.c, err = consumer.New(consumer.Options{
 		Runner: engine,
+		Scope:  "reports",
 		Key:    func(m *consumer.Message) (string, error) { return "daily-report/" + string(m.Body), nil },
 		Logger: quiet,
 	}, func(ctx context.Context, m *consumer.Message) ([]byte, error) {
