@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,7 +317,8 @@ func TestDynamoProxyRefusals(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			o := &orders{gate: make(chan struct{})}
-			h := k.wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{}), RequireKey: true, Logger: quiet}, o)
+			// A heartbeat of a second makes the engine's estimate for a duplicate exactly 1s.
+			h := k.wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{Heartbeat: time.Second}), RequireKey: true, Logger: quiet}, o)
 			done := make(chan sent, 1)
 			go func() {
 				s, err := send(t, h, k.req("tenant-a", "k-1", `{"sku":"tea"}`))
@@ -336,11 +338,16 @@ func TestDynamoProxyRefusals(t *testing.T) {
 				if s.Status != status || s.Headers["Content-Type"] != idemhttp.ProblemContentType || !strings.Contains(s.Body, `"type":"`+typ+`"`) {
 					t.Fatalf("want %d %s, got %s", status, typ, s.raw)
 				}
+				// Only a refusal to be retried later says when.
+				if _, ok := s.Headers["Retry-After"]; ok != (status == 409) {
+					t.Fatalf("%d with Retry-After %v: %s", status, ok, s.raw)
+				}
 			}
 			s, err := send(t, h, k.req("tenant-a", "k-1", `{"sku":"tea"}`))
 			problem(s, err, 409, idemhttp.ProblemInFlight)
-			if s.Headers["Retry-After"] == "" {
-				t.Fatalf("409 without Retry-After: %s", s.raw)
+			// The engine's estimate in whole seconds, rounded up: 1.
+			if n, err := strconv.Atoi(s.Headers["Retry-After"]); err != nil || n != 1 {
+				t.Fatalf("409 with Retry-After %q: %s", s.Headers["Retry-After"], s.raw)
 			}
 			s, err = send(t, h, k.req("tenant-a", "k-1", `{"sku":"rum"}`))
 			problem(s, err, 422, idemhttp.ProblemMismatch)
@@ -548,5 +555,32 @@ func TestDynamoStoreDown(t *testing.T) {
 				t.Fatal("generic: the handler ran with the store down")
 			}
 		})
+	}
+}
+
+// REST API events: a Lambda authorizer's principalId scopes the key (two callers, one key: two
+// runs), and the query string of an event that carries only single-valued parameters is part
+// of the request (the same key with another query is refused as another request).
+func TestDynamoProxyV1PrincipalAndQuery(t *testing.T) {
+	t.Parallel()
+	o := &orders{}
+	h := proxyKinds[0].wrap(t, idemlambda.ProxyOptions{Runner: dynamoEngine(t, idem.Options{}), Logger: quiet}, o)
+	ev := func(principal, amount string) any {
+		r := v1Request("unused", "v1-key", `{"sku":"tea"}`)
+		r.RequestContext.Authorizer = map[string]any{"principalId": principal}
+		r.QueryStringParameters = map[string]string{"amount": amount}
+		return r
+	}
+	a, err1 := send(t, h, ev("alice", "1"))
+	b, err2 := send(t, h, ev("bob", "1"))
+	a2, err3 := send(t, h, ev("alice", "2"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != 201 || b.Status != 201 || b.Headers[idemhttp.ReplayedHeader] == "true" || o.runs.Load() != 2 {
+		t.Fatalf("alice: %s, bob: %s, %d runs; want one run each", a.raw, b.raw, o.runs.Load())
+	}
+	if a2.Status != 422 || o.runs.Load() != 2 {
+		t.Fatalf("alice's key with another query: %s; want 422", a2.raw)
 	}
 }

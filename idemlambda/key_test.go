@@ -39,7 +39,7 @@ func TestKeyValuesApart(t *testing.T) {
 	apart := [][2]string{
 		{`5`, `"5"`}, {`true`, `"true"`}, {`false`, `"false"`}, {`5`, `"#num:5"`}, {`true`, `"#bool:true"`},
 		{`{"a":1}`, objHash(`{"a":1}`)}, {`{"a":1}`, `"sha256:015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"`},
-		{`["a","b"]`, `["a,b"]`}, {`[1,[2]]`, `[[1],2]`}, {`0.1`, `0.10000000000000001`}, {`"#x"`, `"#str:#x"`},
+		{`["a","b"]`, `["a,b"]`}, {`[1,2]`, `[12]`}, {`[1,[2]]`, `[[1],2]`}, {`0.1`, `0.10000000000000001`}, {`"#x"`, `"#str:#x"`},
 		{`"` + strings.Repeat("k", 600) + `"`, `"` + strings.Repeat("k", 601) + `"`},
 	}
 	for _, tc := range apart {
@@ -65,7 +65,8 @@ func TestKeyValuesApart(t *testing.T) {
 }
 
 // The stored keys: a plain string as it is (so keys stored by earlier versions are found),
-// every other value tagged.
+// every other value tagged; arrays and strings inside a "#json:" value written as JSON writes
+// them, with '"', '\' and control characters (not a space) escaped.
 func TestStoredKeys(t *testing.T) {
 	t.Parallel()
 	st := memstore.New()
@@ -74,7 +75,14 @@ func TestStoredKeys(t *testing.T) {
 	h, _ := runCounter(t, idemlambda.Options{Runner: eng, KeyPath: "id", Name: "fn"})
 	for v, key := range map[string]string{
 		`"order-1"`: "fn|order-1", `"#1"`: "fn|#str:#1", `12.50`: "fn|#num:12.5", `true`: "fn|#bool:true",
-		`{"b":1,"a":"x"}`: `fn|#json:{"a":"x","b":1}`,
+		`{"b":1,"a":"x"}`:             `fn|#json:{"a":"x","b":1}`,
+		`[1,"a\"b\\c\u001f\u0001 d"]`: `fn|#json:[1,"a\"b\\c\u001f\u0001 d"]`,
+		`{"k\u0009":[true]}`:          `fn|#json:{"k\u0009":[true]}`,
+		// Numbers at the edges of canonNumber's three shapes.
+		`-5`: "fn|#num:-5", `0.5`: "fn|#num:0.5", `0.050`: "fn|#num:0.05",
+		`1e20`: "fn|#num:100000000000000000000", `1e21`: "fn|#num:1e21",
+		`1e-21`: "fn|#num:0.000000000000000000001", `1e-22`: "fn|#num:1e-22",
+		`1.23456789012345678901`: "fn|#num:1.23456789012345678901", `1.234567890123456789012`: "fn|#num:1234567890123456789012e-21",
 	} {
 		if _, err := h(context.Background(), json.RawMessage(`{"id":`+v+`}`)); err != nil {
 			t.Fatal(err)

@@ -11,12 +11,16 @@
 // retention, to look into, and then deleted in batches by Store.Sweep, which store/sweeper
 // runs as it does for idem records.
 //
-// Events of one key are published in the order they were written: only the oldest unsent
-// event of a key is ever handed to a relay, and a failed publish is retried, with backoff,
-// before any later event of that key. Events of other keys are not held up by it. The order
-// is that of each event's first publish: a relay stopped past its lease (a paused process, a
-// stalled network) may still deliver its copy of an event after another relay has published
-// the key's next one, a repeat that the consumer's key absorbs. Several
+// Events of one order key (Message.OrderKey: the entity or stream they are about, such as
+// "order-42"; the event's idempotency key when unset) are published in the order they were
+// written: only the oldest unsent event of an order key is ever handed to a relay, and a
+// failed publish is retried, with backoff, before any later event of that order key. Events
+// of other order keys are not held up by it. Give "order-42/created" and "order-42/paid"
+// the order key "order-42": their idempotency keys differ (they are distinct facts), so
+// without it they would not be ordered. The order is that of each event's first publish: a
+// relay stopped past its lease (a paused process, a stalled network) may still deliver its
+// copy of an event after another relay has published the order key's next one, a repeat that
+// the consumer's key absorbs. Several
 // relays may run against one table (one per process of a deployment): each claims events
 // under a lease, and a relay that stops mid-publish leaves its events to another after the
 // lease.

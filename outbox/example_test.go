@@ -37,9 +37,10 @@ func Example() {
 			return
 		}
 		err := pgoutbox.Add(r.Context(), tx, pgoutbox.Options{}, outbox.Message{
-			Key:   "payment-42/captured", // the fact, so every copy of the event has this key
-			Topic: "payments.captured",
-			Body:  []byte(`{"payment":42}`),
+			Key:      "payment-42/captured", // the fact, so every copy of the event has this key
+			OrderKey: "payment-42",          // the payment's events are published in order
+			Topic:    "payments.captured",
+			Body:     []byte(`{"payment":42}`),
 		})
 		if err != nil {
 			http.Error(w, "not captured", http.StatusInternalServerError)

@@ -16,9 +16,19 @@ type Message struct {
 	ID int64
 	// Key is the event's idempotency key, taken from the business fact it announces (an
 	// order's id and what happened to it: "order-42/paid"), never from a transport's id.
-	// Publishers send it in the Idempotency-Key header; events of one key are published in
-	// the order they were added. Required; at most idem.MaxStorageKeyLen bytes.
+	// Publishers send it in the Idempotency-Key header. Two events with one key are one
+	// fact (the consumer runs its effect once), so the key does not order distinct events:
+	// OrderKey does. Required; at most idem.MaxStorageKeyLen bytes.
 	Key string
+	// OrderKey names the entity or stream whose events must arrive in order: "order-42" for
+	// "order-42/created" then "order-42/paid". Events of one order key are published in the
+	// order they were added: a later one is not handed to a relay while an earlier one is
+	// unsent, and events of other order keys are not held up by it. Publishers map it to
+	// the broker's own ordering (Kafka's record key, an SQS FIFO queue's message group).
+	// Empty means Key, so that only repeats of one fact are ordered. The events a Store's
+	// Claim hands out carry it filled in (Key when it was empty). At most
+	// idem.MaxStorageKeyLen bytes.
+	OrderKey string
 	// Topic is where the event goes: a NATS subject, a RabbitMQ routing key, a queue or
 	// topic name, as the Publisher reads it. Required.
 	Topic string
@@ -40,6 +50,8 @@ func (m Message) Check() error {
 		return fmt.Errorf("outbox: %w: Message.Key is empty: give the event the key of the fact it announces", idem.ErrInvalidInput)
 	case len(m.Key) > idem.MaxStorageKeyLen:
 		return fmt.Errorf("outbox: %w: Message.Key is %d bytes, over %d", idem.ErrInvalidInput, len(m.Key), idem.MaxStorageKeyLen)
+	case len(m.OrderKey) > idem.MaxStorageKeyLen:
+		return fmt.Errorf("outbox: %w: Message.OrderKey is %d bytes, over %d", idem.ErrInvalidInput, len(m.OrderKey), idem.MaxStorageKeyLen)
 	case m.Topic == "":
 		return fmt.Errorf("outbox: %w: Message.Topic is empty", idem.ErrInvalidInput)
 	}
@@ -63,8 +75,9 @@ func (f PublisherFunc) Publish(ctx context.Context, m Message) error { return f(
 // mysqloutbox.Store, sqliteoutbox.Store; outboxtest is the suite an implementation passes.
 type Store interface {
 	// Claim hands out at most limit events that are due at now and not claimed by another
-	// relay, each the oldest unsent event of its key, and claims them until now+lease
-	// (adding one to their Attempts), oldest first.
+	// relay, each the oldest unsent event of its order key (Message.OrderKey, or Key when
+	// that is empty), and claims them until now+lease (adding one to their Attempts), oldest
+	// first. The events carry their order key in OrderKey.
 	Claim(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]Message, error)
 	// Sent marks an event published: it is never claimed again, and Sweep deletes it once
 	// the store's retention has passed.

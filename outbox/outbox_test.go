@@ -30,12 +30,14 @@ func TestWithKeyReplacesAnyCase(t *testing.T) {
 }
 
 func TestMessageCheck(t *testing.T) {
-	for _, m := range []outbox.Message{{Topic: "t"}, {Key: "k"}, {Key: strings.Repeat("k", idem.MaxStorageKeyLen+1), Topic: "t"}} {
+	for _, m := range []outbox.Message{{Topic: "t"}, {Key: "k"}, {Key: strings.Repeat("k", idem.MaxStorageKeyLen+1), Topic: "t"}, {Key: "k", OrderKey: strings.Repeat("o", idem.MaxStorageKeyLen+1), Topic: "t"}} {
 		if err := m.Check(); !errors.Is(err, idem.ErrInvalidInput) || !strings.HasPrefix(err.Error(), "outbox: ") {
 			t.Errorf("%+v: %v", m.Topic, err)
 		}
 	}
-	if err := (outbox.Message{Key: "k", Topic: "t"}).Check(); err != nil {
-		t.Fatal(err)
+	for _, m := range []outbox.Message{{Key: "k", Topic: "t"}, {Key: "k", OrderKey: strings.Repeat("o", idem.MaxStorageKeyLen), Topic: "t"}} {
+		if err := m.Check(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -66,7 +66,8 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 	return o, nil
 }
 
-// Relay publishes the events of an outbox table, at least once each, in order per key.
+// Relay publishes the events of an outbox table, at least once each, in order per order key
+// (Message.OrderKey).
 // Create it with NewRelay; it is safe to run several relays, in one process or many, on one
 // table.
 type Relay struct {
@@ -111,8 +112,8 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // Round claims one batch of due events and publishes each, oldest first: a published event
 // is marked sent (and swept after the store's retention), a failed one is due again after its backoff. It returns how many events it
-// claimed. Events of a key that failed in this round are not in it: Claim hands out only the
-// oldest unsent event of each key.
+// claimed. Later events of an order key whose event failed in this round are not in it:
+// Claim hands out only the oldest unsent event of each order key.
 func (r *Relay) Round(ctx context.Context) (int, error) {
 	batch, err := r.st.Claim(ctx, r.opt.Now(), r.opt.Batch, r.opt.Lease)
 	if err != nil {

@@ -28,7 +28,7 @@ CORE="engine:.:15:^store/ idemhttp:./idemhttp:3:(canonjson|key|options|problem|b
 # The faces and the SQL transaction runners: the gateway's proxy, routing and request path
 # (its tests include the end-to-end ones, which build the mutated binary), the consumer core,
 # idemlambda, idemgrpc, the console, and each SQL store's DoTx and TxRunner.
-FACES="gateway:./gateway:5:(config|metrics|otlp|storewait)[.]go$ consumer:./consumer:5:^$ idemlambda:./idemlambda:5:^$ idemgrpc:./idemgrpc:5:^$ console:./internal/console:5:^$ pgtx:./store/pgstore:3:(doc|group|list|migrate|partition|partition_migrate|pgstore|queries|sweeper)[.]go$ mysqltx:./store/mysqlstore:3:(doc|list|migrate|mysqlstore|queries|sweeper)[.]go$ sqlitetx:./store/sqlitestore:3:(doc|hint|list|migrate|queries|records|sqlitestore|sweeper)[.]go$"
+FACES="gateway:./gateway:5:(config|metrics|otlp|storewait)[.]go$ consumer:./consumer:5:(consumertest|internal)/ idemlambda:./idemlambda:5:^$ idemgrpc:./idemgrpc:5:^$ console:./internal/console:5:^$ pgtx:./store/pgstore:3:(doc|group|list|migrate|partition|partition_migrate|pgstore|queries|sweeper)[.]go$ mysqltx:./store/mysqlstore:3:(doc|list|migrate|mysqlstore|queries|sweeper)[.]go$ sqlitetx:./store/sqlitestore:3:(doc|hint|list|migrate|queries|records|sqlitestore|sweeper)[.]go$"
 TARGETS=${MUTATION_TARGETS:-"$CORE $FACES"}
 module=$($GO list -m)
 out=$PWD/tmp/mutation

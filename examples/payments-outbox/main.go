@@ -175,9 +175,10 @@ func (a *app) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := json.Marshal(ev)
 	err := pgoutbox.Add(ctx, tx, a.outbox, outbox.Message{
-		Key:   fmt.Sprintf("charge/%d/created", ev.Charge), // the fact: every copy of the event has it
-		Topic: a.n.Subject,
-		Body:  body,
+		Key:      fmt.Sprintf("charge/%d/created", ev.Charge), // the fact: every copy of the event has it
+		OrderKey: fmt.Sprintf("charge/%d", ev.Charge),         // the charge's later events come after it
+		Topic:    a.n.Subject,
+		Body:     body,
 	})
 	if err != nil {
 		http.Error(w, "could not charge", http.StatusInternalServerError) // rolls the charge back too

@@ -367,7 +367,7 @@ func modulePackages(t *testing.T, root string) map[string]string {
 			return nil
 		}
 		name := d.Name()
-		if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bench" && filepath.Dir(path) == root) {
+		if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || (name == "bench" || name == "tmp" || name == "dist") && filepath.Dir(path) == root) {
 			return filepath.SkipDir
 		}
 		entries, _ := os.ReadDir(path)

@@ -1,6 +1,8 @@
 // Package amqpout publishes outbox events to RabbitMQ with publisher confirms: the event's
 // Topic is the routing key on the configured exchange, its key travels in the
 // Idempotency-Key header, and Publish returns only once the broker has confirmed the message.
+// A queue keeps the order the relay publishes in, which is the order of each order key's
+// events (outbox.Message.OrderKey); the order key itself is not sent.
 package amqpout
 
 import (

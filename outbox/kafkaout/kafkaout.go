@@ -1,10 +1,12 @@
 // Package kafkaout publishes outbox events to Apache Kafka (franz-go): the event's Topic is
-// the Kafka topic, its key is the record's key, so a key's events land in one partition in the
-// order they were published, and its key also travels in the Idempotency-Key header, which
+// the Kafka topic, its order key (outbox.Message.OrderKey, or its key when unset) is the
+// record's key, so an order key's events land in one partition in the order they were
+// published, and its idempotency key travels in the Idempotency-Key header, which
 // consumer/kafka hands the consumer, so that outbox.KeyOf keys the effect.
 package kafkaout
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -26,9 +28,9 @@ func New(cl *kgo.Client) (*Publisher, error) {
 	return &Publisher{cl: cl}, nil
 }
 
-// Publish produces m and waits for the broker's acknowledgement.
+// Publish produces m, keyed by its order key, and waits for the broker's acknowledgement.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
-	rec := &kgo.Record{Topic: m.Topic, Key: []byte(m.Key), Value: m.Body}
+	rec := &kgo.Record{Topic: m.Topic, Key: []byte(cmp.Or(m.OrderKey, m.Key)), Value: m.Body}
 	for k, vs := range outbox.WithKey(m.Header, m.Key) {
 		for _, v := range vs {
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})

@@ -83,10 +83,11 @@ func TestEndToEnd(t *testing.T) {
 	})
 }
 
-// TestRecord: the key is the record's key (one partition per key) and the Idempotency-Key
-// header, the event's headers come along; a nil client is an option error.
-func TestRecord(t *testing.T) {
-	t.Parallel()
+// published publishes the events ms returns to a fresh topic of four partitions, reads them
+// back, calls check on each record, and returns their values in the order read and how many
+// partitions they were in.
+func published(t *testing.T, ms func(topic string) []outbox.Message, check func(r *kgo.Record)) (values []string, partitions int) {
+	t.Helper()
 	name := topic(t, 4)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(name), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -96,26 +97,61 @@ func TestRecord(t *testing.T) {
 	pub, _ := kafkaout.New(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for i := range 6 {
-		m := outbox.Message{ID: int64(i), Key: "order-1/paid", Topic: name, Body: fmt.Appendf(nil, "%d", i), Header: map[string][]string{"X-Trace": {"abc"}}}
+	events := ms(name)
+	for _, m := range events {
 		if err := pub.Publish(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	partitions := map[int32]bool{}
-	var got []string
-	for len(got) < 6 && ctx.Err() == nil {
+	in := map[int32]bool{}
+	for len(values) < len(events) && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			partitions[r.Partition] = true
-			got = append(got, string(r.Value))
-			m := kafka.Message(r)
-			if key, err := outbox.KeyOf(m.Header); err != nil || key != "order-1/paid" || string(r.Key) != key || fmt.Sprint(m.Header["X-Trace"]) != "[abc]" {
-				t.Errorf("record key %q, header %v: %v", r.Key, m.Header, err)
-			}
+			in[r.Partition] = true
+			values = append(values, string(r.Value))
+			check(r)
 		})
 	}
-	if fmt.Sprint(got) != "[0 1 2 3 4 5]" || len(partitions) != 1 {
-		t.Fatalf("received %v in %d partitions, want 0..5 in order in one", got, len(partitions))
+	return values, len(in)
+}
+
+// TestRecordOrderKey: events of distinct keys and one order key share the record key (the
+// order key), so they land in one partition in the order they were published, each with its
+// own Idempotency-Key header.
+func TestRecordOrderKey(t *testing.T) {
+	t.Parallel()
+	got, partitions := published(t, func(topic string) (ms []outbox.Message) {
+		for i := range 12 {
+			ms = append(ms, outbox.Message{ID: int64(i), Key: fmt.Sprintf("order-1/step-%d", i), OrderKey: "order-1", Topic: topic, Body: fmt.Appendf(nil, "%d", i)})
+		}
+		return ms
+	}, func(r *kgo.Record) {
+		key, err := outbox.KeyOf(kafka.Message(r).Header)
+		if err != nil || key != "order-1/step-"+string(r.Value) || string(r.Key) != "order-1" {
+			t.Errorf("record %s: key %q, Idempotency-Key %q (%v); want record key order-1 and the event's own key", r.Value, r.Key, key, err)
+		}
+	})
+	if fmt.Sprint(got) != "[0 1 2 3 4 5 6 7 8 9 10 11]" || partitions != 1 {
+		t.Fatalf("received %v in %d partitions, want 0..11 in order in one", got, partitions)
+	}
+}
+
+// TestRecord: the key is the record's key (one partition per key) and the Idempotency-Key
+// header, the event's headers come along; a nil client is an option error.
+func TestRecord(t *testing.T) {
+	t.Parallel()
+	got, partitions := published(t, func(topic string) (ms []outbox.Message) {
+		for i := range 6 {
+			ms = append(ms, outbox.Message{ID: int64(i), Key: "order-1/paid", Topic: topic, Body: fmt.Appendf(nil, "%d", i), Header: map[string][]string{"X-Trace": {"abc"}}})
+		}
+		return ms
+	}, func(r *kgo.Record) {
+		m := kafka.Message(r)
+		if key, err := outbox.KeyOf(m.Header); err != nil || key != "order-1/paid" || string(r.Key) != key || fmt.Sprint(m.Header["X-Trace"]) != "[abc]" {
+			t.Errorf("record key %q, header %v: %v", r.Key, m.Header, err)
+		}
+	})
+	if fmt.Sprint(got) != "[0 1 2 3 4 5]" || partitions != 1 {
+		t.Fatalf("received %v in %d partitions, want 0..5 in order in one", got, partitions)
 	}
 	var oe *idem.OptionError
 	if _, err := kafkaout.New(nil); !errors.As(err, &oe) || oe.Field != "cl" {

@@ -1,7 +1,9 @@
 // Package natsout publishes outbox events to NATS JetStream: the event's Topic is the
 // subject, its key travels in the Idempotency-Key header, and the Nats-Msg-Id header names the
 // outbox row, so that JetStream's duplicate window drops a relay's second publish of one event
-// and the consumer's idempotency record covers what falls outside it.
+// and the consumer's idempotency record covers what falls outside it. A stream keeps the order
+// the relay publishes in, which is the order of each order key's events
+// (outbox.Message.OrderKey); the order key itself is not sent.
 package natsout
 
 import (

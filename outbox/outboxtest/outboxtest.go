@@ -1,5 +1,5 @@
 // Package outboxtest is the conformance suite of outbox.Store implementations: events added
-// with a transaction, order per key, concurrent relays, a stopped relay taken over, lag. Each
+// with a transaction, order per order key, concurrent relays, a stopped relay taken over, lag. Each
 // outbox table package (pgoutbox, mysqloutbox, sqliteoutbox) runs it on its database; run it
 // on a Store of your own the same way.
 package outboxtest
@@ -43,6 +43,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func Run(t *testing.T, newTable func(t *testing.T) Table) {
 	t.Run("AddCommitsWithTheTransaction", func(t *testing.T) { t.Parallel(); addCommits(t, newTable(t)) })
 	t.Run("OrderPerKey", func(t *testing.T) { t.Parallel(); orderPerKey(t, newTable(t)) })
+	t.Run("OrderPerOrderKey", func(t *testing.T) { t.Parallel(); orderPerOrderKey(t, newTable(t)) })
 	t.Run("ConcurrentRelays", func(t *testing.T) { t.Parallel(); concurrentRelays(t, newTable(t)) })
 	t.Run("ConcurrentClaims", func(t *testing.T) { t.Parallel(); concurrentClaims(t, newTable(t)) })
 	t.Run("StoppedRelayIsTakenOver", func(t *testing.T) { t.Parallel(); stoppedRelay(t, newTable(t)) })
@@ -119,6 +120,21 @@ func bodies(ms []outbox.Message) []string {
 	return out
 }
 
+// drain runs relay's rounds until tb has no unsent event, for at most 10s.
+func drain(t *testing.T, tb Table, relay *outbox.Relay, pub *recorder) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, tb) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox not drained; published %v", bodies(pub.got))
+		}
+		if _, err := relay.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A key's later events wait while its first one fails, and are published in the order they
 // were added; other keys' events are not held up.
 func orderPerKey(t *testing.T, tb Table) {
@@ -148,16 +164,7 @@ func orderPerKey(t *testing.T, tb Table) {
 	if pub.got[0].Header["X-Trace"][0] != "abc" {
 		t.Errorf("headers lost: %v", pub.got[0].Header)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for count(t, tb) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox not drained; published %v", bodies(pub.got))
-		}
-		if _, err := relay.Round(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	drain(t, tb, relay, pub)
 	if got := fmt.Sprint(bodies(pub.got)); got != "[x a b c]" {
 		t.Fatalf("published %s, want [x a b c]", got)
 	}
@@ -166,14 +173,79 @@ func orderPerKey(t *testing.T, tb Table) {
 	}
 }
 
+// Events of one order key wait while its first one fails, whatever their keys: A1 and A2
+// (keys a/1 and a/2, order key "a") are published in the order they were added, A2 only
+// once A1 is, while B1 (order key "b") is not held up. Events without an order key are
+// ordered by their key, as their own order key: K1 and K2 (key "k") in order, L1 (key "l")
+// not held up. Claim hands each event out with its order key filled in.
+func orderPerOrderKey(t *testing.T, tb Table) {
+	ctx := context.Background()
+	for _, m := range []outbox.Message{
+		{Key: "a/1", OrderKey: "a", Body: []byte("A1")},
+		{Key: "k", Body: []byte("K1")},
+		{Key: "a/2", OrderKey: "a", Body: []byte("A2")},
+		{Key: "b/1", OrderKey: "b", Body: []byte("B1")},
+		{Key: "k", Body: []byte("K2")},
+		{Key: "l", Body: []byte("L1")},
+	} {
+		m.Topic = "t"
+		if err := tb.AddTx(ctx, m, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	failures := map[string]int{"A1": 2, "K1": 2}
+	pub := &recorder{fail: func(m outbox.Message) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures[string(m.Body)] > 0 {
+			failures[string(m.Body)]--
+			return false, errors.New("broker down")
+		}
+		return true, nil
+	}}
+	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{MinBackoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(bodies(pub.got)); got != "[B1 L1]" {
+		t.Fatalf("first round published %s, want [B1 L1]: A1 and K1 failed, A2 (order key a) and K2 (key k) wait behind them", got)
+	}
+	drain(t, tb, relay, pub)
+	pos := map[string]int{}
+	for i, m := range pub.got {
+		if _, dup := pos[string(m.Body)]; dup {
+			t.Fatalf("%s published twice: %v", m.Body, bodies(pub.got))
+		}
+		pos[string(m.Body)] = i
+		want := map[string]string{"A1": "a", "A2": "a", "B1": "b", "K1": "k", "K2": "k", "L1": "l"}[string(m.Body)]
+		if m.OrderKey != want {
+			t.Errorf("%s handed out with order key %q, want %q", m.Body, m.OrderKey, want)
+		}
+	}
+	if len(pos) != 6 || pos["A1"] > pos["A2"] || pos["K1"] > pos["K2"] {
+		t.Fatalf("published %v: want all six, A1 before A2 and K1 before K2", bodies(pub.got))
+	}
+}
+
 // Four relays drain one table while publishes fail at random, some after the broker took the
 // event (so it is published twice). Every event is published, the table ends empty, and per
-// key the first publishes come in the order the events were added.
+// order key the first publishes come in the order the events were added: half the streams
+// are events of one key without an order key, half events of distinct keys with one.
 func concurrentRelays(t *testing.T, tb Table) {
 	const keys, perKey = 15, 20
 	for i := 0; i < perKey; i++ {
 		for k := 0; k < keys; k++ {
-			add(t, tb, fmt.Sprintf("key-%d", k), fmt.Sprintf("%d", i))
+			m := outbox.Message{Key: fmt.Sprintf("key-%d", k), Topic: "t", Body: fmt.Appendf(nil, "%d %d", k, i)}
+			if k%2 == 0 {
+				m.Key, m.OrderKey = fmt.Sprintf("key-%d/%d", k, i), fmt.Sprintf("key-%d", k)
+			}
+			if err := tb.AddTx(context.Background(), m, true); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	pub := &recorder{fail: func(outbox.Message) (bool, error) {
@@ -206,15 +278,16 @@ func concurrentRelays(t *testing.T, tb Table) {
 	next := map[string]int{}
 	dups := 0
 	for _, m := range pub.got {
-		var i int
-		fmt.Sscan(string(m.Body), &i)
+		var k, i int
+		fmt.Sscan(string(m.Body), &k, &i)
+		stream := fmt.Sprintf("key-%d", k)
 		switch {
-		case i == next[m.Key]:
-			next[m.Key]++
-		case i < next[m.Key]:
+		case i == next[stream]:
+			next[stream]++
+		case i < next[stream]:
 			dups++ // a repeat of an event already published: the consumer's key absorbs it
 		default:
-			t.Fatalf("%s: event %d published before event %d", m.Key, i, next[m.Key])
+			t.Fatalf("%s: event %d published before event %d", stream, i, next[stream])
 		}
 	}
 	for k := 0; k < keys; k++ {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,8 +70,8 @@ func Add(ctx context.Context, tx Execer, opt Options, m outbox.Message) error {
 	if body == nil {
 		body = []byte{}
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+opt.ident()+` (key, topic, header, body) VALUES ($1, $2, $3, $4)`,
-		m.Key, m.Topic, header, body)
+	_, err := tx.Exec(ctx, `INSERT INTO `+opt.ident()+` (key, order_key, topic, header, body) VALUES ($1, $2, $3, $4, $5)`,
+		m.Key, cmp.Or(m.OrderKey, m.Key), m.Topic, header, body)
 	if err != nil {
 		return fmt.Errorf("pgoutbox: add: %w", err)
 	}
@@ -82,10 +83,13 @@ func Migrate(ctx context.Context, db Execer, opt Options) error {
 	t := opt.ident()
 	idx := func(suffix string) string { return pgx.Identifier{tableName(opt) + suffix}.Sanitize() }
 	// The unsent events are found through partial indexes, however many sent ones are kept;
-	// a table made before sent events were kept gets sent_at and the indexes here.
+	// a table made before sent events were kept gets sent_at and the indexes here, and one
+	// made before events had an order key gets order_key, filled with each event's key (the
+	// order it was published in until then), once: a table that has it is not scanned.
 	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
 	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	key          text        NOT NULL,
+	order_key    text        NOT NULL,
 	topic        text        NOT NULL,
 	header       jsonb       NOT NULL DEFAULT '{}',
 	body         bytea       NOT NULL,
@@ -97,8 +101,16 @@ func Migrate(ctx context.Context, db Execer, opt Options) error {
 	sent_at      timestamptz
 );
 ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS sent_at timestamptz;
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '`+strings.ReplaceAll(t, "'", "''")+`'::regclass AND attname = 'order_key' AND NOT attisdropped) THEN
+		ALTER TABLE `+t+` ADD COLUMN order_key text;
+		UPDATE `+t+` SET order_key = key;
+		ALTER TABLE `+t+` ALTER COLUMN order_key SET NOT NULL;
+	END IF;
+END $$;
 DROP INDEX IF EXISTS `+schemaQualified(opt, tableName(opt)+"_key_id")+`;
-CREATE INDEX IF NOT EXISTS `+idx("_unsent_key_id")+` ON `+t+` (key, id) WHERE sent_at IS NULL;
+DROP INDEX IF EXISTS `+schemaQualified(opt, tableName(opt)+"_unsent_key_id")+`;
+CREATE INDEX IF NOT EXISTS `+idx("_unsent_order_id")+` ON `+t+` (order_key, id) WHERE sent_at IS NULL;
 CREATE INDEX IF NOT EXISTS `+idx("_unsent_id")+` ON `+t+` (id) WHERE sent_at IS NULL;
 CREATE INDEX IF NOT EXISTS `+idx("_sent_at")+` ON `+t+` (sent_at) WHERE sent_at IS NOT NULL`)
 	if err != nil {
@@ -146,17 +158,17 @@ func New(db *pgxpool.Pool, opt Options) (*Store, error) {
 	return &Store{
 		db:        db,
 		retention: cmp.Or(opt.Retention, DefaultRetention),
-		// Only the oldest unsent event of each key is eligible; FOR UPDATE SKIP LOCKED keeps
-		// two relays off one event, and the NOT EXISTS keeps a key's later events back while
-		// an earlier one is unsent, whoever holds it.
+		// Only the oldest unsent event of each order key is eligible; FOR UPDATE SKIP LOCKED
+		// keeps two relays off one event, and the NOT EXISTS keeps an order key's later
+		// events back while an earlier one is unsent, whoever holds it.
 		claim: `UPDATE ` + t + ` o SET claimed_till = $1::timestamptz + $3::interval, attempts = o.attempts + 1
 WHERE o.id IN (
 	SELECT h.id FROM ` + t + ` h
 	WHERE h.sent_at IS NULL AND h.due_at <= $1 AND h.claimed_till <= $1
-	  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.key = h.key AND e.id < h.id AND e.sent_at IS NULL)
+	  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.order_key = h.order_key AND e.id < h.id AND e.sent_at IS NULL)
 	ORDER BY h.id LIMIT $2
 	FOR UPDATE SKIP LOCKED)
-RETURNING o.id, o.key, o.topic, o.header, o.body, o.created_at, o.attempts`,
+RETURNING o.id, o.key, o.order_key, o.topic, o.header, o.body, o.created_at, o.attempts`,
 		sent:  `UPDATE ` + t + ` SET sent_at = clock_timestamp(), claimed_till = '-infinity' WHERE id = $1 AND sent_at IS NULL`,
 		retry: `UPDATE ` + t + ` SET due_at = $2, claimed_till = '-infinity', last_error = left($4, 1000) WHERE id = $1 AND attempts = $3 AND sent_at IS NULL`,
 		lag:   `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM ` + t + ` WHERE sent_at IS NULL`,
@@ -175,7 +187,7 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, lease time.
 	for rows.Next() {
 		var m outbox.Message
 		var header []byte
-		if err := rows.Scan(&m.ID, &m.Key, &m.Topic, &header, &m.Body, &m.CreatedAt, &m.Attempts); err != nil {
+		if err := rows.Scan(&m.ID, &m.Key, &m.OrderKey, &m.Topic, &header, &m.Body, &m.CreatedAt, &m.Attempts); err != nil {
 			return nil, err
 		}
 		if len(header) > 2 {

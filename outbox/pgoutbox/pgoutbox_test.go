@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -17,15 +18,22 @@ import (
 	"github.com/idemkit/idem/outbox/pgoutbox"
 )
 
-// table creates a fresh outbox table and returns the pool, its options and its store.
-func table(t *testing.T) (*pgxpool.Pool, pgoutbox.Options, *pgoutbox.Store) {
+// pool returns a pool of the test database, closed at the test's end.
+func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
+	db, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
+	return db
+}
+
+// table creates a fresh outbox table and returns the pool, its options and its store.
+func table(t *testing.T) (*pgxpool.Pool, pgoutbox.Options, *pgoutbox.Store) {
+	t.Helper()
+	ctx := context.Background()
+	db := pool(t)
 	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_test_%d", rand.Int64()), Retention: time.Hour}
 	if err := pgoutbox.Migrate(ctx, db, opt); err != nil {
 		t.Fatal(err)
@@ -78,16 +86,13 @@ func TestRelayOptions(t *testing.T) {
 	}
 }
 
-// A table made before published events were kept (no sent_at column, a plain (key, id) index)
-// is brought up to date by Migrate, its unsent events kept and published.
+// A table made before published events were kept and before events had an order key (no
+// sent_at or order_key column, a plain (key, id) index) is brought up to date by Migrate, its
+// unsent events kept and published in the order of their key.
 func TestMigrateKeepsAnOlderTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := pgxpool.New(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db := pool(t)
 	opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_old_%d", rand.Int64())}
 	if _, err := db.Exec(ctx, `CREATE TABLE `+opt.Table+` (
 	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, topic text NOT NULL,
@@ -95,7 +100,7 @@ func TestMigrateKeepsAnOlderTable(t *testing.T) {
 	due_at timestamptz NOT NULL DEFAULT '-infinity', claimed_till timestamptz NOT NULL DEFAULT '-infinity',
 	attempts integer NOT NULL DEFAULT 0, last_error text);
 CREATE INDEX `+opt.Table+`_key_id ON `+opt.Table+` (key, id);
-INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old')`); err != nil {
+INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old'), ('k', 't', 'old-2')`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE "+opt.Table) })
@@ -109,8 +114,8 @@ INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old')`); err != 
 		t.Fatal(err)
 	}
 	ms, err := st.Claim(ctx, time.Now(), 10, time.Minute)
-	if err != nil || len(ms) != 1 || string(ms[0].Body) != "old" {
-		t.Fatalf("claim after migrating: %v %v, want the old event", ms, err)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "old" || ms[0].OrderKey != "k" {
+		t.Fatalf("claim after migrating: %v %v, want the first old event only, with order key k", ms, err)
 	}
 	if err := st.Sent(ctx, ms[0]); err != nil {
 		t.Fatal(err)
@@ -118,5 +123,36 @@ INSERT INTO `+opt.Table+` (key, topic, body) VALUES ('k', 't', 'old')`); err != 
 	var sent int
 	if err := db.QueryRow(ctx, "SELECT count(sent_at) FROM "+opt.Table).Scan(&sent); err != nil || sent != 1 {
 		t.Fatalf("%d rows marked sent (%v), want 1", sent, err)
+	}
+}
+
+// A table in a schema of its own, whose name needs quoting, is created, migrated again and
+// used as any other.
+func TestMigrateInSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pool(t)
+	opt := pgoutbox.Options{Schema: fmt.Sprintf("outbox's %d", rand.Int64()), Table: "Events"}
+	if _, err := db.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{opt.Schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{opt.Schema}.Sanitize()+` CASCADE`)
+	})
+	for range 2 {
+		if err := pgoutbox.Migrate(ctx, db, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pgoutbox.Add(ctx, db, opt, outbox.Message{Key: "order-1/paid", OrderKey: "order-1", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgoutbox.New(db, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.Claim(ctx, time.Now(), 10, time.Minute)
+	if err != nil || len(ms) != 1 || ms[0].Key != "order-1/paid" || ms[0].OrderKey != "order-1" {
+		t.Fatalf("claim: %+v %v, want the event with its order key", ms, err)
 	}
 }

@@ -3,10 +3,11 @@
 // is the table as an outbox.Relay reads it.
 //
 // Like pgoutbox's, the table holds each event until it is published: a relay claims the
-// oldest unsent event of each key (a conditional UPDATE, so two relays never publish one
-// event at once, and a key's later events wait while an earlier one is unsent), publishes it
-// and marks it sent; a relay that stops holds its claims only for its lease. Sent events are
-// kept for Options.Retention, then Store.Sweep deletes them in batches (store/sweeper runs it).
+// oldest unsent event of each order key (outbox.Message.OrderKey, kept in the column
+// order_key; a conditional UPDATE, so two relays never publish one event at once, and an
+// order key's later events wait while an earlier one is unsent), publishes it and marks it
+// sent; a relay that stops holds its claims only for its lease. Sent events are kept for
+// Options.Retention, then Store.Sweep deletes them in batches (store/sweeper runs it).
 package sqliteoutbox
 
 import (
@@ -54,6 +55,7 @@ var dialect = sqloutbox.Dialect{
 	Create: []string{`CREATE TABLE IF NOT EXISTS %[1]s (
 	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	okey       TEXT NOT NULL,
+	order_key  TEXT NOT NULL,
 	topic      TEXT NOT NULL,
 	header     TEXT NOT NULL,
 	body       BLOB NOT NULL,
@@ -63,7 +65,7 @@ var dialect = sqloutbox.Dialect{
 	attempts   INTEGER NOT NULL DEFAULT 0,
 	last_error TEXT,
 	sent_us    INTEGER NOT NULL DEFAULT 0
-)`, `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (okey, sent_us, id)`, `CREATE INDEX IF NOT EXISTS %[3]s ON %[1]s (sent_us)`},
+)`, `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (order_key, sent_us, id)`, `CREATE INDEX IF NOT EXISTS %[3]s ON %[1]s (sent_us)`},
 	Sweep: "DELETE FROM %[1]s WHERE id IN (SELECT id FROM %[1]s WHERE sent_us > 0 AND sent_us < ? ORDER BY sent_us LIMIT ?)",
 }
 

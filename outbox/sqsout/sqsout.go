@@ -1,13 +1,16 @@
 // Package sqsout publishes outbox events to Amazon SQS: the event's Topic is the queue's URL,
 // its key travels in the Idempotency-Key message attribute (which consumer/sqs hands the
 // consumer as a header, so outbox.KeyOf reads it), and its other headers as String message
-// attributes. On a FIFO queue (a URL ending in ".fifo") the key is the message group, so a
-// key's events are delivered in order, and the deduplication id names the outbox row, so that
-// SQS drops a relay's second publish of one event within its five-minute window; the
-// consumer's idempotency record covers what falls outside it.
+// attributes. On a FIFO queue (a URL ending in ".fifo") the event's order key
+// (outbox.Message.OrderKey, or its key when unset) is the message group, so an order key's
+// events are delivered in order, and the deduplication id names the outbox row, so that SQS
+// drops a relay's second publish of one event within its five-minute window; the consumer's
+// idempotency record covers what falls outside it. On a standard queue SQS keeps no order:
+// the order key is not sent.
 package sqsout
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -71,7 +74,7 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	}
 	in := &awssqs.SendMessageInput{QueueUrl: aws.String(m.Topic), MessageBody: aws.String(string(m.Body)), MessageAttributes: attrs}
 	if strings.HasSuffix(m.Topic, ".fifo") {
-		in.MessageGroupId = aws.String(m.Key)
+		in.MessageGroupId = aws.String(cmp.Or(m.OrderKey, m.Key))
 		in.MessageDeduplicationId = aws.String(dedupID(p.prefix, m.ID))
 	}
 	_, err := p.api.SendMessage(ctx, in)

@@ -103,6 +103,43 @@ func TestMessage(t *testing.T) {
 	}
 }
 
+// TestFIFOGroup: on a FIFO queue the order key is the message group (the key when there is
+// none), so the events of one order key, whatever their keys, are delivered in order.
+func TestFIFOGroup(t *testing.T) {
+	t.Parallel()
+	cl := client(t)
+	ctx := context.Background()
+	url := queue(t, cl, true)
+	pub, _ := sqsout.New(cl, "tbl")
+	for i, m := range []outbox.Message{
+		{Key: "order-1/created", OrderKey: "order-1"},
+		{Key: "order-1/paid", OrderKey: "order-1"},
+		{Key: "order-2/created"},
+	} {
+		m.ID, m.Topic, m.Body = int64(i+1), url, []byte(m.Key)
+		if err := pub.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := map[string]string{}
+	for len(groups) < 3 {
+		out, err := cl.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId}})
+		if err != nil || len(out.Messages) == 0 {
+			t.Fatalf("received %v, %v after %v", out, err, groups)
+		}
+		for _, msg := range out.Messages {
+			groups[aws.ToString(msg.Body)] = msg.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+			if _, err := cl.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: msg.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if want := "map[order-1/created:order-1 order-1/paid:order-1 order-2/created:order-2/created]"; fmt.Sprint(groups) != want {
+		t.Fatalf("message groups %v, want %s", groups, want)
+	}
+}
+
 // More headers than SQS takes, or a name it refuses, is a permanent error; a nil client is
 // an option error.
 func TestRefused(t *testing.T) {

@@ -4,6 +4,7 @@
 package sqloutbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -23,7 +24,8 @@ type Dialect struct {
 	// NowMicros is an SQL expression of the database's clock in Unix microseconds.
 	NowMicros string
 	// Create are the statements that create the quoted table (%[1]s) and its indexes, whose
-	// names end the quoted table name's (%[2]s: …_unsent_key, %[3]s: …_sent).
+	// names end the quoted table name's (%[2]s: …_unsent_order, %[3]s: …_sent). The column
+	// order_key holds each event's order key (Message.OrderKey, or its Key when empty).
 	Create []string
 	// Sweep deletes at most ? (the second argument) rows sent before ? (the first) from the
 	// quoted table (%[1]s).
@@ -64,8 +66,8 @@ func (d Dialect) Add(ctx context.Context, tx Execer, table string, m outbox.Mess
 	if body == nil {
 		body = []byte{}
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO `+d.Quote(table)+` (okey, topic, header, body, created_us) VALUES (?, ?, ?, ?, `+d.NowMicros+`)`,
-		m.Key, m.Topic, string(header), body)
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+d.Quote(table)+` (okey, order_key, topic, header, body, created_us) VALUES (?, ?, ?, ?, ?, `+d.NowMicros+`)`,
+		m.Key, cmp.Or(m.OrderKey, m.Key), m.Topic, string(header), body)
 	if err != nil {
 		return fmt.Errorf("%s: add: %w", d.Package, err)
 	}
@@ -78,7 +80,7 @@ func (d Dialect) Migrate(ctx context.Context, db Execer, table string) error {
 		return err
 	}
 	for _, stmt := range d.Create {
-		if _, err := db.ExecContext(ctx, fmt.Sprintf(stmt, d.Quote(table), d.Quote(table+"_unsent_key"), d.Quote(table+"_sent"))); err != nil {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(stmt, d.Quote(table), d.Quote(table+"_unsent_order"), d.Quote(table+"_sent"))); err != nil {
 			return fmt.Errorf("%s: migrate: %w", d.Package, err)
 		}
 	}
@@ -109,13 +111,13 @@ func (d Dialect) New(db *sql.DB, table string, retention time.Duration) (*Store,
 		d:         d,
 		db:        db,
 		retention: retention,
-		// The oldest unsent event of each key, due and unclaimed.
+		// The oldest unsent event of each order key, due and unclaimed.
 		candidates: `SELECT h.id FROM ` + t + ` h WHERE h.sent_us = 0 AND h.due_us <= ? AND h.claimed_us <= ?
-  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.okey = h.okey AND e.sent_us = 0 AND e.id < h.id)
+  AND NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.order_key = h.order_key AND e.sent_us = 0 AND e.id < h.id)
 ORDER BY h.id LIMIT ?`,
 		// Taken only if nobody took it meanwhile (two relays reading the same candidates).
 		take:  `UPDATE ` + t + ` SET claimed_us = ?, attempts = attempts + 1 WHERE id = ? AND sent_us = 0 AND due_us <= ? AND claimed_us <= ?`,
-		read:  `SELECT okey, topic, header, body, created_us, attempts FROM ` + t + ` WHERE id = ?`,
+		read:  `SELECT okey, order_key, topic, header, body, created_us, attempts FROM ` + t + ` WHERE id = ?`,
 		sent:  `UPDATE ` + t + ` SET sent_us = ` + d.NowMicros + `, claimed_us = 0 WHERE id = ? AND sent_us = 0`,
 		retry: `UPDATE ` + t + ` SET due_us = ?, claimed_us = 0, last_error = ? WHERE id = ? AND attempts = ? AND sent_us = 0`,
 		lag:   `SELECT COALESCE(` + d.NowMicros + ` - MIN(created_us), 0) FROM ` + t + ` WHERE sent_us = 0`,
@@ -156,7 +158,7 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, lease time.
 		m := outbox.Message{ID: id}
 		var header string
 		var created int64
-		if err := s.db.QueryRowContext(ctx, s.read, id).Scan(&m.Key, &m.Topic, &header, &m.Body, &created, &m.Attempts); err != nil {
+		if err := s.db.QueryRowContext(ctx, s.read, id).Scan(&m.Key, &m.OrderKey, &m.Topic, &header, &m.Body, &created, &m.Attempts); err != nil {
 			return out, err
 		}
 		m.CreatedAt = time.UnixMicro(created)
