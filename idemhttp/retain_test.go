@@ -22,10 +22,20 @@ func retainSetup(t *testing.T, opt idemhttp.Options) (*bundle, chan struct{}) {
 	release := make(chan struct{})
 	opt.RetainRequest = true
 	opt.Scope = idemhttp.KeyedHeaderScope("X-Tenant", []byte("0123456789abcdef0123456789abcdef"))
-	return setup(t, memstore.New(), idem.Options{}, opt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := setup(t, memstore.New(), idem.Options{}, opt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		w.WriteHeader(http.StatusCreated)
-	})), release
+	}))
+	// A test that fails before it releases the handler must not leave it blocked: the
+	// server's close would wait for it until the test binary's timeout.
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return b, release
 }
 
 // post sends a POST with the given headers and body, and returns at once with a wait for its
