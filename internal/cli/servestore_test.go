@@ -53,18 +53,7 @@ var storeKinds = []struct {
 		func(t *testing.T, table string) { mysqlStore(t).dropTable(t, table) }},
 	{"redis", func(hp, prefix string) string { return "redis://" + hp + "/0?prefix=" + prefix + ":" },
 		func(t *testing.T) string { return testenv.RedisAddr(t) },
-		func(t *testing.T, prefix string) {
-			addr := testenv.RedisAddr(t)
-			t.Cleanup(func() {
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				defer rdb.Close()
-				ctx := context.Background()
-				iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-				for iter.Next(ctx) {
-					rdb.Del(ctx, iter.Val())
-				}
-			})
-		}},
+		func(t *testing.T, prefix string) { dropRedisPrefix(t, testenv.RedisAddr(t), prefix+":") }},
 	{"dynamodb", func(hp, table string) string {
 		return "dynamodb://" + table + "?endpoint=" + url.QueryEscape("http://"+hp) + "&region=us-east-1&create=true"
 	}, dynamoServer,
