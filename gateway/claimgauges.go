@@ -17,53 +17,37 @@ import (
 // far less than a lease. A claim still in flight after UpstreamTimeout + Lease is stuck (a
 // hung connection, a store that takes the completion and never answers): while its holder
 // renews its lease, every retry of its key gets 409 and no other gateway takes it over.
+//
+// The claims are the drainer's table of calls, where a request registers once: the clock
+// notes on the request's upstreamOutcome when its effect began, and counts from the table.
 type claimClock struct {
 	overdueAfter time.Duration
 	now          func() time.Time
-
-	mu   sync.Mutex
-	live map[*claimStart]struct{}
+	calls        *drainer
 }
 
-// claimStart is one claim in flight: when its effect began.
-type claimStart struct{ at time.Time }
-
-type claimStartKey struct{}
-
-func newClaimClock(overdueAfter time.Duration) *claimClock {
-	return &claimClock{overdueAfter: overdueAfter, now: time.Now, live: map[*claimStart]struct{}{}}
+func newClaimClock(overdueAfter time.Duration, calls *drainer) *claimClock {
+	return &claimClock{overdueAfter: overdueAfter, now: time.Now, calls: calls}
 }
 
-// begin records a claim's start and returns ctx carrying it, for end.
+// begin records the start of the claim of the request whose context is ctx, and returns ctx.
 func (c *claimClock) begin(ctx context.Context) context.Context {
-	s := &claimStart{at: c.now()}
-	c.mu.Lock()
-	c.live[s] = struct{}{}
-	c.mu.Unlock()
-	return context.WithValue(ctx, claimStartKey{}, s)
+	if o, ok := ctx.Value(outcomeKey{}).(*upstreamOutcome); ok {
+		c.calls.effectBegan(o, c.now())
+	}
+	return ctx
 }
 
-// end forgets the claim begin put in ctx.
+// end notes that the claim begin recorded has finished.
 func (c *claimClock) end(ctx context.Context) {
-	if s, ok := ctx.Value(claimStartKey{}).(*claimStart); ok {
-		c.mu.Lock()
-		delete(c.live, s)
-		c.mu.Unlock()
+	if o, ok := ctx.Value(outcomeKey{}).(*upstreamOutcome); ok {
+		o.effectAt.Store(0)
 	}
 }
 
 // overdue counts the claims in flight for longer than overdueAfter.
 func (c *claimClock) overdue() float64 {
-	cutoff := c.now().Add(-c.overdueAfter)
-	n := 0
-	c.mu.Lock()
-	for s := range c.live {
-		if s.at.Before(cutoff) {
-			n++
-		}
-	}
-	c.mu.Unlock()
-	return float64(n)
+	return float64(c.calls.effectsBefore(c.now().Add(-c.overdueAfter)))
 }
 
 // heldCount is the most in-progress records one count of held keys reads: ten pages.
@@ -165,7 +149,7 @@ func countHeld(ctx context.Context, l idem.Lister, now time.Time) (n int, trunca
 // longer than the upstream timeout and a lease) and, if the store can list its records, the
 // count of held keys, on reg.
 func (g *Gateway) registerClaimGauges(reg prometheus.Registerer) error {
-	g.claims = newClaimClock(time.Duration(g.cfg.UpstreamTimeout) + time.Duration(g.cfg.Lease))
+	g.claims = newClaimClock(time.Duration(g.cfg.UpstreamTimeout)+time.Duration(g.cfg.Lease), g.drain)
 	overdue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "idem", Name: "claims_overdue",
 		Help: "Claims this gateway holds in flight for longer than its upstream timeout plus its lease: stuck, their keys answer 409.",

@@ -23,21 +23,41 @@ const ProblemShuttingDown = "https://idemkit.dev/problems/shutting-down"
 // (hold: the record's expiry; expire: the call's deadline + the lease; release: the call's
 // deadline + 1s), written once with the store's Extend and kept by every later extension.
 // It works through the same store the engines use (floorStore): no operation of its own.
+//
+// Its table of calls is also the claim clock's (idem_claims_overdue): a request is registered
+// once, when its claim's effect or its upstream call begins, whichever is first, and removed
+// when its handler returns. The table is sharded, each shard a list linked through the
+// requests' own upstreamOutcome under its own lock: no allocation and no lock shared by all
+// requests on the request path. Drain and Abort, rare, lock every shard.
 type drainer struct {
 	policy idem.UncertainPolicy
 	lease  time.Duration
 	store  idem.Store // the instrumented store, below floorStore
 	log    *slog.Logger
 
-	draining atomic.Bool // Drain was called: floors apply
+	draining atomic.Bool // Drain was called: floors apply (set with every shard locked)
 	cutCtx   context.Context
 	cutCall  context.CancelFunc // ends every upstream call (Abort)
-	cut      atomic.Bool
+	cut      atomic.Bool        // Abort was called (set with every shard locked)
 
-	mu     sync.Mutex
-	calls  map[*upstreamOutcome]struct{} // requests whose upstream call is or was out, until their handler returns
-	floors map[string]floor              // by storage key
-	empty  chan struct{}                 // closed when calls empties after Abort
+	seq   atomic.Uint32         // spreads registrations over the shards
+	calls [callShards]callShard // requests whose effect or upstream call is or was under way, until their handler returns
+	out   atomic.Int64          // of those, the ones whose upstream call began (changed under their shard's lock)
+
+	mu     sync.Mutex       // guards floors and empty; taken after a shard's lock, never before
+	floors map[string]floor // by storage key
+	empty  chan struct{}    // closed when out drops to 0 after Abort
+}
+
+// callShards is the number of shards of the drainer's table of calls.
+const callShards = 32
+
+// callShard is one shard of the drainer's table of calls: a list of requests linked through
+// their upstreamOutcome (prev, next), guarded by mu.
+type callShard struct {
+	mu   sync.Mutex
+	head *upstreamOutcome
+	_    [64 - 16]byte // one shard per cache line: no false sharing between shards' locks
 }
 
 // floor is the least end of a claim's lease while the gateway drains.
@@ -48,8 +68,7 @@ type floor struct {
 }
 
 func newDrainer(policy idem.UncertainPolicy, lease time.Duration, st idem.Store, log *slog.Logger) *drainer {
-	d := &drainer{policy: policy, lease: lease, store: st, log: log,
-		calls: map[*upstreamOutcome]struct{}{}, floors: map[string]floor{}}
+	d := &drainer{policy: policy, lease: lease, store: st, log: log, floors: map[string]floor{}}
 	d.cutCtx, d.cutCall = context.WithCancel(context.Background())
 	return d
 }
@@ -66,36 +85,119 @@ func (d *drainer) floorFor(o *upstreamOutcome) floor {
 	return f
 }
 
+// lock locks o's shard, registering o there first if it is not yet, and returns the shard.
+// Only o's request goroutine calls it (o.registered and o.shard are that goroutine's).
+func (d *drainer) lock(o *upstreamOutcome) *callShard {
+	if o.registered {
+		sh := &d.calls[o.shard]
+		sh.mu.Lock()
+		return sh
+	}
+	o.registered = true
+	o.shard = d.seq.Add(1) % callShards
+	sh := &d.calls[o.shard]
+	sh.mu.Lock()
+	o.prev, o.next = nil, sh.head
+	if sh.head != nil {
+		sh.head.prev = o
+	}
+	sh.head = o
+	return sh
+}
+
+// lockAll locks every shard, in order.
+func (d *drainer) lockAll() {
+	for i := range d.calls {
+		d.calls[i].mu.Lock()
+	}
+}
+
+// unlockAll unlocks every shard.
+func (d *drainer) unlockAll() {
+	for i := range d.calls {
+		d.calls[i].mu.Unlock()
+	}
+}
+
+// effectBegan notes that the effect of o's claim began at at.
+func (d *drainer) effectBegan(o *upstreamOutcome, at time.Time) {
+	sh := d.lock(o)
+	o.effectAt.Store(at.UnixNano())
+	sh.mu.Unlock()
+}
+
+// effectsBefore counts the requests whose claim's effect began before cutoff and has not
+// ended.
+func (d *drainer) effectsBefore(cutoff time.Time) int {
+	c, n := cutoff.UnixNano(), 0
+	for i := range d.calls {
+		sh := &d.calls[i]
+		sh.mu.Lock()
+		for o := sh.head; o != nil; o = o.next {
+			if at := o.effectAt.Load(); at != 0 && at < c {
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 // begin notes that o's upstream call, which ends by deadline, is about to be sent. While the
 // gateway drains, o's claim gets its floor before the call leaves.
 func (d *drainer) begin(o *upstreamOutcome, deadline time.Time) {
-	d.mu.Lock()
+	sh := d.lock(o)
 	o.deadline = deadline
-	d.calls[o] = struct{}{}
+	d.out.Add(1)
 	var f floor
 	set := d.draining.Load() && o.claimed
 	if set {
 		f = d.floorFor(o)
+		d.mu.Lock()
 		d.floors[o.key] = f
+		d.mu.Unlock()
 	}
-	d.mu.Unlock()
+	sh.mu.Unlock()
 	if set {
 		d.apply(o.key, f)
 	}
 }
 
-// end notes that o's handler has returned: its claim is completed, released or held.
+// end notes that o's handler has returned: its claim is completed, released or held. Only
+// o's request goroutine calls it.
 func (d *drainer) end(o *upstreamOutcome) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.calls[o]; !ok {
+	if !o.registered {
 		return
 	}
-	delete(d.calls, o)
+	o.registered = false
+	sh := &d.calls[o.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o.prev != nil {
+		o.prev.next = o.next
+	} else {
+		sh.head = o.next
+	}
+	if o.next != nil {
+		o.next.prev = o.prev
+	}
+	o.prev, o.next = nil, nil
+	if o.deadline.IsZero() {
+		return // its upstream call never began
+	}
+	last := d.out.Add(-1) == 0
+	// Floors exist only once draining is set, and empty only once cut is: both are set with
+	// every shard locked, so with this one locked they cannot change under us.
+	draining, cut := d.draining.Load(), d.cut.Load()
+	if !draining && !(last && cut) {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if f, ok := d.floors[o.key]; ok && o.claimed && f.token == o.token {
 		delete(d.floors, o.key)
 	}
-	if len(d.calls) == 0 && d.empty != nil {
+	if last && d.empty != nil {
 		close(d.empty)
 		d.empty = nil
 	}
@@ -113,24 +215,28 @@ func (d *drainer) apply(key string, f floor) {
 // drain sets the floor of every claim whose upstream call is out, and of every one sent from
 // now on.
 func (d *drainer) drain() {
-	d.mu.Lock()
-	if d.draining.Swap(true) {
-		d.mu.Unlock()
-		return
-	}
 	type item struct {
 		key string
 		f   floor
 	}
 	var todo []item
-	for o := range d.calls {
-		if o.claimed {
-			f := d.floorFor(o)
-			d.floors[o.key] = f
-			todo = append(todo, item{o.key, f})
+	d.lockAll()
+	if d.draining.Swap(true) {
+		d.unlockAll()
+		return
+	}
+	d.mu.Lock()
+	for i := range d.calls {
+		for o := d.calls[i].head; o != nil; o = o.next {
+			if o.claimed && !o.deadline.IsZero() {
+				f := d.floorFor(o)
+				d.floors[o.key] = f
+				todo = append(todo, item{o.key, f})
+			}
 		}
 	}
 	d.mu.Unlock()
+	d.unlockAll()
 	if len(todo) == 0 {
 		return
 	}
@@ -151,8 +257,9 @@ func (d *drainer) drain() {
 // abort ends every upstream call still out and waits, until ctx ends, for their handlers to
 // answer and settle their claims.
 func (d *drainer) abort(ctx context.Context) int {
+	d.lockAll()
+	n := int(d.out.Load())
 	d.mu.Lock()
-	n := len(d.calls)
 	for key, f := range d.floors {
 		f.keep = true
 		d.floors[key] = f
@@ -164,6 +271,7 @@ func (d *drainer) abort(ctx context.Context) int {
 	}
 	d.cut.Store(true)
 	d.mu.Unlock()
+	d.unlockAll()
 	d.cutCall()
 	if empty != nil {
 		select {

@@ -172,13 +172,13 @@ func New(ctx context.Context, cfg Config, opt Options) (*Gateway, error) {
 		g.Close()
 		return nil, err
 	}
+	instrumented := instrument(g.store, g.metrics.StoreSeconds)
+	g.drain = newDrainer(cfg.UncertainPolicy(), time.Duration(cfg.Lease), instrumented, g.log)
+	instrumented = &floorStore{Store: instrumented, d: g.drain}
 	if err := g.registerClaimGauges(reg); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	instrumented := instrument(g.store, g.metrics.StoreSeconds)
-	g.drain = newDrainer(cfg.UncertainPolicy(), time.Duration(cfg.Lease), instrumented, g.log)
-	instrumented = &floorStore{Store: instrumented, d: g.drain}
 	upstream, _ := url.Parse(cfg.Upstream)
 	transport := opt.Transport
 	if transport == nil {
@@ -475,11 +475,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		idemotel.Route(r.Context(), rt.rule.Path)
 	}
 	r, o := withOutcome(r)
-	defer func() {
-		if !o.deadline.IsZero() { // the upstream call began (drainer.begin, in this goroutine)
-			g.drain.end(o)
-		}
-	}()
+	defer g.drain.end(o) // if its effect or upstream call began (registered, in this goroutine)
 	rt.handler.ServeHTTP(w, r)
 }
 

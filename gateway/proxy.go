@@ -176,6 +176,14 @@ type upstreamOutcome struct {
 	token    int64
 	expires  time.Time
 	deadline time.Time
+	// effectAt is when the claim's effect began (Unix nanoseconds; 0: not under way), for
+	// idem_claims_overdue.
+	effectAt atomic.Int64
+	// The request's place in the drainer's table of calls: registered and shard are the
+	// request goroutine's own; prev and next are guarded by the shard's lock.
+	registered bool
+	shard      uint32
+	prev, next *upstreamOutcome
 }
 
 // withOutcome returns r carrying a new upstreamOutcome, and that outcome.

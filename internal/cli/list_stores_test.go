@@ -107,10 +107,8 @@ func checkListing(t *testing.T, store string) {
 	}
 }
 
-func TestListRedis(t *testing.T) {
-	t.Parallel()
-	addr := testenv.RedisAddr(t)
-	prefix := fmt.Sprintf("idemclilist%08x:", rand.Uint32())
+// dropRedisPrefix deletes the keys under prefix on the Redis server at addr when the test ends.
+func dropRedisPrefix(t *testing.T, addr, prefix string) {
 	t.Cleanup(func() {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		defer rdb.Close()
@@ -120,6 +118,13 @@ func TestListRedis(t *testing.T) {
 			rdb.Del(ctx, iter.Val())
 		}
 	})
+}
+
+func TestListRedis(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RedisAddr(t)
+	prefix := fmt.Sprintf("idemclilist%08x:", rand.Uint32())
+	dropRedisPrefix(t, addr, prefix)
 	store := "redis://" + addr + "/0?prefix=" + url.QueryEscape(prefix)
 	seedURL(t, store)
 	checkListing(t, store)

@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idem/internal/syncbuf"
+	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
@@ -22,33 +26,52 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// storeKinds are the network stores: a URL for each at a host:port, and the address of the
-// test's real server (which skips the test, or fails it with IDEM_REQUIRE_SERVICES=1, when
-// it is not running).
+// storeKinds are the network stores: a URL for each at a host:port naming a table (or key
+// prefix) of its own, the address of the test's real server (which skips the test, or fails
+// it with IDEM_REQUIRE_SERVICES=1, when it is not running), and a way to remove that table
+// from the real server when the test ends. Each test names its own table (newTable), so two
+// test processes at once never share one.
 var storeKinds = []struct {
 	name   string
-	url    func(hostport string) string
+	url    func(hostport, table string) string
 	server func(t *testing.T) string
+	drop   func(t *testing.T, table string)
 }{
-	{"postgres", func(hp string) string {
-		return "postgres://postgres@" + hp + "/test?sslmode=disable&table=idem_cli_wait"
+	{"postgres", func(hp, table string) string {
+		return "postgres://postgres@" + hp + "/test?sslmode=disable&table=" + table
 	},
-		func(t *testing.T) string { return testenv.HostPort("5432")(testenv.PostgresURL(t)) }},
-	{"mysql", func(hp string) string { return "mysql://root@" + hp + "/test?table=idem_cli_wait" },
+		func(t *testing.T) string { return testenv.HostPort("5432")(testenv.PostgresURL(t)) },
+		func(t *testing.T, table string) { postgresStore(t).dropTable(t, table) }},
+	{"mysql", func(hp, table string) string { return "mysql://root@" + hp + "/test?table=" + table },
 		func(t *testing.T) string {
 			dsn := testenv.MySQLDSN(t)
 			if i, j := strings.Index(dsn, "tcp("), strings.Index(dsn, ")"); i >= 0 && j > i {
 				return dsn[i+4 : j]
 			}
 			return testenv.HostPort("3306")(dsn)
+		},
+		func(t *testing.T, table string) { mysqlStore(t).dropTable(t, table) }},
+	{"redis", func(hp, prefix string) string { return "redis://" + hp + "/0?prefix=" + prefix + ":" },
+		func(t *testing.T) string { return testenv.RedisAddr(t) },
+		func(t *testing.T, prefix string) { dropRedisPrefix(t, testenv.RedisAddr(t), prefix+":") }},
+	{"dynamodb", func(hp, table string) string {
+		return "dynamodb://" + table + "?endpoint=" + url.QueryEscape("http://"+hp) + "&region=us-east-1&create=true"
+	}, dynamoServer,
+		func(t *testing.T, table string) {
+			ep := "http://" + dynamoServer(t)
+			t.Cleanup(func() {
+				_, err := dynamostore.LocalClient(ep, nil).DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+				var nf *types.ResourceNotFoundException
+				if err != nil && !errors.As(err, &nf) {
+					t.Errorf("DeleteTable %s: %v", table, err)
+				}
+			})
 		}},
-	{"redis", func(hp string) string { return "redis://" + hp + "/0?prefix=idem-cli-wait:" },
-		func(t *testing.T) string { return testenv.RedisAddr(t) }},
-	{"dynamodb", func(hp string) string {
-		return "dynamodb://idem_cli_wait?endpoint=" + url.QueryEscape("http://"+hp) + "&region=us-east-1&create=true"
-	}, func(t *testing.T) string {
-		return testenv.HostPort("8000")(testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000")))
-	}},
+}
+
+// dynamoServer is the host:port of DynamoDB Local.
+func dynamoServer(t *testing.T) string {
+	return testenv.HostPort("8000")(testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000")))
 }
 
 // TestServeStoreUnreachable: with every kind of store at an address where nothing listens,
@@ -59,7 +82,7 @@ func TestServeStoreUnreachable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{"sqlite": "sqlite:///proc/no-such-dir/idem.db"}
 	for _, k := range storeKinds {
-		cases[k.name] = strings.Replace(k.url("127.0.0.1:1"), "postgres@", "postgres:hunter2@", 1)
+		cases[k.name] = strings.Replace(k.url("127.0.0.1:1", "idem_cli_unreachable"), "postgres@", "postgres:hunter2@", 1)
 	}
 	for name, store := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -147,10 +170,13 @@ func TestServeWaitsForStore(t *testing.T) {
 	for _, k := range storeKinds {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
+			// Dropped after the gate closed (cleanups run last registered first).
+			table := newTable("idem_cli_wait")
+			k.drop(t, table)
 			g := newGate(t, k.server(t))
 			var logs syncbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			cfg := gateway.Config{Upstream: "http://127.0.0.1:1", Store: k.url(g.ln.Addr().String()), Scope: gateway.ScopeNone,
+			cfg := gateway.Config{Upstream: "http://127.0.0.1:1", Store: k.url(g.ln.Addr().String(), table), Scope: gateway.ScopeNone,
 				Listen: "127.0.0.1:0", WaitForStore: gateway.Duration(60 * time.Second)}.WithDefaults()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

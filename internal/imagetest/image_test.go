@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // podman runs the podman command line of IDEM_PODMAN (the global flags that work on this
@@ -220,8 +221,27 @@ func TestImagePostgres(t *testing.T) {
 	if strings.Contains(pg, "?") {
 		sep = "&"
 	}
+	// A table of this run's own, dropped when the test ends (after the container stopped:
+	// cleanups run last registered first).
+	table := fmt.Sprintf("idem_image_test_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pg)
+		if err != nil {
+			t.Logf("dropping %s: %v", table, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Logf("dropping %s: %v", table, err)
+		}
+		if _, err := conn.Exec(ctx, "DELETE FROM idem_migrations WHERE tbl = $1", table); err != nil {
+			t.Logf("dropping %s: %v", table, err)
+		}
+	})
 	up := newUpstream(t)
-	c := run(t, img, nil, "--upstream", up.URL, "--scope", "none", "--store", pg+sep+"table=idem_image_test",
+	c := run(t, img, nil, "--upstream", up.URL, "--scope", "none", "--store", pg+sep+"table="+table,
 		"--shutdown-delay", "1s")
 
 	key := fmt.Sprintf("order-%d", time.Now().UnixNano())

@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/mysqlstore"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storeurl"
@@ -56,6 +61,42 @@ func roundTrip(t *testing.T, raw string) {
 	}
 }
 
+// ownSQLTable returns a table name of this test run's own, starting with prefix, and drops
+// that table and its migration row, through the PostgreSQL or MySQL store URL base+name, when
+// the test ends: two test processes at once never share a table.
+func ownSQLTable(t *testing.T, base, prefix string) string {
+	t.Helper()
+	table := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := storeurl.Open(ctx, base+table)
+		if err != nil {
+			t.Logf("dropping %s: %v", table, err)
+			return
+		}
+		defer st.Close()
+		switch s := st.(type) {
+		case *pgstore.Store:
+			_, err = s.Pool().Exec(ctx, `DROP TABLE IF EXISTS `+s.Table())
+			if err == nil {
+				_, err = s.Pool().Exec(ctx, `DELETE FROM `+pgstore.MigrationsTable+` WHERE tbl = $1`, table)
+			}
+		case *mysqlstore.Store:
+			_, err = s.DB().ExecContext(ctx, `DROP TABLE IF EXISTS `+s.Table())
+			if err == nil {
+				_, err = s.DB().ExecContext(ctx, `DELETE FROM `+mysqlstore.MigrationsTable+` WHERE tbl = ?`, table)
+			}
+		default:
+			err = fmt.Errorf("a %T, not a SQL store", st)
+		}
+		if err != nil {
+			t.Errorf("dropping %s: %v", table, err)
+		}
+	})
+	return table
+}
+
 func TestOpenEachScheme(t *testing.T) {
 	covered := map[string]bool{}
 	run := func(scheme string, f func(t *testing.T)) {
@@ -70,8 +111,9 @@ func TestOpenEachScheme(t *testing.T) {
 		if strings.Contains(u, "?") {
 			sep = "&"
 		}
+		table := ownSQLTable(t, u+sep+"table=", "storeurl_records")
 		for q, want := range map[string]int{"": storeurl.PostgresGroupCommit, "&group_commit=0": 0, "&group_commit=3": 3} {
-			raw := u + sep + "table=storeurl_records" + q
+			raw := u + sep + "table=" + table + q
 			roundTrip(t, raw)
 			st, err := storeurl.Open(context.Background(), raw)
 			if err != nil {
@@ -85,7 +127,8 @@ func TestOpenEachScheme(t *testing.T) {
 	})
 	run("mysql", func(t *testing.T) {
 		testenv.MySQLDSN(t)
-		roundTrip(t, "mysql://root@127.0.0.1:3306/test?table=storeurl_records")
+		base := "mysql://root@127.0.0.1:3306/test?table="
+		roundTrip(t, base+ownSQLTable(t, base, "storeurl_records"))
 	})
 	run("redis", func(t *testing.T) { roundTrip(t, "redis://"+testenv.RedisAddr(t)+"/0?prefix=storeurl:") })
 	run("redis/autopipeline", func(t *testing.T) {
@@ -98,7 +141,11 @@ func TestOpenEachScheme(t *testing.T) {
 	})
 	run("dynamodb", func(t *testing.T) {
 		ep := testenv.Service(t, "DynamoDB Local", "IDEM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000", testenv.HostPort("8000"))
-		roundTrip(t, fmt.Sprintf("dynamodb://storeurl_%d?endpoint=%s&create=true", time.Now().UnixNano(), ep))
+		table := fmt.Sprintf("storeurl_%d", time.Now().UnixNano())
+		t.Cleanup(func() {
+			_, _ = dynamostore.LocalClient(ep, http.DefaultTransport).DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+		})
+		roundTrip(t, fmt.Sprintf("dynamodb://%s?endpoint=%s&create=true", table, ep))
 	})
 	run("postgresql", func(t *testing.T) {
 		u := testenv.PostgresURL(t)
@@ -110,7 +157,8 @@ func TestOpenEachScheme(t *testing.T) {
 		if strings.Contains(rest, "?") {
 			sep = "&"
 		}
-		roundTrip(t, "postgresql://"+rest+sep+"table=storeurl_records")
+		base := "postgresql://" + rest + sep + "table="
+		roundTrip(t, base+ownSQLTable(t, base, "storeurl_records"))
 	})
 	// Every registered scheme has its subtest above, or is the TLS spelling of one that has and
 	// opens the same way: no store a URL can name goes unchecked.

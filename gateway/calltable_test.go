@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// TestDrainerTableUnderLoad: many requests at once, spread over every shard of the drainer's
+// table, some sending their upstream call before Drain and some while it runs: once Drain has
+// returned and every call is out, every claimed call has its floor; the claim clock counts
+// every effect under way and no other; Abort counts the calls out and waits until the last
+// handler has returned (not until its context ends); then the table is empty and so are the
+// floors.
+func TestDrainerTableUnderLoad(t *testing.T) {
+	t.Parallel()
+	for round := range 5 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			t.Parallel()
+			drainerTableRound(t, 40*callShards)
+		})
+	}
+}
+
+func drainerTableRound(t *testing.T, n int) {
+	d := newDrainer(idem.UncertainExpire, time.Minute, memstore.New(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := newClaimClock(time.Hour, d)
+	start := time.Now()
+	var began, ended sync.WaitGroup
+	began.Add(n)
+	ended.Add(n)
+	half := make(chan struct{})
+	release := make(chan struct{})
+	for i := range n {
+		go func() {
+			defer ended.Done()
+			o := &upstreamOutcome{claimed: i%4 != 0, key: fmt.Sprintf("key-%d", i), token: int64(i + 1), expires: start.Add(time.Hour)}
+			ctx := context.WithValue(context.Background(), outcomeKey{}, o)
+			if i%4 == 3 {
+				o.claimed = false // a pass-through: no effect, only the upstream call
+			} else {
+				ctx = clock.begin(ctx)
+			}
+			if i >= n/2 {
+				<-half // sent while the drain runs
+			}
+			d.begin(o, start.Add(time.Minute))
+			began.Done()
+			<-release
+			clock.end(ctx)
+			d.end(o)
+		}()
+	}
+	// Wait for the first half to be out, then drain while the second half sends.
+	for d.out.Load() < int64(n/2) {
+		time.Sleep(time.Millisecond)
+	}
+	close(half)
+	d.drain()
+	began.Wait()
+
+	claimed := 0
+	for i := range n {
+		if i%4 == 1 || i%4 == 2 {
+			claimed++
+		}
+	}
+	d.mu.Lock()
+	floors := len(d.floors)
+	for i := range n {
+		if _, ok := d.floors[fmt.Sprintf("key-%d", i)]; ok != (i%4 == 1 || i%4 == 2) {
+			t.Errorf("key-%d (claimed %v): floor %v", i, i%4 == 1 || i%4 == 2, ok)
+			break
+		}
+	}
+	d.mu.Unlock()
+	if floors != claimed {
+		t.Errorf("%d floors after the drain, want one for each of the %d claimed calls out", floors, claimed)
+	}
+	effects := n - n/4 // every request but the pass-throughs
+	if got := d.effectsBefore(time.Now().Add(time.Second)); got != effects {
+		t.Errorf("%d effects under way, want %d", got, effects)
+	}
+	if got := d.effectsBefore(start.Add(-time.Second)); got != 0 {
+		t.Errorf("%d effects began before the test, want 0", got)
+	}
+	if v := clock.overdue(); v != 0 {
+		t.Errorf("idem_claims_overdue %v with a bound of an hour, want 0", v)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	aborted := make(chan int, 1)
+	go func() { aborted <- d.abort(ctx) }()
+	for !d.cut.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case got := <-aborted:
+		t.Fatalf("Abort returned %d while every call was still out", got)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	ended.Wait()
+	select {
+	case got := <-aborted:
+		if got != n {
+			t.Errorf("Abort counted %d calls out, want %d", got, n)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("Abort returned when its context ended, not when the last handler returned")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Abort did not return after every handler returned")
+	}
+	if got := d.effectsBefore(time.Now().Add(time.Hour)); got != 0 {
+		t.Errorf("%d effects under way after every request ended", got)
+	}
+	if got := d.out.Load(); got != 0 {
+		t.Errorf("%d calls out after every request ended", got)
+	}
+	for i := range d.calls {
+		if d.calls[i].head != nil {
+			t.Errorf("shard %d still lists a request after every request ended", i)
+		}
+	}
+	d.mu.Lock()
+	if len(d.floors) != 0 {
+		t.Errorf("%d floors left after every request ended", len(d.floors))
+	}
+	d.mu.Unlock()
+}
