@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // ErrHijackNotSupported is returned by Hijack on the writer the middleware gives a handler:
@@ -62,9 +64,14 @@ type captureWriter struct {
 	h    *handler
 	r    *http.Request
 	took time.Duration
+	fn   idem.Func // c.run, made once per pooled capture: a method value per request allocates
 }
 
-var captures = sync.Pool{New: func() any { return new(captureWriter) }}
+var captures = sync.Pool{New: func() any {
+	c := new(captureWriter)
+	c.fn = c.run
+	return c
+}}
 
 // Header returns the response header map: the handler sets headers on the real one.
 func (c *captureWriter) Header() http.Header { return c.w.Header() }

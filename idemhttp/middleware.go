@@ -225,7 +225,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.opt.RetainRequest {
 		call.Request = m.retained(r, c.body.b)
 	}
-	res, err := m.eng.Run(r.Context(), call, c.run)
+	res, err := m.eng.Run(r.Context(), call, c.fn)
 	done = true
 	if c.panicked != nil {
 		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers
@@ -460,7 +460,7 @@ func (c *captureWriter) release() {
 	} else {
 		*buf, *reqBuf = (*buf)[:0], (*reqBuf)[:0]
 	}
-	*c = captureWriter{buf: buf, reqBuf: reqBuf, body: bodyReader{rc: c.body.rc}} // rc reads c.body.r
+	*c = captureWriter{buf: buf, reqBuf: reqBuf, body: bodyReader{rc: c.body.rc}, fn: c.fn} // rc reads c.body.r
 	captures.Put(c)
 }
 
