@@ -239,7 +239,7 @@ func TestAbortCutsTheCall(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	url, g, _ := inProcess(t, Config{Upstream: up, Lease: Duration(20 * time.Second)})
 	type answer struct {
-		status  int
+		status   int
 		ct, body string
 	}
 	done := make(chan answer, 1)
@@ -264,5 +264,25 @@ func TestAbortCutsTheCall(t *testing.T) {
 	}
 	if !errors.Is(g.Ready(context.Background()), ErrDraining) {
 		t.Error("Ready after Abort is not ErrDraining")
+	}
+}
+
+// The upstream Transport keeps up to 1024 idle connections to the upstream for 90s and bounds
+// a TLS handshake to 10s and the wait for a 100 Continue to 1s; it never goes through a proxy
+// from the environment.
+func TestUpstreamTransportTuning(t *testing.T) {
+	tr := upstreamTransport()
+	if tr.Proxy != nil {
+		t.Error("the upstream Transport uses a proxy")
+	}
+	if tr.MaxIdleConns != 1024 || tr.MaxIdleConnsPerHost != 1024 {
+		t.Errorf("idle connections %d, per host %d, want 1024 each", tr.MaxIdleConns, tr.MaxIdleConnsPerHost)
+	}
+	if tr.IdleConnTimeout != 90*time.Second || tr.TLSHandshakeTimeout != 10*time.Second || tr.ExpectContinueTimeout != time.Second {
+		t.Errorf("idle %v, TLS handshake %v, expect-continue %v, want 90s, 10s, 1s",
+			tr.IdleConnTimeout, tr.TLSHandshakeTimeout, tr.ExpectContinueTimeout)
+	}
+	if !tr.ForceAttemptHTTP2 || tr.DialContext == nil {
+		t.Error("HTTP/2 not attempted, or no dialer of the gateway's own")
 	}
 }
