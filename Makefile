@@ -50,13 +50,17 @@ chaos: services ## Chaos run, long form (IDEM_CHAOS_OPS per store, default 10000
 chaos-short: services ## Chaos run for CI: 2,000 operations per store (PostgreSQL, Redis), 3 tenants, every fault class; then the planted stores (fence, scope or drain floor removed), which must fail.
 	IDEM_REQUIRE_SERVICES=1 IDEM_CHAOS_OPS=$${IDEM_CHAOS_OPS:-2000} $(GO) test -tags chaos -count=1 -v -timeout 30m -run 'TestChaos' ./internal/chaos/
 
-chaos-consumers-short: services ## Consumer chaos run for CI: 200 facts per broker (NATS JetStream, RabbitMQ, Redis Streams, SQS) and mode (transaction, engine) under every fault, and planted consumer bugs that must fail (~3 min).
+chaos-consumers-short: services ## Consumer chaos run for CI: 200 facts per broker (NATS JetStream, RabbitMQ, Redis Streams, SQS) and mode (transaction, engine) under every fault, and planted consumer bugs that must fail (~3 min); then the outbox source, 100 events per broker (NATS, RabbitMQ) with relays under fire, and planted relay and consumer bugs that must fail (~90 s).
 	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_FACTS=$${IDEM_CCHAOS_FACTS:-200} $(GO) test -tags chaos -count=1 -v -timeout 15m -run 'TestConsumerChaos' ./internal/consumerchaos/
+	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_OUTBOX_FACTS=$${IDEM_CCHAOS_OUTBOX_FACTS:-100} $(GO) test -tags chaos -count=1 -v -timeout 10m -run 'TestOutboxChaos' ./internal/consumerchaos/
 
 chaos-consumers: services ## Consumer chaos run, long form: IDEM_CCHAOS_FACTS per broker and mode (default 5000); the verdict must be all zeros.
 	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_FACTS=$${IDEM_CCHAOS_FACTS:-5000} $(GO) test -tags chaos -count=1 -v -timeout 3h -run 'TestConsumerChaos$$' ./internal/consumerchaos/
 
-.PHONY: chaos-consumers chaos-consumers-short
+chaos-outbox: services ## Outbox chaos run, long form: producers → outbox → relays → broker → consumers, IDEM_CCHAOS_OUTBOX_FACTS per broker (default 3000); the verdict must be all zeros.
+	IDEM_REQUIRE_SERVICES=1 IDEM_CCHAOS_OUTBOX_FACTS=$${IDEM_CCHAOS_OUTBOX_FACTS:-3000} $(GO) test -tags chaos -count=1 -v -timeout 2h -run 'TestOutboxChaos$$' ./internal/consumerchaos/
+
+.PHONY: chaos-consumers chaos-consumers-short chaos-outbox
 
 bench-redis: services ## redisstore against redis-benchmark, same session (prints the ratio).
 	IDEM_REDIS_BENCH=1 $(GO) test -count=1 -run TestBenchVsRedisBenchmark -v ./store/redisstore/

@@ -162,10 +162,18 @@ type Result struct {
 	ExpiresAt time.Time
 }
 
-// Do runs fn at most once for key, or replays its stored response.
+// Do runs fn at most once for key, or replays its stored response. It is Run's short form,
+// for a call that keeps no route and no request with the record:
+// Run(ctx, Call{Key: key, Fingerprint: fingerprint}, fn).
+func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Result, error) {
+	return e.Run(ctx, Call{Key: key, Fingerprint: fingerprint}, fn)
+}
+
+// Run runs fn at most once for call.Key, or replays its stored response.
 //
-// key is the scoped storage key (1 to MaxStorageKeyLen bytes of UTF-8 without NUL); fingerprint
-// identifies the request (see Fingerprint). Do returns:
+// call.Key is the scoped storage key (1 to MaxStorageKeyLen bytes of UTF-8 without NUL);
+// call.Fingerprint identifies the request (see Fingerprint). The record keeps call.Route,
+// cleaned as Call says, and call.Request when the key is claimed. Run returns:
 //   - the executed or replayed Result and a nil error;
 //   - an error matching ErrMismatch if the key was used with another fingerprint;
 //   - an *InFlightError (ErrInFlight) if another holder runs the effect now and Options.Wait
@@ -177,10 +185,11 @@ type Result struct {
 //     ran but its result could not be recorded.
 //
 // A panic in fn releases the claim and is re-panicked.
-func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Result, error) {
+func (e *Engine) Run(ctx context.Context, call Call, fn Func) (Result, error) {
 	if e == nil || e.store == nil {
-		panic("idem: Do on an Engine not created with New: create it with New")
+		panic("idem: Run on an Engine not created with New: create it with New")
 	}
+	key, fingerprint := call.Key, call.Fingerprint
 	if err := checkArgs(key, fingerprint, fn); err != nil {
 		return Result{}, err
 	}
@@ -201,7 +210,7 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 			return Result{}, err
 		}
 		now := e.opt.Now()
-		res, err := e.reserve(cctx, key, fingerprint, now)
+		res, err := e.reserve(cctx, &call, now)
 		if err != nil {
 			err := storeError("reserve", err)
 			endClaim(&claim, &wait, Event{Key: key, Outcome: OutcomeStoreError, Err: err})
@@ -253,10 +262,10 @@ func (e *Engine) Do(ctx context.Context, key, fingerprint string, fn Func) (Resu
 	}
 }
 
-// reserve claims key with the route (WithRoute) and the request (WithRequest) ctx carries, if any.
-func (e *Engine) reserve(ctx context.Context, key, fingerprint string, now time.Time) (Reservation, error) {
-	return e.store.Reserve(ctx, ReserveRequest{Key: key, Fingerprint: fingerprint, Route: routeFrom(ctx),
-		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL, Request: RequestFromContext(ctx)})
+// reserve claims call's key with its route, cleaned, and its request.
+func (e *Engine) reserve(ctx context.Context, call *Call, now time.Time) (Reservation, error) {
+	return e.store.Reserve(ctx, ReserveRequest{Key: call.Key, Fingerprint: call.Fingerprint, Route: cleanRoute(call.Route),
+		Now: now, Lease: e.opt.Lease, TTL: e.opt.TTL, Request: call.Request})
 }
 
 // freshLease makes sure a claim still holds enough of its lease for the effect to start under

@@ -72,3 +72,26 @@ func ExampleDefaultPolicy() {
 	// keep
 	// uncertain
 }
+
+// A face builds a Call: the key and fingerprint decide what is a duplicate; the route and the
+// request are kept with the record for operators (`idem list`, `idem inspect`, the console).
+func ExampleEngine_Run() {
+	st := memstore.New()
+	eng, _ := idem.New(st, idem.Options{})
+	body := []byte(`{"amount":1000}`)
+	call := idem.Call{
+		Key:         "order-1001",
+		Fingerprint: idem.Fingerprint(body),
+		Route:       "POST /v1/orders/{id}/pay",
+		Request:     &idem.Request{Method: "POST", Target: "/v1/orders/1001/pay", Body: body, BodySize: int64(len(body))},
+	}
+	_, err := eng.Run(context.Background(), call, func(context.Context) (idem.Response, error) {
+		return idem.Response{Status: 201}, nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	rec, _ := st.Get(context.Background(), "order-1001")
+	fmt.Println(rec.Route, rec.Request.Method, rec.Request.Target)
+	// Output: POST /v1/orders/{id}/pay POST /v1/orders/1001/pay
+}

@@ -55,3 +55,16 @@ func ExampleDoJSON() {
 	// 42 false <nil>
 	// 42 true <nil>
 }
+
+// RunJSON takes a Call: its route is kept with the record for operators, and the fingerprint
+// comes from the input.
+func ExampleRunJSON() {
+	st := memstore.New()
+	eng, _ := idem.New(st, idem.Options{})
+	call := idem.Call{Key: "invoice-7", Route: "billing.invoice"}
+	n, _, err := idem.RunJSON(context.Background(), eng, call, map[string]int{"amount": 700},
+		func(ctx context.Context) (int, error) { return 7, nil })
+	rec, _ := st.Get(context.Background(), "invoice-7")
+	fmt.Println(n, err, rec.Route)
+	// Output: 7 <nil> billing.invoice
+}

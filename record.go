@@ -100,7 +100,7 @@ type Record struct {
 	// ExpiresAt is when the record's TTL runs out: from then on it counts as absent.
 	ExpiresAt time.Time
 	// Route names what claimed the key, for operators (such as "POST /v1/orders/{id}/pay"):
-	// the route given with WithRoute when the key was claimed (ReserveRequest.Route), at most
+	// the route the Call named when the key was claimed (ReserveRequest.Route), at most
 	// MaxRouteLen bytes of UTF-8, or "" when none was given.
 	Route string
 	// Request is what the client sent, as the face that claimed the key retained it

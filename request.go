@@ -2,7 +2,6 @@ package idem
 
 import (
 	"bytes"
-	"context"
 	"slices"
 )
 
@@ -47,25 +46,6 @@ func (r *Request) Equal(o *Request) bool {
 		}
 	}
 	return true
-}
-
-// requestKey is the context key of the request set by WithRequest.
-type requestKey struct{}
-
-// WithRequest returns a copy of ctx that carries the request to keep with the record that
-// Engine.Do (and DoJSON) claims: the engine gives it to the store as ReserveRequest.Request.
-// The caller redacts and bounds it; the engine and the stores keep it as given. A nil req
-// keeps none.
-func WithRequest(ctx context.Context, req *Request) context.Context {
-	return context.WithValue(ctx, requestKey{}, req)
-}
-
-// RequestFromContext returns the request WithRequest set on ctx, or nil. A Runner other than
-// the engine (a store's transaction runner) reads it to claim a key with its request, as the
-// engine does.
-func RequestFromContext(ctx context.Context) *Request {
-	r, _ := ctx.Value(requestKey{}).(*Request)
-	return r
 }
 
 // Clone returns a deep copy of r (nil for nil): it shares no map, slice or array with r.

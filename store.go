@@ -72,7 +72,7 @@ type ReserveRequest struct {
 	Key string
 	// Fingerprint identifies the request (see Fingerprint): a takeover needs the same one.
 	Fingerprint string
-	// Route names what claims the key, for operators (see WithRoute and Record.Route): at most
+	// Route names what claims the key, for operators (see Call.Route and Record.Route): at most
 	// MaxRouteLen bytes of valid UTF-8 without NUL bytes, or "" for none. Stores clean it as
 	// storekit.CleanRoute does, so a route they are given directly is kept the same way.
 	Route string
@@ -84,7 +84,7 @@ type ReserveRequest struct {
 	// TTL is how long the record counts (Options.TTL): a claim's ExpiresAt is Now+TTL.
 	TTL time.Duration
 	// Request is what the client sent, redacted and bounded by the face that claims (see
-	// WithRequest and Record.Request), or nil to keep none. Stores keep it as given (encoded by
+	// Call.Request and Record.Request), or nil to keep none. Stores keep it as given (encoded by
 	// storekit.EncodeRequest); they never keep the caller's slices or maps.
 	Request *Request
 }

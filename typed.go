@@ -41,18 +41,34 @@ var ErrResultNotRetained = errors.New("idem: result not retained")
 //
 // Every other outcome (ErrInFlight, ErrStoreUnavailable, ErrLeaseLost after fn ran) is
 // Engine.Do's, with the zero T unless fn ran in this call.
-func DoJSON[T any](ctx context.Context, e Runner, key string, input any, fn func(ctx context.Context) (T, error)) (T, Result, error) {
+//
+// DoJSON is RunJSON's short form, for a call that keeps no route and no request with the
+// record: RunJSON(ctx, r, Call{Key: key}, input, fn).
+func DoJSON[T any](ctx context.Context, r Runner, key string, input any, fn func(ctx context.Context) (T, error)) (T, Result, error) {
+	return RunJSON(ctx, r, Call{Key: key}, input, fn)
+}
+
+// RunJSON is DoJSON with the Call a caller builds: its Key, Route and Request are the record's,
+// as for Runner.Run, and its Fingerprint is the SHA-256 of the JSON encoding of input. A Call
+// that names a Fingerprint of its own is refused with an error matching ErrInvalidInput, and
+// fn does not run.
+func RunJSON[T any](ctx context.Context, r Runner, call Call, input any, fn func(ctx context.Context) (T, error)) (T, Result, error) {
 	var zero T
-	if fn == nil {
+	key := call.Key
+	switch {
+	case fn == nil:
 		return zero, Result{}, invalid("nil function")
+	case call.Fingerprint != "":
+		return zero, Result{}, invalid("Call.Fingerprint is set: RunJSON derives it from the input")
 	}
 	in, err := json.Marshal(input)
 	if err != nil {
 		return zero, Result{}, fmt.Errorf("%w: encoding the input: %v", ErrInvalidInput, err)
 	}
+	call.Fingerprint = Fingerprint(in)
 	var out T
 	var encErr error
-	res, err := e.Do(ctx, key, Fingerprint(in), func(ctx context.Context) (Response, error) {
+	res, err := r.Run(ctx, call, func(ctx context.Context) (Response, error) {
 		v, err := fn(ctx)
 		out = v
 		if err != nil {
@@ -93,7 +109,8 @@ func DoJSON[T any](ctx context.Context, e Runner, key string, input any, fn func
 // The storage key is ScopedKey(name, keyOf(in)): name is the scope that keeps the keys of
 // different functions apart, and must be a non-empty valid scope (CheckScope: no
 // ScopeSeparator, no control character, at most MaxScopeLen bytes). The fingerprint is the JSON encoding of name and in, so
-// the same key with another input fails with ErrMismatch. Everything else — replay decoded from
+// the same key with another input fails with ErrMismatch. The records carry name as their
+// route (Record.Route), for operators. Everything else — replay decoded from
 // JSON, errors released for retry, panics, results that cannot be encoded — is DoJSON's; read
 // its documentation for what a replayed Out keeps. Use DoJSON directly to fingerprint only a
 // part of the input or to see the Result (was it replayed?).
@@ -115,7 +132,7 @@ func Wrap[In, Out any](e Runner, name string, keyOf func(In) string, fn func(ctx
 		if k == "" {
 			return zero, invalid("empty key for function %.80q", name)
 		}
-		out, _, err := DoJSON(ctx, e, ScopedKey(name, k), wrapped[In]{Name: name, In: in}, func(ctx context.Context) (Out, error) {
+		out, _, err := RunJSON(ctx, e, Call{Key: ScopedKey(name, k), Route: name}, wrapped[In]{Name: name, In: in}, func(ctx context.Context) (Out, error) {
 			return fn(ctx, in)
 		})
 		return out, err

@@ -28,7 +28,7 @@ type Message struct {
 	ID string
 	// Subject is where the message came from: the NATS subject, the AMQP routing key, the
 	// queue name. Informational: Handle stores it as the record's route (idem.Record.Route,
-	// shown by `idem list` and the operator console) unless ctx names one (idem.WithRoute).
+	// shown by `idem list` and the operator console).
 	Subject string
 	// Redelivered reports that the broker has delivered this message before (when the broker
 	// says so). Informational: a first delivery can be a duplicate too.
@@ -219,14 +219,11 @@ func (c *Consumer) handle(ctx context.Context, m *Message) Result {
 		fp = idem.Fingerprint(m.Body)
 	}
 
-	if m.Subject != "" && idem.RouteFromContext(ctx) == "" {
-		// The record names where its message came from, for operators (idem list, the console).
-		ctx = idem.WithRoute(ctx, m.Subject)
-	}
 	stop := c.extend(ctx, m)
 	var out []byte
 	succeeded := false
-	res, err := c.engine.Do(ctx, key, fp, func(ctx context.Context) (idem.Response, error) {
+	// The record names where its message came from, for operators (idem list, the console).
+	res, err := c.engine.Run(ctx, idem.Call{Key: key, Fingerprint: fp, Route: m.Subject}, func(ctx context.Context) (idem.Response, error) {
 		b, err := c.h(ctx, m)
 		if err != nil {
 			return idem.Response{}, err

@@ -120,6 +120,14 @@ type Options struct {
 	// KeyedHeaderScope over an API key), or SingleCaller when one trusted caller is the only
 	// one to use the API.
 	Scope ScopeFunc
+	// Route names the route of a request, stored with the record its key claims for operators
+	// (idem.Record.Route: `idem list`, the operator console), cut to idem.MaxRouteLen bytes.
+	// It takes no part in what is a duplicate. Default: the method and the path pattern of the
+	// route the middleware runs in, when the pattern has parameters ("POST /orders/:id", with
+	// app.Post(pattern, mw, handler)), or else the method and the request's path, which may
+	// carry identifiers (an order id, an e-mail address) into the store: return a fixed label
+	// to keep them out, or "" to store none.
+	Route func(c *fiber.Ctx) string
 	// MaxResponseBody is the largest response body kept for replay, in bytes. A larger one is
 	// sent and the record completed without it. Default DefaultMaxResponseBody (1 MiB).
 	MaxResponseBody int
@@ -140,6 +148,7 @@ type middleware struct {
 	methods    []string
 	requireKey bool
 	scope      ScopeFunc
+	route      func(c *fiber.Ctx) string
 	maxBody    int
 	retry      string
 	log        *slog.Logger
@@ -177,7 +186,24 @@ func New(opt Options) (fiber.Handler, error) {
 	if m.methods == nil {
 		m.methods = []string{fiber.MethodPost, fiber.MethodPatch}
 	}
+	m.route = defaultRoute
+	if opt.Route != nil {
+		// A route read in place from the request (c.Path()) must not reach the store, which
+		// may keep it: fasthttp reuses the request's buffers.
+		m.route = func(c *fiber.Ctx) string { return strings.Clone(opt.Route(c)) }
+	}
 	return m.handle, nil
+}
+
+// defaultRoute is Options.Route's default: the method and the path pattern of the route the
+// middleware runs in when the pattern has parameters, or else the method and the request's
+// path. (A pattern without parameters is the path itself on a route, and only a prefix of it
+// in front of the router, as app.Use puts the middleware: "/".)
+func defaultRoute(c *fiber.Ctx) string {
+	if r := c.Route(); r != nil && strings.ContainsAny(r.Path, ":*+") {
+		return c.Method() + " " + r.Path
+	}
+	return c.Method() + " " + c.Path()
 }
 
 // seconds formats d as a Retry-After value: whole seconds, rounded up, at least 1.
@@ -242,7 +268,7 @@ func (m *middleware) serve(c *fiber.Ctx) (Event, error) {
 	r.m, r.c = m, c
 	defer r.release()
 	storageKey, fp := keyAndFingerprint(c, scope, key)
-	res, err := m.eng.Do(c.UserContext(), storageKey, fp, r.fn)
+	res, err := m.eng.Run(c.UserContext(), idem.Call{Key: storageKey, Fingerprint: fp, Route: m.route(c)}, r.fn)
 	if r.panicked != nil {
 		panic(r.panicked) // the outcome is recorded (held as uncertain): let the panic go on
 	}

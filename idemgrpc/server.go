@@ -270,13 +270,13 @@ func (s *server) serve(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	fp := idem.Fingerprint([]byte(info.FullMethod), body)
 	// The record names the method it was claimed for, for operators (idem list, the console).
-	ctx = idem.WithRoute(ctx, info.FullMethod)
+	call := idem.Call{Key: idem.ScopedKey(scope, key), Fingerprint: fp, Route: info.FullMethod}
 
 	var (
 		reply    any
 		replyErr error
 	)
-	res, err := s.opt.Runner.Do(ctx, idem.ScopedKey(scope, key), fp, func(ctx context.Context) (idem.Response, error) {
+	res, err := s.opt.Runner.Run(ctx, call, func(ctx context.Context) (idem.Response, error) {
 		cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 		if cs.ServerTransportStream != nil {
 			ctx = grpc.NewContextWithServerTransportStream(ctx, cs)

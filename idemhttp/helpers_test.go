@@ -172,11 +172,12 @@ func problemType(t *testing.T, r reply) string {
 	return s[:strings.IndexByte(s, '"')]
 }
 
-// runnerFunc is an idem.Runner whose Do is the function itself.
+// runnerFunc is an idem.Runner whose Run is the function itself, given the Call's key and
+// fingerprint.
 type runnerFunc func(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
 
-func (f runnerFunc) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
-	return f(ctx, key, fingerprint, fn)
+func (f runnerFunc) Run(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
+	return f(ctx, call.Key, call.Fingerprint, fn)
 }
 
 func (f runnerFunc) Options() idem.Options { return idem.Options{} }

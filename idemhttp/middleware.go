@@ -221,14 +221,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.recovered(w, r, c, key, start, recover())
 		}
 	}()
-	ctx := r.Context()
-	if route := m.opt.Route(r); route != "" {
-		ctx = idem.WithRoute(ctx, route)
-	}
+	call := idem.Call{Key: StorageKey(p.scope, key), Fingerprint: p.fp, Route: m.opt.Route(r)}
 	if m.opt.RetainRequest {
-		ctx = idem.WithRequest(ctx, m.retained(r, c.body.b))
+		call.Request = m.retained(r, c.body.b)
 	}
-	res, err := m.eng.Do(ctx, StorageKey(p.scope, key), p.fp, c.run)
+	res, err := m.eng.Run(r.Context(), call, c.run)
 	done = true
 	if c.panicked != nil {
 		m.budget.give(&c.held) // the capture is not pooled again: the handler may hold its buffers

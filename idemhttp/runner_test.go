@@ -43,8 +43,8 @@ type plainRunner struct {
 	fail bool
 }
 
-func (p plainRunner) Do(ctx context.Context, key, fp string, fn idem.Func) (idem.Result, error) {
-	res, err := p.eng.Do(ctx, key, fp, fn)
+func (p plainRunner) Run(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
+	res, err := p.eng.Run(ctx, call, fn)
 	if p.fail && res.Executed {
 		return idem.Result{}, &idem.StoreError{Op: "commit", Err: errors.New("connection lost")}
 	}

@@ -198,4 +198,7 @@
 // Options.Lease, not bounded by the invocation's deadline as Wrap's is: set it a little above
 // the function's timeout, so that the record of an invocation stopped at its timeout is free for
 // the platform's retry soon after (until then the retry finds it in flight and reports it).
+//
+// The repository's examples/lambda-events is a complete function for the four sources, tested
+// in a local runtime loop against each one's retries.
 package idemlambda

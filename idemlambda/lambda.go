@@ -97,6 +97,8 @@ type Options struct {
 	// Default: the function's name (the AWS_LAMBDA_FUNCTION_NAME environment variable), or
 	// "lambda" where it is not set. It is the key's scope (idem.ScopedKey), so it must be a
 	// valid one (idem.CheckScope): no '|', no control characters, at most idem.MaxScopeLen bytes.
+	// It is also the route the records carry (idem.Record.Route), shown by `idem list` and the
+	// operator console.
 	Name string
 	// RequireKey makes an event without a key fail with ErrMissingKey. Default false: the
 	// handler runs for it without protection, and a warning is logged.
@@ -239,7 +241,7 @@ func Wrap[In, Out any](opt Options, handler func(ctx context.Context, event In) 
 		bctx, b := lease.bind(ctx)
 		ran := false
 		var herr error
-		out, res, err := idem.DoJSON(bctx, lease.eng, ev.Key, input, func(ctx context.Context) (Out, error) {
+		out, res, err := idem.RunJSON(bctx, lease.eng, idem.Call{Key: ev.Key, Route: opt.Name}, input, func(ctx context.Context) (Out, error) {
 			defer b.run()()
 			ran = true
 			var o Out

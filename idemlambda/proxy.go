@@ -94,6 +94,7 @@ func newProxy(opt ProxyOptions) (*proxy, error) {
 // request is what the proxy needs of an event.
 type request struct {
 	method, path, query string
+	route               string // the record's route: the API's route template, or method and path
 	body                string
 	base64              bool
 	header              func(name string) []string // values of a header, any case
@@ -110,6 +111,7 @@ type answer struct {
 	retryAfter  int64 // seconds, 0: none
 	key         string
 	fingerprint string
+	route       string
 	// ev is what became of the request, for ProxyOptions.OnEvent: its Outcome for a
 	// refusal; from serve, its Outcome, Takeover and Err.
 	ev Event
@@ -152,6 +154,7 @@ func (p *proxy) decide(r request) answer {
 	return answer{
 		key:         idemhttp.StorageKey(scope, key),
 		fingerprint: idem.Fingerprint([]byte(r.method), []byte(r.path), []byte(r.query), body),
+		route:       r.route,
 	}
 }
 
@@ -195,7 +198,7 @@ func serve[Resp any](ctx context.Context, p *proxy, a answer, status func(Resp) 
 	bctx, b := p.lease.bind(ctx)
 	ran := false
 	var herr error
-	res, err := p.lease.eng.Do(bctx, a.key, a.fingerprint, func(ctx context.Context) (idem.Response, error) {
+	res, err := p.lease.eng.Run(bctx, idem.Call{Key: a.key, Fingerprint: a.fingerprint, Route: a.route}, func(ctx context.Context) (idem.Response, error) {
 		defer b.run()()
 		ran = true
 		out, herr = h(ctx)
@@ -273,6 +276,7 @@ func WrapAPIGateway(opt ProxyOptions, handler func(ctx context.Context, req even
 		}
 		a := p.decide(request{
 			method: req.HTTPMethod, path: req.Path, query: v1Query(req), body: req.Body, base64: req.IsBase64Encoded,
+			route:     proxyRoute(req.HTTPMethod, req.Resource, req.Path),
 			header:    func(name string) []string { return v1Header(req, name) },
 			principal: v1Principal(req.RequestContext),
 		})
@@ -318,6 +322,7 @@ func WrapHTTPAPI(opt ProxyOptions, handler func(ctx context.Context, req events.
 		}
 		a := p.decide(request{
 			method: req.RequestContext.HTTP.Method, path: req.RawPath, query: req.RawQueryString, body: req.Body, base64: req.IsBase64Encoded,
+			route:     proxyRoute(req.RequestContext.HTTP.Method, req.RouteKey, req.RawPath),
 			header:    func(name string) []string { return lookupHeader(req.Headers, nil, name) },
 			principal: v2Principal(req.RequestContext.Authorizer),
 		})
@@ -438,4 +443,18 @@ func v2Principal(a *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) 
 		return "lambda\n" + v
 	}
 	return ""
+}
+
+// proxyRoute is the route a proxy's record carries, as idemhttp.DefaultRoute names it: the
+// route template API Gateway matched (a REST API's resource, "/orders/{id}", or an HTTP API's
+// route key, "POST /orders/{id}") with the method in front when it has none, or the method and
+// the path when there is no template (a $default route, a function URL).
+func proxyRoute(method, template, path string) string {
+	switch {
+	case template == "" || template == "$default":
+		return method + " " + path
+	case strings.IndexByte(template, ' ') >= 0:
+		return template
+	}
+	return method + " " + template
 }

@@ -13,7 +13,10 @@
 //
 // Events of one key are published in the order they were written: only the oldest unsent
 // event of a key is ever handed to a relay, and a failed publish is retried, with backoff,
-// before any later event of that key. Events of other keys are not held up by it. Several
+// before any later event of that key. Events of other keys are not held up by it. The order
+// is that of each event's first publish: a relay stopped past its lease (a paused process, a
+// stalled network) may still deliver its copy of an event after another relay has published
+// the key's next one, a repeat that the consumer's key absorbs. Several
 // relays may run against one table (one per process of a deployment): each claims events
 // under a lease, and a relay that stops mid-publish leaves its events to another after the
 // lease.

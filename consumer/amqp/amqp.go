@@ -98,11 +98,11 @@ var ErrClosed = errors.New("amqp: channel closed")
 func Run(ctx context.Context, ch *amqp091.Channel, queue string, c *consumer.Consumer, opt Options) error {
 	switch {
 	case ch == nil:
-		return fmt.Errorf("%w: amqp.Run: channel is nil", idem.ErrInvalidInput)
+		return &idem.OptionError{Package: "amqp", Field: "channel", Problem: "is nil"}
 	case c == nil:
-		return fmt.Errorf("%w: amqp.Run: consumer is nil", idem.ErrInvalidInput)
+		return &idem.OptionError{Package: "amqp", Field: "consumer", Problem: "is nil"}
 	case opt.Concurrency < 0:
-		return fmt.Errorf("%w: amqp.Options.Concurrency %d is negative", idem.ErrInvalidInput, opt.Concurrency)
+		return &idem.OptionError{Package: "amqp", Field: "Options.Concurrency", Problem: fmt.Sprintf("%d is negative", opt.Concurrency)}
 	}
 	opt.Concurrency = cmp.Or(opt.Concurrency, 10)
 	if opt.Logger == nil {

@@ -54,7 +54,7 @@ func Throughput(b *testing.B, broker Broker, opt BenchOptions) {
 // direct is a Runner without idem: it runs every effect.
 type direct struct{}
 
-func (direct) Do(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, error) {
+func (direct) Run(ctx context.Context, _ idem.Call, fn idem.Func) (idem.Result, error) {
 	resp, err := fn(ctx)
 	return idem.Result{Response: resp}, err
 }

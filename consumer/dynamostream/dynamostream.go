@@ -26,6 +26,9 @@
 // checkpoints kept in memory are lost with the process, and a restarted one reads the stream
 // again from Options.Start: the last 24 hours of changes from TRIM_HORIZON (effects happen again
 // for keys the store no longer keeps), none of those made while it was down from LATEST.
+//
+// The repository's examples/consumer-dynamostream is a complete program: a payment and its
+// event written in one transaction, and each receipt sent once from the table's stream.
 package dynamostream
 
 import (

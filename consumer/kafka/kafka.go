@@ -67,9 +67,9 @@ type Worker struct {
 func NewWorker(c *consumer.Consumer, opt Options, clientOpts ...kgo.Opt) (*Worker, error) {
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("%w: kafka.NewWorker: consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "kafka", Field: "consumer", Problem: "is nil"}
 	case opt.MaxPollRecords < 0:
-		return nil, fmt.Errorf("%w: kafka.Options.MaxPollRecords %d is negative", idem.ErrInvalidInput, opt.MaxPollRecords)
+		return nil, &idem.OptionError{Package: "kafka", Field: "Options.MaxPollRecords", Problem: fmt.Sprintf("%d is negative", opt.MaxPollRecords)}
 	}
 	opt.MaxPollRecords = cmp.Or(opt.MaxPollRecords, 100)
 	opt.Logger = cmp.Or(opt.Logger, slog.Default())
@@ -86,7 +86,7 @@ func NewWorker(c *consumer.Consumer, opt Options, clientOpts ...kgo.Opt) (*Worke
 	}
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
 		cl.Close()
-		return nil, fmt.Errorf("%w: kafka.NewWorker: the client options name no consumer group (kgo.ConsumerGroup)", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "kafka", Field: "clientOpts", Problem: "name no consumer group (kgo.ConsumerGroup)"}
 	}
 	w.cl = cl
 	return w, nil

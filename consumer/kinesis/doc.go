@@ -43,4 +43,8 @@
 // A sequence number is a place in the stream, not a fact: a producer that retries a PutRecord
 // whose answer it lost writes the fact twice, under two sequence numbers. The consumer's key
 // function reads the fact in the record's data (see Message).
+//
+// The repository's examples/consumer-kinesis is a complete service: payments booked into
+// PostgreSQL in transaction mode, checkpoints in consumer/pgcheckpoints, a worker killed
+// halfway.
 package kinesis

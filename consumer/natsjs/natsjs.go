@@ -42,7 +42,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	if o.Concurrency < 1 {
-		return o, fmt.Errorf("%w: natsjs.Options.Concurrency %d is below 1", idem.ErrInvalidInput, o.Concurrency)
+		return o, &idem.OptionError{Package: "natsjs", Field: "Options.Concurrency", Problem: fmt.Sprintf("%d is below 1", o.Concurrency)}
 	}
 	return o, nil
 }
@@ -94,7 +94,7 @@ func Settle(msg jetstream.Msg, r consumer.Result) error {
 // an error matching idem.ErrInvalidInput when an option is invalid.
 func Handler(ctx context.Context, c *consumer.Consumer, opt Options) (jetstream.MessageHandler, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: natsjs.Handler: consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "natsjs", Field: "consumer", Problem: "is nil"}
 	}
 	opt, err := opt.withDefaults()
 	if err != nil {
@@ -127,9 +127,9 @@ var ErrClosed = errors.New("natsjs: connection closed")
 func Run(ctx context.Context, cons jetstream.Consumer, c *consumer.Consumer, opt Options) error {
 	switch {
 	case cons == nil:
-		return fmt.Errorf("%w: natsjs.Run: jetstream consumer is nil", idem.ErrInvalidInput)
+		return &idem.OptionError{Package: "natsjs", Field: "cons", Problem: "is nil"}
 	case c == nil:
-		return fmt.Errorf("%w: natsjs.Run: consumer is nil", idem.ErrInvalidInput)
+		return &idem.OptionError{Package: "natsjs", Field: "consumer", Problem: "is nil"}
 	}
 	if opt.InProgressEvery == 0 {
 		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {

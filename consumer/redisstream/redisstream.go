@@ -68,17 +68,17 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.Stream == "":
-		return o, fmt.Errorf("%w: redisstream.Options.Stream is required", idem.ErrInvalidInput)
+		return o, &idem.OptionError{Package: "redisstream", Field: "Options.Stream", Problem: "is required"}
 	case o.Group == "":
-		return o, fmt.Errorf("%w: redisstream.Options.Group is required", idem.ErrInvalidInput)
+		return o, &idem.OptionError{Package: "redisstream", Field: "Options.Group", Problem: "is required"}
 	case o.Concurrency < 0:
-		return o, fmt.Errorf("%w: redisstream.Options.Concurrency %d is negative", idem.ErrInvalidInput, o.Concurrency)
+		return o, &idem.OptionError{Package: "redisstream", Field: "Options.Concurrency", Problem: fmt.Sprintf("%d is negative", o.Concurrency)}
 	case o.Block < 0:
-		return o, fmt.Errorf("%w: redisstream.Options.Block %s is negative", idem.ErrInvalidInput, o.Block)
+		return o, &idem.OptionError{Package: "redisstream", Field: "Options.Block", Problem: fmt.Sprintf("%s is negative", o.Block)}
 	case o.MinIdle < 0:
-		return o, fmt.Errorf("%w: redisstream.Options.MinIdle %s is negative", idem.ErrInvalidInput, o.MinIdle)
+		return o, &idem.OptionError{Package: "redisstream", Field: "Options.MinIdle", Problem: fmt.Sprintf("%s is negative", o.MinIdle)}
 	case o.ClaimEvery < 0:
-		return o, fmt.Errorf("%w: redisstream.Options.ClaimEvery %s is negative", idem.ErrInvalidInput, o.ClaimEvery)
+		return o, &idem.OptionError{Package: "redisstream", Field: "Options.ClaimEvery", Problem: fmt.Sprintf("%s is negative", o.ClaimEvery)}
 	}
 	if o.Consumer == "" {
 		host, _ := os.Hostname()
@@ -113,9 +113,9 @@ type Worker struct {
 func NewWorker(rdb redis.UniversalClient, c *consumer.Consumer, opt Options) (*Worker, error) {
 	switch {
 	case rdb == nil:
-		return nil, fmt.Errorf("%w: redisstream.NewWorker: client is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "redisstream", Field: "client", Problem: "is nil"}
 	case c == nil:
-		return nil, fmt.Errorf("%w: redisstream.NewWorker: consumer is nil", idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "redisstream", Field: "consumer", Problem: "is nil"}
 	}
 	opt, err := opt.withDefaults()
 	if err != nil {

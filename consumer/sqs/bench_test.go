@@ -67,7 +67,7 @@ func BenchmarkAlternating(b *testing.B) {
 // direct runs every effect, without idem: the baseline.
 type direct struct{}
 
-func (direct) Do(ctx context.Context, _, _ string, fn idem.Func) (idem.Result, error) {
+func (direct) Run(ctx context.Context, _ idem.Call, fn idem.Func) (idem.Result, error) {
 	resp, err := fn(ctx)
 	return idem.Result{Response: resp}, err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 )
 
@@ -37,10 +38,10 @@ type LambdaOptions struct {
 // always nil: a failure is a record's, never the batch's.
 func LambdaHandler(c *consumer.Consumer, opt LambdaOptions) (func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error), error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: sqs.LambdaHandler: consumer is nil", errInvalid)
+		return nil, &idem.OptionError{Package: "sqs", Field: "consumer", Problem: "is nil"}
 	}
 	if opt.Concurrency < 0 {
-		return nil, fmt.Errorf("%w: sqs.LambdaOptions.Concurrency %d is negative", errInvalid, opt.Concurrency)
+		return nil, &idem.OptionError{Package: "sqs", Field: "LambdaOptions.Concurrency", Problem: fmt.Sprintf("%d is negative", opt.Concurrency)}
 	}
 	conc := cmp.Or(opt.Concurrency, 1)
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {

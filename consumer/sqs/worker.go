@@ -18,10 +18,6 @@ import (
 	"github.com/idemkit/idem/internal/retry"
 )
 
-// errInvalid is what option and argument checks wrap, so that callers match them with
-// errors.Is(err, idem.ErrInvalidInput).
-var errInvalid = idem.ErrInvalidInput
-
 // API is the part of the SQS client the Worker uses; *sqs.Client from
 // github.com/aws/aws-sdk-go-v2/service/sqs implements it.
 type API interface {
@@ -106,11 +102,11 @@ type Worker struct {
 func NewWorker(api API, c *consumer.Consumer, opt WorkerOptions) (*Worker, error) {
 	switch {
 	case api == nil:
-		return nil, fmt.Errorf("%w: sqs.NewWorker: API is nil", errInvalid)
+		return nil, &idem.OptionError{Package: "sqs", Field: "api", Problem: "is nil"}
 	case c == nil:
-		return nil, fmt.Errorf("%w: sqs.NewWorker: consumer is nil", errInvalid)
+		return nil, &idem.OptionError{Package: "sqs", Field: "consumer", Problem: "is nil"}
 	case opt.QueueURL == "":
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.QueueURL is required", errInvalid)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.QueueURL", Problem: "is required"}
 	}
 	opt.MaxMessages = cmp.Or(opt.MaxMessages, maxBatch)
 	opt.WaitTime = cmp.Or(opt.WaitTime, maxWait)
@@ -119,17 +115,17 @@ func NewWorker(api API, c *consumer.Consumer, opt WorkerOptions) (*Worker, error
 	opt.Concurrency = cmp.Or(opt.Concurrency, 10)
 	switch {
 	case opt.MaxMessages < 1 || opt.MaxMessages > maxBatch:
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.MaxMessages %d is not within 1..%d", errInvalid, opt.MaxMessages, maxBatch)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.MaxMessages", Problem: fmt.Sprintf("%d is not within 1..%d", opt.MaxMessages, maxBatch)}
 	case opt.WaitTime > maxWait:
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.WaitTime %s is above %s", errInvalid, opt.WaitTime, maxWait)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.WaitTime", Problem: fmt.Sprintf("%s is above %s", opt.WaitTime, maxWait)}
 	case opt.VisibilityTimeout < time.Second || opt.VisibilityTimeout > maxVisibility || opt.VisibilityTimeout%time.Second != 0:
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.VisibilityTimeout %s is not whole seconds within 1s..12h", errInvalid, opt.VisibilityTimeout)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.VisibilityTimeout", Problem: fmt.Sprintf("%s is not whole seconds within 1s..12h", opt.VisibilityTimeout)}
 	case opt.ExtendEvery >= opt.VisibilityTimeout:
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.ExtendEvery %s must be shorter than VisibilityTimeout %s", errInvalid, opt.ExtendEvery, opt.VisibilityTimeout)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.ExtendEvery", Problem: fmt.Sprintf("%s must be shorter than VisibilityTimeout %s", opt.ExtendEvery, opt.VisibilityTimeout)}
 	case opt.Concurrency < 1:
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.Concurrency %d is below 1", errInvalid, opt.Concurrency)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.Concurrency", Problem: fmt.Sprintf("%d is below 1", opt.Concurrency)}
 	case opt.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: sqs.WorkerOptions.ShutdownTimeout %s is negative", errInvalid, opt.ShutdownTimeout)
+		return nil, &idem.OptionError{Package: "sqs", Field: "WorkerOptions.ShutdownTimeout", Problem: fmt.Sprintf("%s is negative", opt.ShutdownTimeout)}
 	}
 	w := &Worker{api: api, c: c, opt: opt, log: cmp.Or(opt.Logger, slog.Default())}
 	return w, nil

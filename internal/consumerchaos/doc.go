@@ -38,6 +38,23 @@
 //
 // Then the faults stop, fresh workers drain the broker, and every worker is stopped.
 //
+// # The outbox source
+//
+// TestOutboxChaos feeds the consumers through the outbox instead: producers commit each
+// fact's business row and its event in one PostgreSQL transaction (pgoutbox.Add), and two
+// relay processes (outbox.Relay with natsout or amqpout) publish the events through the
+// run's fault relays. The relays are killed and stopped past their lease like the workers,
+// and kill themselves now and then between an event's publish and its mark-sent; the
+// consumers key each event by its Idempotency-Key header. The drain also waits for the
+// outbox to have nothing unsent. Planted bugs (a relay marking sent before publishing, a
+// consumer keyed by the transport's id) must fail it.
+//
+//	make chaos-outbox                    # 3,000 events per broker (IDEM_CCHAOS_OUTBOX_FACTS)
+//
+// Environment: IDEM_CCHAOS_OUTBOX_FACTS (default IDEM_CCHAOS_FACTS, then 200),
+// IDEM_CCHAOS_OUTBOX_BROKERS (nats, amqp), IDEM_CCHAOS_OUTBOX_MODES (tx, engine; default tx),
+// IDEM_CCHAOS_OUTBOX_SELFTEST_FACTS (events per planted bug, default 150).
+//
 // # Verdict
 //
 // The effects table holds one row per execution of a fact's effect. Judge counts, and the run

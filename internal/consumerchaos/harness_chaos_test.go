@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		os.Exit(workerMain())
 	}
+	if os.Getenv(relayEnv) == "1" {
+		os.Exit(relayMain())
+	}
 	os.Exit(m.Run())
 }
 
@@ -67,7 +70,7 @@ func TestConsumerChaos(t *testing.T) {
 	for _, b := range envList("IDEM_CCHAOS_BROKERS", "nats,amqp,redis,sqs") {
 		for _, mode := range envList("IDEM_CCHAOS_MODES", "tx,engine") {
 			t.Run(b+"/"+mode, func(t *testing.T) {
-				v := runChaos(t, config{broker: b, mode: consumerchaos.Mode(mode), facts: facts})
+				v := runChaos(t, config{broker: b, mode: consumerchaos.Mode(mode), facts: facts}, nil)
 				if !v.OK() {
 					t.Fatal("the verdict is not all zeros")
 				}
@@ -97,7 +100,7 @@ func TestConsumerChaosCatchesPlantedBugs(t *testing.T) {
 		{"scope-dropped/amqp", "amqp", "scope", consumerchaos.Tx, func(v consumerchaos.Verdict) int { return v.UnexplainedDoubles }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := runChaos(t, config{broker: tc.broker, mode: tc.mode, facts: facts, bug: tc.bug})
+			v := runChaos(t, config{broker: tc.broker, mode: tc.mode, facts: facts, bug: tc.bug}, nil)
 			if v.OK() || tc.broken(v) == 0 {
 				t.Fatalf("the planted bug %q went unnoticed", tc.bug)
 			}
@@ -110,12 +113,18 @@ type config struct {
 	mode   consumerchaos.Mode
 	facts  int
 	bug    string
+	// source is "" (the harness publishes to the broker) or "outbox" (producers write to an
+	// outbox table, relay processes publish).
+	source string
 }
 
 // run is one chaos run: its tables, relays, workers and history.
 type run struct {
 	t          *testing.T
 	cfg        config
+	id         string
+	outbox     string // the outbox source's tables
+	payments   string
 	b          broker
 	pgURL      string
 	db         *pgxpool.Pool
@@ -136,7 +145,8 @@ type proc struct {
 	cmd  *exec.Cmd
 }
 
-func runChaos(t *testing.T, cfg config) consumerchaos.Verdict {
+// runChaos runs one chaos run and judges it; seen, if set, is shown the history.
+func runChaos(t *testing.T, cfg config, seen func(consumerchaos.History)) consumerchaos.Verdict {
 	pgURL := testenv.PostgresURL(t)
 	if pgURL == "" {
 		t.Skip("no PostgreSQL")
@@ -152,7 +162,7 @@ func runChaos(t *testing.T, cfg config) consumerchaos.Verdict {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	r := &run{t: t, cfg: cfg, b: b, pgURL: pgURL, db: db, store: "cchaos_idem_" + id, effects: "cchaos_effects_" + id,
+	r := &run{t: t, cfg: cfg, id: id, b: b, pgURL: pgURL, db: db, store: "cchaos_idem_" + id, effects: "cchaos_effects_" + id,
 		dir: t.TempDir(), procs: map[int]*proc{}}
 	r.hist.Mode, r.hist.Lease = cfg.mode, engineLease
 	if _, err := db.Exec(ctx, "CREATE TABLE "+r.effects+" (id bigserial PRIMARY KEY, fact text NOT NULL, worker text NOT NULL, at timestamptz NOT NULL)"); err != nil {
@@ -186,7 +196,16 @@ func runChaos(t *testing.T, cfg config) consumerchaos.Verdict {
 	stop := make(chan struct{})
 	wg := r.supervise(workers, false, stop)
 	pubDone := make(chan struct{})
-	go func() { defer close(pubDone); r.publish() }()
+	stopRelays := make(chan struct{})
+	if cfg.source == "outbox" {
+		r.setupOutbox(ctx)
+		rwg := r.superviseRelays(relays, stopRelays)
+		defer rwg.Wait()
+		defer close(stopRelays) // after drain: then nothing is left unsent
+		go func() { defer close(pubDone); r.produce() }()
+	} else {
+		go func() { defer close(pubDone); r.publish() }()
+	}
 	r.faults(pubDone)
 	// Calm: the faulty workers stop, calm ones drain what is left.
 	close(stop)
@@ -202,6 +221,9 @@ func runChaos(t *testing.T, cfg config) consumerchaos.Verdict {
 			t.Error(err)
 		}
 		t.Logf("history written to %s", name)
+	}
+	if seen != nil {
+		seen(h)
 	}
 	v := consumerchaos.Judge(h)
 	var buf bytes.Buffer
@@ -358,6 +380,9 @@ func (r *run) drain(workers int) {
 		for time.Now().Before(deadline) && quiet < 3 && still < 10 {
 			time.Sleep(300 * time.Millisecond)
 			n, err := r.b.Pending(ctx)
+			if r.cfg.source == "outbox" && err == nil {
+				n += r.unsent(ctx) // the relays have more to publish
+			}
 			var done int
 			if qerr := r.db.QueryRow(ctx, "SELECT count(DISTINCT fact) FROM "+r.effects).Scan(&done); qerr != nil {
 				r.t.Fatal(qerr)
@@ -424,13 +449,19 @@ func (r *run) supervise(n int, calm bool, stop chan struct{}) *sync.WaitGroup {
 // worker runs one worker process until it dies (true: start another) or stop is closed
 // (false).
 func (r *run) worker(slot int, name string, calm bool, stop chan struct{}) bool {
-	cmd := exec.Command(r.exe, "-test.run=^$")
 	env := map[string]string{
 		"NAME": name, "BROKER": r.cfg.broker, "BROKER_URL": r.b.URL(r.busRelay.Addr()), "TARGET": r.b.Target(),
 		"PG": withHost(r.pgURL, r.storeRelay.Addr()), "PG_DIRECT": r.pgURL, "STORE": r.store, "EFFECTS": r.effects,
-		"MODE": string(r.cfg.mode), "BUG": r.cfg.bug, "CALM": strconv.Itoa(b2i(calm)),
+		"MODE": string(r.cfg.mode), "BUG": r.cfg.bug, "CALM": strconv.Itoa(b2i(calm)), "SOURCE": r.cfg.source,
 	}
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	return r.process(slot, name, workerEnv, env, stop)
+}
+
+// process runs the test binary again as a worker or a relay (role: the environment variable
+// that makes it one) in slot, until it dies (true: start another) or stop is closed (false).
+func (r *run) process(slot int, name, role string, env map[string]string, stop chan struct{}) bool {
+	cmd := exec.Command(r.exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), role+"=1")
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, "IDEM_CCHAOS_"+k+"="+v)
 	}
@@ -562,6 +593,8 @@ func (l *lineLog) line(s string) {
 	case len(f) == 6 && f[0] == "D":
 		l.r.hist.Deliveries = append(l.r.hist.Deliveries, consumerchaos.Delivery{Fact: f[1], Worker: l.worker, Outcome: f[2],
 			Unstored: f[3] == "1", Takeover: f[4] == "1", At: at(f[5])})
+	case len(f) == 3 && f[0] == "P": // a relay's publish the broker accepted
+		l.r.hist.Messages++
 	case len(f) == 3 && f[0] == "K":
 		l.r.hist.Kills = append(l.r.hist.Kills, consumerchaos.Kill{Worker: l.worker, Where: f[1], At: at(f[2])})
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/idemkit/idem/consumer/natsjs"
 	"github.com/idemkit/idem/consumer/redisstream"
 	"github.com/idemkit/idem/consumer/sqs"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -133,6 +134,12 @@ func workerMain() int {
 		Runner: runner,
 		Scope:  scope, InFlightDelay: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond, Logger: quiet(),
 		Key: func(m *consumer.Message) (string, error) {
+			if env("SOURCE") == "outbox" {
+				if bug == "transportid" {
+					return m.ID, nil // planted: the broker's id of the delivery, not the event's key
+				}
+				return outbox.KeyOf(m.Header) // the event's key, as every outbox consumer reads it
+			}
 			if f := parse(m); f.Fact != "" {
 				return f.Fact, nil
 			}

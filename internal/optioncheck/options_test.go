@@ -11,12 +11,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/consumer/amqp"
 	"github.com/idemkit/idem/consumer/dynamocheckpoints"
 	"github.com/idemkit/idem/consumer/dynamostream"
+	"github.com/idemkit/idem/consumer/kafka"
 	"github.com/idemkit/idem/consumer/kinesis"
+	"github.com/idemkit/idem/consumer/natsjs"
 	"github.com/idemkit/idem/consumer/pgcheckpoints"
+	"github.com/idemkit/idem/consumer/redisstream"
+	consumersqs "github.com/idemkit/idem/consumer/sqs"
 	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
@@ -30,7 +38,12 @@ import (
 	"github.com/idemkit/idem/outbox/pgoutbox"
 	"github.com/idemkit/idem/outbox/sqliteoutbox"
 	"github.com/idemkit/idem/outbox/sqsout"
+	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/mysqlstore"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/idemkit/idem/store/sweeper"
 )
 
@@ -111,6 +124,36 @@ func TestInvalidOptionsOneRule(t *testing.T) {
 			_, err := dynamostream.Start(context.Background(), c, dynamostream.Options{Client: &dynamodbstreams.Client{}})
 			return err
 		}},
+		{"amqp", "channel", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			return amqp.Run(context.Background(), nil, "q", c, amqp.Options{})
+		}},
+		{"kafka", "consumer", func() error { _, err := kafka.NewWorker(nil, kafka.Options{}); return err }},
+		{"natsjs", "Options.Concurrency", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := natsjs.Handler(context.Background(), c, natsjs.Options{Concurrency: -1})
+			return err
+		}},
+		{"redisstream", "client", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := redisstream.NewWorker(nil, c, redisstream.Options{Stream: "s", Group: "g"})
+			return err
+		}},
+		{"sqs", "WorkerOptions.QueueURL", func() error {
+			c, _ := consumer.New(consumer.Options{Runner: eng, Key: key}, h)
+			_, err := consumersqs.NewWorker(&awssqs.Client{}, c, consumersqs.WorkerOptions{})
+			return err
+		}},
+		{"sqs", "consumer", func() error { _, err := consumersqs.LambdaHandler(nil, consumersqs.LambdaOptions{}); return err }},
+		{"memstore", "Options.MaxBytes", func() error { _, err := memstore.NewBounded(memstore.Options{MaxBytes: -1}); return err }},
+		{"pgstore", "Options.Table", func() error { _, err := pgstore.New(&pgxpool.Pool{}, pgstore.Options{Table: "a-b"}); return err }},
+		{"mysqlstore", "db", func() error { _, err := mysqlstore.New(nil, mysqlstore.Options{}); return err }},
+		{"sqlitestore", "Options.Readers", func() error {
+			_, err := sqlitestore.Open(context.Background(), ":memory:", sqlitestore.Options{Readers: -1})
+			return err
+		}},
+		{"redisstore", "Options.Client", func() error { _, err := redisstore.New(redisstore.Options{}); return err }},
+		{"dynamostore", "Options.Table", func() error { _, err := dynamostore.New(dynamostore.Options{Client: &dynamodb.Client{}}); return err }},
 		{"pgcheckpoints", "db", func() error { _, err := pgcheckpoints.New(nil, pgcheckpoints.Options{Application: "a"}); return err }},
 		{"dynamocheckpoints", "Options.Application", func() error {
 			_, err := dynamocheckpoints.New(dynamocheckpoints.Options{Client: &dynamodb.Client{}, Table: "t"})

@@ -98,8 +98,8 @@ func TestRoutePassesThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := idem.WithRoute(context.Background(), "POST /v1/orders")
-	if _, err := eng.Do(ctx, "k", idem.Fingerprint(nil), func(context.Context) (idem.Response, error) {
+	call := idem.Call{Key: "k", Fingerprint: idem.Fingerprint(nil), Route: "POST /v1/orders"}
+	if _, err := eng.Run(context.Background(), call, func(context.Context) (idem.Response, error) {
 		return idem.Response{Status: 201}, nil
 	}); err != nil {
 		t.Fatal(err)

@@ -40,21 +40,28 @@ func channel(t *testing.T, conn *amqp091.Connection) *amqp091.Channel {
 	return ch
 }
 
-// TestEndToEnd: payments and their events committed together, relayed to RabbitMQ with
-// confirms and every event published twice, consumed by an idem consumer: each payment's
-// effect runs once.
-func TestEndToEnd(t *testing.T) {
-	t.Parallel()
+// workQueue connects to RabbitMQ and declares a queue of the test's own (deleted with its
+// connection), with a confirming publisher.
+func workQueue(t *testing.T, prefix string) (*amqp091.Connection, string, *amqpout.Publisher) {
+	t.Helper()
 	conn := dial(t)
-	queue := fmt.Sprintf("outbox-e2e-%x", rand.Int64())
-	adm := channel(t, conn)
-	if _, err := adm.QueueDeclare(queue, false, true, false, false, nil); err != nil {
+	queue := fmt.Sprintf("%s-%x", prefix, rand.Int64())
+	if _, err := channel(t, conn).QueueDeclare(queue, false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	pub, err := amqpout.New(channel(t, conn), "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, queue, pub
+}
+
+// TestEndToEnd: payments and their events committed together, relayed to RabbitMQ with
+// confirms and every event published twice, consumed by an idem consumer: each payment's
+// effect runs once.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	conn, queue, pub := workQueue(t, "outbox-e2e")
 	e2e.Run(t, pub, queue, func(ctx context.Context, c *consumer.Consumer) error {
 		return amqp.Run(ctx, channel(t, conn), queue, c, amqp.Options{})
 	})
@@ -73,4 +80,32 @@ func TestUnroutableIsAnError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unroutable") {
 		t.Fatalf("publish to no queue: %v, want an unroutable error", err)
 	}
+}
+
+// TestKilledRelay: relay processes publish an event to RabbitMQ (confirmed) and are killed
+// (SIGKILL) before they mark it sent; after the lease another relay publishes it again, and
+// the idem consumer, keyed by the event's Idempotency-Key header, runs each payment's effect
+// once.
+func TestKilledRelay(t *testing.T) {
+	if cfg, ok := e2e.ChildConfig(); ok {
+		conn, err := amqp091.Dial(cfg.Broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := amqpout.New(ch, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2e.Child(cfg, pub)
+	}
+	t.Parallel()
+	conn, queue, pub := workQueue(t, "outbox-kill")
+	e2e.RunKilled(t, e2e.Killed{Pub: pub, Broker: testenv.AMQPURL(t), Topic: queue, Test: "TestKilledRelay",
+		Consume: func(ctx context.Context, c *consumer.Consumer) error {
+			return amqp.Run(ctx, channel(t, conn), queue, c, amqp.Options{})
+		}})
 }

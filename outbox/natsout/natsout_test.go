@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,30 +23,9 @@ import (
 // consumer: each payment's effect runs once.
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
-	url := testenv.NATSURL(t)
+	js, url, subject, cons := workStream(t, "OUTBOX")
 	if url == "" {
 		return
-	}
-	nc, err := nats.Connect(url, nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := fmt.Sprintf("%x", rand.Int64())
-	stream, subject := "OUTBOX_"+id, "outbox."+id
-	ctx := context.Background()
-	// A duplicate window shorter than the relay's backoff, so the repeats reach the consumer.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, Duplicates: 100 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "work", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
 	}
 	pub, err := natsout.New(js, "outbox-e2e")
 	if err != nil {
@@ -54,6 +34,37 @@ func TestEndToEnd(t *testing.T) {
 	e2e.Run(t, pub, subject, func(ctx context.Context, c *consumer.Consumer) error {
 		return natsjs.Run(ctx, cons, c, natsjs.Options{})
 	})
+}
+
+// workStream connects to NATS (url is "" when there is none) and makes a stream of the
+// test's own, removed at its end, with a "work" consumer. Its duplicate window is 100ms,
+// shorter than the relays' backoff and lease, so that the repeats reach the consumer.
+func workStream(t *testing.T, prefix string) (js jetstream.JetStream, url, subject string, cons jetstream.Consumer) {
+	t.Helper()
+	url = testenv.NATSURL(t)
+	if url == "" {
+		return nil, "", "", nil
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%x", rand.Int64())
+	stream := prefix + "_" + id
+	subject = strings.ToLower(prefix) + "." + id
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, Duplicates: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	if cons, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "work", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	return js, url, subject, cons
 }
 
 // TestDuplicateWindowDropsRepeat: within the stream's duplicate window, a second publish of
@@ -91,4 +102,34 @@ func TestDuplicateWindowDropsRepeat(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Fatalf("%d messages in the stream after two publishes of one event, want 1", info.State.Msgs)
 	}
+}
+
+// TestKilledRelay: relay processes publish an event to JetStream and are killed (SIGKILL)
+// before they mark it sent; after the lease another relay publishes it again, and the idem
+// consumer, keyed by the event's Idempotency-Key header, runs each payment's effect once.
+// The stream's duplicate window is shorter than the lease, as when a relay is down longer
+// than the window: the repeat reaches the consumer.
+func TestKilledRelay(t *testing.T) {
+	if cfg, ok := e2e.ChildConfig(); ok {
+		nc, err := nats.Connect(cfg.Broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		pub, _ := natsout.New(js, "payments")
+		e2e.Child(cfg, pub)
+	}
+	t.Parallel()
+	js, url, subject, cons := workStream(t, "OUTBOXK")
+	if url == "" {
+		return
+	}
+	pub, err := natsout.New(js, "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.RunKilled(t, e2e.Killed{Pub: pub, Broker: url, Topic: subject, Test: "TestKilledRelay",
+		Consume: func(ctx context.Context, c *consumer.Consumer) error {
+			return natsjs.Run(ctx, cons, c, natsjs.Options{})
+		}})
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 	t.Run("StoppedRelayIsTakenOver", func(t *testing.T) { t.Parallel(); stoppedRelay(t, newTable(t)) })
 	t.Run("Lag", func(t *testing.T) { t.Parallel(); lag(t, newTable(t)) })
 	t.Run("SentKeptThenSwept", func(t *testing.T) { t.Parallel(); sentKeptThenSwept(t, newTable(t)) })
+	t.Run("PublishedNeverHandedOutAgain", func(t *testing.T) { t.Parallel(); publishedNeverAgain(t, newTable(t)) })
 }
 
 func add(t *testing.T, tb Table, key, body string) {
@@ -341,5 +342,48 @@ func sentKeptThenSwept(t *testing.T, tb Table) {
 	}
 	if unsent, sent := counts(t, tb); unsent != 1 || sent != 0 {
 		t.Fatalf("after sweeping: %d unsent and %d sent rows, want 1 and 0", unsent, sent)
+	}
+}
+
+// Published events are never handed out again, however many the table keeps and however
+// small a claim: a claim of one after many published events hands out the one unsent event
+// behind them (published events taking a claim's places would starve it), and a key whose
+// events were all published has its next event handed out at once.
+func publishedNeverAgain(t *testing.T, tb Table) {
+	ctx := context.Background()
+	const published = 25
+	for i := range published {
+		add(t, tb, fmt.Sprint("k", i%5), fmt.Sprint("old-", i))
+	}
+	pub := &recorder{}
+	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{Batch: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * published {
+		if _, err := relay.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if unsent, sent := counts(t, tb); unsent != 0 || sent != published || len(pub.got) != published {
+		t.Fatalf("after publishing one event a round: %d unsent, %d sent rows, %d publishes; want 0, %d, %d", unsent, sent, len(pub.got), published, published)
+	}
+	add(t, tb, "k0", "new-k0")       // a key whose events were all published
+	add(t, tb, "fresh", "new-fresh") // a key never seen
+	now := time.Now().Add(time.Second)
+	for i, want := range []string{"new-k0", "new-fresh"} {
+		got, err := tb.Store.Claim(ctx, now, 1, time.Minute)
+		if err != nil || len(got) != 1 || string(got[0].Body) != want {
+			t.Fatalf("claim %d of one event after %d published ones handed out %v %v, want [%s]", i+1, published, bodies(got), err, want)
+		}
+	}
+	// Past every lease and retry, a claim of everything hands out the two unsent events only.
+	later := now.Add(time.Hour)
+	got, err := tb.Store.Claim(ctx, later, 2*published, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(bodies(got)) != "[new-k0 new-fresh]" {
+		t.Fatalf("a claim of everything an hour later handed out %v, want [new-k0 new-fresh]: published events are never handed out again", bodies(got))
 	}
 }

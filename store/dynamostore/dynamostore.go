@@ -118,23 +118,23 @@ func New(opt Options) (*Store, error) {
 	opt.SweepMaxPages = cmp.Or(opt.SweepMaxPages, 10)
 	switch {
 	case opt.Client == nil:
-		return nil, invalid("Options.Client is nil")
+		return nil, storeerr.Option("dynamostore", "Options.Client", "is nil")
 	case opt.Table == "":
-		return nil, invalid("Options.Table is empty")
+		return nil, storeerr.Option("dynamostore", "Options.Table", "is empty")
 	case opt.SortKey == "" && opt.SortKeyValue != "":
-		return nil, invalid("Options.SortKeyValue is set but Options.SortKey is empty")
+		return nil, storeerr.Option("dynamostore", "Options.SortKeyValue", "is set but Options.SortKey is empty")
 	case !validText(opt.KeyPrefix):
-		return nil, invalid("Options.KeyPrefix is not UTF-8 without NUL")
+		return nil, storeerr.Option("dynamostore", "Options.KeyPrefix", "is not UTF-8 without NUL")
 	case len(opt.KeyPrefix) >= MaxKeyBytes:
-		return nil, invalid("Options.KeyPrefix of %d bytes is too long", len(opt.KeyPrefix))
+		return nil, storeerr.Option("dynamostore", "Options.KeyPrefix", "of %d bytes is too long", len(opt.KeyPrefix))
 	case len(opt.SortKeyValue) > 1024:
-		return nil, invalid("Options.SortKeyValue is longer than 1024 bytes")
+		return nil, storeerr.Option("dynamostore", "Options.SortKeyValue", "is longer than 1024 bytes")
 	case opt.TTLMargin < 0:
-		return nil, invalid("Options.TTLMargin %s is negative", opt.TTLMargin)
+		return nil, storeerr.Option("dynamostore", "Options.TTLMargin", "%s is negative", opt.TTLMargin)
 	case opt.SweepPageSize < 0:
-		return nil, invalid("Options.SweepPageSize %d is negative", opt.SweepPageSize)
+		return nil, storeerr.Option("dynamostore", "Options.SweepPageSize", "%d is negative", opt.SweepPageSize)
 	case opt.SweepMaxPages < 0:
-		return nil, invalid("Options.SweepMaxPages %d is negative", opt.SweepMaxPages)
+		return nil, storeerr.Option("dynamostore", "Options.SweepMaxPages", "%d is negative", opt.SweepMaxPages)
 	}
 	names := map[string]bool{}
 	for _, n := range []string{opt.PartitionKey, opt.SortKey, opt.TTLAttribute, attrFingerprint, attrState, attrToken,

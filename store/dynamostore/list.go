@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/internal/shardmerge"
+	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/storekit"
 )
 
@@ -56,7 +57,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) (idem.ListPage, erro
 	}
 	api, ok := s.api.(QueryAPI)
 	if !ok {
-		return idem.ListPage{}, invalid("Options.Client does not implement QueryAPI (Query), which List needs")
+		return idem.ListPage{}, storeerr.Option("dynamostore", "Options.Client", "does not implement QueryAPI (Query), which List needs")
 	}
 	l := &lister{s: s, api: api, page: shardmerge.NewPage(b), newest: b.Newest}
 	if b.Newest {

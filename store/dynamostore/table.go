@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/idemkit/idem/store/internal/storeerr"
 )
 
 // TableAPI is the part of the DynamoDB client CreateTable uses. *dynamodb.Client implements it.
@@ -50,7 +52,7 @@ type TableOptions struct {
 func (s *Store) CreateTable(ctx context.Context, opt TableOptions) error {
 	api, ok := s.api.(TableAPI)
 	if !ok {
-		return invalid("Options.Client does not implement TableAPI (CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive)")
+		return storeerr.Option("dynamostore", "Options.Client", "does not implement TableAPI (CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive)")
 	}
 	if (opt.ReadCapacity > 0) != (opt.WriteCapacity > 0) || opt.ReadCapacity < 0 || opt.WriteCapacity < 0 {
 		return invalid("TableOptions.ReadCapacity and TableOptions.WriteCapacity must both be positive or both zero")

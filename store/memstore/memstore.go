@@ -132,9 +132,9 @@ func New() *Store {
 func NewBounded(opt Options) (*Store, error) {
 	switch {
 	case opt.MaxRecords < 0 || opt.MaxRecords > math.MaxInt32:
-		return nil, fmt.Errorf("memstore: invalid options: MaxRecords %d is out of range: %w", opt.MaxRecords, idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "memstore", Field: "Options.MaxRecords", Problem: fmt.Sprintf("%d is out of range", opt.MaxRecords)}
 	case opt.MaxBytes < 0:
-		return nil, fmt.Errorf("memstore: invalid options: MaxBytes %d is negative: %w", opt.MaxBytes, idem.ErrInvalidInput)
+		return nil, &idem.OptionError{Package: "memstore", Field: "Options.MaxBytes", Problem: fmt.Sprintf("%d is negative", opt.MaxBytes)}
 	}
 	s := New()
 	s.maxRecords, s.maxBytes = int32(opt.MaxRecords), opt.MaxBytes

@@ -52,7 +52,7 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
 	return txmode.DoTx(ctx, "mysqlstore", s.ready, txmode.Func[*sql.Tx](fn), func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
-		return s.doTx(ctx, key, fingerprint, fn, nil)
+		return s.doTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn, nil)
 	})
 }
 
@@ -148,7 +148,8 @@ func bounded(secs int64, q string, args []any) string {
 // fn's statements; the completion (one UPDATE); COMMIT. The driver sends START TRANSACTION
 // and COMMIT for the *sql.Tx on their own, and fn must run between the claim and the
 // completion, so no statement of the store can share a round trip with them.
-func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[*sql.Tx], w *txWait) (res idem.Result, retry bool, err error) {
+func (s *Store) doTx(ctx context.Context, call idem.Call, fn txmode.Func[*sql.Tx], w *txWait) (res idem.Result, retry bool, err error) {
+	key, fingerprint := call.Key, call.Fingerprint
 	if err := checkClaim(key, fingerprint); err != nil {
 		return res, false, err
 	}
@@ -193,8 +194,8 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	now := s.opt.Now().Truncate(time.Microsecond)
 	ttl := s.opt.TxTTL
-	route := storekit.CleanRoute(idem.RouteFromContext(ctx))
-	request := idem.RequestFromContext(ctx).Clone()
+	route := storekit.CleanRoute(call.Route)
+	request := call.Request.Clone()
 	r, err := s.claimWaiting(ctx, wctx, tx, &lw, key, fingerprint, route, request, now, ttl)
 	if err != nil {
 		if errors.Is(err, idem.ErrInvalidInput) {

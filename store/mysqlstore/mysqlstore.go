@@ -52,11 +52,11 @@ func (o Options) withDefaults() (Options, error) {
 	o.TxTTL, o.Now = txmode.Defaults(o.TxTTL, o.Now)
 	switch {
 	case o.TxTTL < time.Millisecond:
-		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
+		return o, storeerr.Option("mysqlstore", "Options.TxTTL", "%s is below 1ms", o.TxTTL)
 	case !validName(o.Table):
-		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
+		return o, storeerr.Option("mysqlstore", "Options.Table", "%q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
 	case o.Database != "" && !validName(o.Database):
-		return o, invalid("Options.Database %q is not a valid database name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Database)
+		return o, storeerr.Option("mysqlstore", "Options.Database", "%q is not a valid database name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Database)
 	}
 	return o, nil
 }
@@ -98,7 +98,7 @@ type Store struct {
 // the field, for bad options.
 func New(db *sql.DB, opt Options) (*Store, error) {
 	if db == nil {
-		return nil, invalid("db is nil")
+		return nil, storeerr.Option("mysqlstore", "db", "is nil")
 	}
 	o, err := opt.withDefaults()
 	if err != nil {

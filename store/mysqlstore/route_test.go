@@ -72,13 +72,13 @@ func TestMigrateAddsRoute(t *testing.T) {
 	}
 }
 
-// TestTxRunnerRoute: a TxRunner's claim stores the route its context names.
+// TestTxRunnerRoute: a TxRunner's claim stores the route its Call names; Do, the short form,
+// stores none.
 func TestTxRunnerRoute(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, mysqlstore.Options{})
 	r := mysqlstore.NewTxRunner(st, mysqlstore.TxOptions{})
-	ctx := idem.WithRoute(context.Background(), "POST /tx")
-	_, err := r.Do(ctx, "k", idem.Fingerprint([]byte("tx")), func(context.Context) (idem.Response, error) {
+	_, err := r.Run(context.Background(), idem.Call{Key: "k", Fingerprint: idem.Fingerprint([]byte("tx")), Route: "POST /tx"}, func(context.Context) (idem.Response, error) {
 		return idem.Response{Status: 200}, nil
 	})
 	if err != nil {
@@ -86,5 +86,13 @@ func TestTxRunnerRoute(t *testing.T) {
 	}
 	if rec, err := st.Get(context.Background(), "k"); err != nil || rec.Route != "POST /tx" {
 		t.Fatalf("Get = %+v, %v; want the route POST /tx", rec, err)
+	}
+	if _, err := r.Do(context.Background(), "short", idem.Fingerprint([]byte("tx")), func(context.Context) (idem.Response, error) {
+		return idem.Response{Status: 200}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Get(context.Background(), "short"); err != nil || rec.Route != "" {
+		t.Fatalf("Get = %+v, %v; want no route", rec, err)
 	}
 }

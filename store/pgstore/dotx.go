@@ -46,7 +46,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
 // kept (return an error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
 	return txmode.DoTx(ctx, "pgstore", s.ready, txmode.Func[pgx.Tx](fn), func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
-		return s.doTx(ctx, key, fingerprint, fn, nil)
+		return s.doTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn, nil)
 	})
 }
 
@@ -64,10 +64,11 @@ type txWait struct {
 // INSERT that bounds its own wait) pipelined in one; fn's statements; the completion and
 // COMMIT pipelined in one. A key that has a row (a replay, a takeover) takes a second round
 // trip for its claim.
-func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
+func (s *Store) doTx(ctx context.Context, call idem.Call, fn txmode.Func[pgx.Tx], w *txWait) (res idem.Result, retry bool, err error) {
+	key, fingerprint := call.Key, call.Fingerprint
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	args, err := reserveArgs(idem.ReserveRequest{Key: key, Fingerprint: fingerprint, Route: idem.RouteFromContext(ctx), Request: idem.RequestFromContext(ctx),
+	args, err := reserveArgs(idem.ReserveRequest{Key: key, Fingerprint: fingerprint, Route: call.Route, Request: call.Request,
 		Now: now, Lease: ttl, TTL: ttl})
 	if err != nil {
 		return res, false, err

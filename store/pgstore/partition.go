@@ -27,16 +27,16 @@ const partitionLockTimeout = 2 * time.Second
 func (o *Options) partitionDefaults() error {
 	if o.PartitionWidth == 0 {
 		if o.PartitionMargin != 0 {
-			return invalid("Options.PartitionMargin %s is set without Options.PartitionWidth", o.PartitionMargin)
+			return storeerr.Option("pgstore", "Options.PartitionMargin", "%s is set without Options.PartitionWidth", o.PartitionMargin)
 		}
 		return nil
 	}
 	o.PartitionMargin = cmp.Or(o.PartitionMargin, 10*time.Minute)
 	switch {
 	case o.PartitionWidth < time.Second:
-		return invalid("Options.PartitionWidth %s is below 1s", o.PartitionWidth)
+		return storeerr.Option("pgstore", "Options.PartitionWidth", "%s is below 1s", o.PartitionWidth)
 	case o.PartitionMargin < 0:
-		return invalid("Options.PartitionMargin %s is negative", o.PartitionMargin)
+		return storeerr.Option("pgstore", "Options.PartitionMargin", "%s is negative", o.PartitionMargin)
 	}
 	return nil
 }

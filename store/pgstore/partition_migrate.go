@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/store/internal/storeerr"
 	"github.com/idemkit/idem/store/sqlmigrate"
 )
 
@@ -102,7 +103,7 @@ func (p *partitioning) migrate(ctx context.Context, conn *pgxpool.Conn) (res sql
 		if comment != nil {
 			got = strings.TrimPrefix(*comment, "idem partitioned records; partition width µs ") + "µs"
 		}
-		return res, invalid("Options.PartitionWidth %s differs from the width the table %s was made with (%s)", time.Duration(p.width)*time.Microsecond, p.s.name, got)
+		return res, storeerr.Option("pgstore", "Options.PartitionWidth", "%s differs from the width the table %s was made with (%s)", time.Duration(p.width)*time.Microsecond, p.s.name, got)
 	}
 	b := p.bucket(time.Now().UnixMicro())
 	for _, bb := range []int64{b, b + 1} {

@@ -78,13 +78,13 @@ func (o Options) withDefaults() (Options, error) {
 	o.TxTTL, o.Now = txmode.Defaults(o.TxTTL, o.Now)
 	switch {
 	case !validName(o.Table):
-		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
+		return o, storeerr.Option("pgstore", "Options.Table", "%q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Table)
 	case o.Schema != "" && !validName(o.Schema):
-		return o, invalid("Options.Schema %q is not a valid schema name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Schema)
+		return o, storeerr.Option("pgstore", "Options.Schema", "%q is not a valid schema name (1 to 48 letters, digits and underscores, not starting with a digit)", o.Schema)
 	case o.TxTTL < time.Millisecond:
-		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
+		return o, storeerr.Option("pgstore", "Options.TxTTL", "%s is below 1ms", o.TxTTL)
 	case o.GroupCommit < 0:
-		return o, invalid("Options.GroupCommit %d is negative", o.GroupCommit)
+		return o, storeerr.Option("pgstore", "Options.GroupCommit", "%d is negative", o.GroupCommit)
 	}
 	if err := o.partitionDefaults(); err != nil {
 		return o, err

@@ -108,7 +108,8 @@ func TestMigrateAddsRoute(t *testing.T) {
 	}
 }
 
-// TestTxRunnerRoute: a TxRunner's claim stores the route its context names.
+// TestTxRunnerRoute: a TxRunner's claim stores the route its Call names; Do, the short form,
+// stores none.
 func TestTxRunnerRoute(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -119,8 +120,7 @@ func TestTxRunnerRoute(t *testing.T) {
 			t.Parallel()
 			st := newStore(t, tc.opt)
 			r := pgstore.NewTxRunner(st, pgstore.TxOptions{})
-			ctx := idem.WithRoute(context.Background(), "POST /tx")
-			_, err := r.Do(ctx, "k", idem.Fingerprint([]byte("tx")), func(context.Context) (idem.Response, error) {
+			_, err := r.Run(context.Background(), idem.Call{Key: "k", Fingerprint: idem.Fingerprint([]byte("tx")), Route: "POST /tx"}, func(context.Context) (idem.Response, error) {
 				return idem.Response{Status: 200}, nil
 			})
 			if err != nil {
@@ -128,6 +128,14 @@ func TestTxRunnerRoute(t *testing.T) {
 			}
 			if rec, err := st.Get(context.Background(), "k"); err != nil || rec.Route != "POST /tx" {
 				t.Fatalf("Get = %+v, %v; want the route POST /tx", rec, err)
+			}
+			if _, err := r.Do(context.Background(), "short", idem.Fingerprint([]byte("tx")), func(context.Context) (idem.Response, error) {
+				return idem.Response{Status: 200}, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if rec, err := st.Get(context.Background(), "short"); err != nil || rec.Route != "" {
+				t.Fatalf("Get = %+v, %v; want no route", rec, err)
 			}
 		})
 	}

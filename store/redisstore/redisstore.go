@@ -102,13 +102,13 @@ func New(opt Options) (*Store, error) {
 	opt.TTLMargin = cmp.Or(opt.TTLMargin, 5*time.Minute)
 	switch {
 	case opt.Client == nil:
-		return nil, invalid("Options.Client is nil")
+		return nil, storeerr.Option("redisstore", "Options.Client", "is nil")
 	case strings.ContainsAny(opt.Prefix, "{}"):
-		return nil, invalid("Options.Prefix %q contains '{' or '}'", opt.Prefix)
+		return nil, storeerr.Option("redisstore", "Options.Prefix", "%q contains '{' or '}'", opt.Prefix)
 	case len(opt.Prefix) > 256:
-		return nil, invalid("Options.Prefix of %d bytes is longer than 256", len(opt.Prefix))
+		return nil, storeerr.Option("redisstore", "Options.Prefix", "of %d bytes is longer than 256", len(opt.Prefix))
 	case opt.TTLMargin < 0:
-		return nil, invalid("Options.TTLMargin %s is negative", opt.TTLMargin)
+		return nil, storeerr.Option("redisstore", "Options.TTLMargin", "%s is negative", opt.TTLMargin)
 	}
 	s := &Store{rdb: opt.Client, opt: opt}
 	if opt.AutoPipeline {
@@ -116,11 +116,11 @@ func New(opt Options) (*Store, error) {
 			AsyncAutoPipeline() (*redis.AutoPipeliner, error)
 		})
 		if !ok {
-			return nil, invalid("Options.AutoPipeline: a %T has no automatic pipeliner", opt.Client)
+			return nil, storeerr.Option("redisstore", "Options.AutoPipeline", "a %T has no automatic pipeliner", opt.Client)
 		}
 		ap, err := c.AsyncAutoPipeline()
 		if err != nil {
-			return nil, invalid("Options.AutoPipeline: %v", err)
+			return nil, storeerr.Option("redisstore", "Options.AutoPipeline", "%v", err)
 		}
 		s.ap = ap
 	}

@@ -48,7 +48,7 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // Options.TxTTL; fn's response is always kept (return an error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
 	return txmode.DoTx(ctx, "sqlitestore", s.ready, txmode.Func[*sql.Tx](fn), func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
-		return s.doTx(ctx, key, fingerprint, fn, nil)
+		return s.doTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn, nil)
 	})
 }
 
@@ -62,7 +62,8 @@ type txWait struct {
 
 // doTx is one attempt. SQLite's single write lock, taken at BEGIN, rules out deadlocks and
 // serialization failures, so an attempt never asks to be retried.
-func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Func[*sql.Tx], w *txWait) (res idem.Result, retry bool, err error) {
+func (s *Store) doTx(ctx context.Context, call idem.Call, fn txmode.Func[*sql.Tx], w *txWait) (res idem.Result, retry bool, err error) {
+	key, fingerprint := call.Key, call.Fingerprint
 	if err := idem.CheckKey(key); err != nil {
 		return res, false, err
 	}
@@ -71,7 +72,7 @@ func (s *Store) doTx(ctx context.Context, key, fingerprint string, fn txmode.Fun
 	}
 	now := s.opt.Now()
 	ttl := s.opt.TxTTL
-	c := claim{key: key, fp: fingerprint, route: storekit.CleanRoute(idem.RouteFromContext(ctx)), request: encodeRequest(idem.RequestFromContext(ctx)), now: now.UnixMicro(), token: storekit.NextToken(0, now)}
+	c := claim{key: key, fp: fingerprint, route: storekit.CleanRoute(call.Route), request: encodeRequest(call.Request), now: now.UnixMicro(), token: storekit.NextToken(0, now)}
 	c.leaseUntil, c.expiresAt = c.now+ttl.Microseconds(), c.now+ttl.Microseconds()
 
 	// A key this store has seen existing is looked up first, on a reader: a completed record,

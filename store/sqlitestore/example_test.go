@@ -65,7 +65,7 @@ func ExampleOpen() {
 	fmt.Println(err)
 	// Output:
 	// billing_idem schema version 5
-	// sqlitestore: idem: invalid input: Options.Table "billing-idem" is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)
+	// sqlitestore: invalid options: Options.Table "billing-idem" is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)
 }
 
 // Sweep deletes expired records in short batches; loop until a batch comes back short.

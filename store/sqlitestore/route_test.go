@@ -70,13 +70,13 @@ func TestMigrateAddsRoute(t *testing.T) {
 	}
 }
 
-// TestTxRunnerRoute: a TxRunner's claim stores the route its context names.
+// TestTxRunnerRoute: a TxRunner's claim stores the route its Call names; Do, the short form,
+// stores none.
 func TestTxRunnerRoute(t *testing.T) {
 	t.Parallel()
 	st := open(t, sqlitestore.Options{})
 	r := sqlitestore.NewTxRunner(st, sqlitestore.TxOptions{})
-	ctx := idem.WithRoute(context.Background(), "POST /tx")
-	_, err := r.Do(ctx, "k", fp, func(context.Context) (idem.Response, error) {
+	_, err := r.Run(context.Background(), idem.Call{Key: "k", Fingerprint: fp, Route: "POST /tx"}, func(context.Context) (idem.Response, error) {
 		return idem.Response{Status: 200}, nil
 	})
 	if err != nil {
@@ -84,5 +84,41 @@ func TestTxRunnerRoute(t *testing.T) {
 	}
 	if rec, err := st.Get(context.Background(), "k"); err != nil || rec.Route != "POST /tx" {
 		t.Fatalf("Get = %+v, %v; want the route POST /tx", rec, err)
+	}
+	if _, err := r.Do(context.Background(), "short", fp, func(context.Context) (idem.Response, error) {
+		return idem.Response{Status: 200}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Get(context.Background(), "short"); err != nil || rec.Route != "" {
+		t.Fatalf("Get = %+v, %v; want no route", rec, err)
+	}
+}
+
+// TestEngineCall: an engine on the store claims with the route and the request its Call
+// carries, the route cleaned; Do, the short form, keeps neither.
+func TestEngineCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := open(t, sqlitestore.Options{})
+	eng, err := idem.New(st, idem.Options{Heartbeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context) (idem.Response, error) { return idem.Response{Status: 200}, nil }
+	sent := &idem.Request{Method: "POST", Target: "/v1/orders", Header: map[string][]string{"Content-Type": {"application/json"}},
+		Body: []byte(`{"n":1}`), BodySize: 7}
+	dirty := "POST /a\x00b\xff" + strings.Repeat("\u00e9", idem.MaxRouteLen)
+	if _, err := eng.Run(ctx, idem.Call{Key: "call", Fingerprint: fp, Route: dirty, Request: sent}, ok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Do(ctx, "short", fp, ok); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Get(ctx, "call"); err != nil || rec.Route != storekit.CleanRoute(dirty) || !rec.Request.Equal(sent) {
+		t.Fatalf("Get = %+v, %v; want the route cleaned to %.40q and the request", rec, err, storekit.CleanRoute(dirty))
+	}
+	if rec, err := st.Get(ctx, "short"); err != nil || rec.Route != "" || rec.Request != nil {
+		t.Fatalf("Get = %+v, %v; want no route and no request", rec, err)
 	}
 }

@@ -76,17 +76,17 @@ func (o Options) withDefaults() (Options, error) {
 	o.TxTTL, o.Now = txmode.Defaults(o.TxTTL, o.Now)
 	switch {
 	case !validTable(o.Table):
-		return o, invalid("Options.Table %q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
+		return o, storeerr.Option("sqlitestore", "Options.Table", "%q is not a valid table name (1 to 48 letters, digits and underscores, not starting with a digit or sqlite_)", o.Table)
 	case strings.EqualFold(o.Table, migrationsTable):
-		return o, invalid("Options.Table %q is the name of the migrations table", o.Table)
+		return o, storeerr.Option("sqlitestore", "Options.Table", "%q is the name of the migrations table", o.Table)
 	case o.BusyTimeout < time.Millisecond:
-		return o, invalid("Options.BusyTimeout %s is below 1ms", o.BusyTimeout)
+		return o, storeerr.Option("sqlitestore", "Options.BusyTimeout", "%s is below 1ms", o.BusyTimeout)
 	case o.Readers < 1:
-		return o, invalid("Options.Readers %d is below 1", o.Readers)
+		return o, storeerr.Option("sqlitestore", "Options.Readers", "%d is below 1", o.Readers)
 	case o.Synchronous != "NORMAL" && o.Synchronous != "FULL":
-		return o, invalid("Options.Synchronous %q is neither NORMAL nor FULL", o.Synchronous)
+		return o, storeerr.Option("sqlitestore", "Options.Synchronous", "%q is neither NORMAL nor FULL", o.Synchronous)
 	case o.TxTTL < time.Millisecond:
-		return o, invalid("Options.TxTTL %s is below 1ms", o.TxTTL)
+		return o, storeerr.Option("sqlitestore", "Options.TxTTL", "%s is below 1ms", o.TxTTL)
 	}
 	return o, nil
 }

@@ -26,7 +26,7 @@ type TxOptions struct {
 	Wait time.Duration
 }
 
-// TxRunner is an idem.Runner whose Do runs fn in the same SQLite transaction as the claim and
+// TxRunner is an idem.Runner whose Run runs fn in the same SQLite transaction as the claim and
 // the completion, as DoTx does. fn reaches the transaction through its context, with
 // TxFromContext, and writes through it alone. Give it to idemhttp.Options.Runner to run HTTP
 // handlers this way.
@@ -44,8 +44,8 @@ var _ idem.Runner = (*TxRunner)(nil)
 func NewTxRunner(st *Store, opt TxOptions) *TxRunner {
 	return &TxRunner{txmode.NewRunner(txmode.Store[*sql.Tx]{
 		Ready: st.ready, TTL: st.opt.TxTTL, Now: st.opt.Now, CtxKey: txKey{},
-		Attempt: func(ctx context.Context, key, fingerprint string, wait time.Duration, fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
-			return st.doTx(ctx, key, fingerprint, fn, &txWait{lock: wait})
+		Attempt: func(ctx context.Context, call idem.Call, wait time.Duration, fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
+			return st.doTx(ctx, call, fn, &txWait{lock: wait})
 		},
 	}, opt.Policy, opt.Wait)}
 }
@@ -63,10 +63,17 @@ func TxFromContext(ctx context.Context) *sql.Tx {
 	return txmode.FromContext[*sql.Tx](ctx, txKey{})
 }
 
-// Do implements idem.Runner: it returns what DoTx returns (a wait for the write lock that ran
-// out is an *idem.InFlightError), and, when the policy rolled back fn's transaction, a Result
-// with fn's response (Executed true, Kept false) and fn's error. A panic in fn rolls the
-// transaction back and goes on.
+// Run implements idem.Runner: the claim keeps call.Route (cleaned as idem.Call says) and
+// call.Request, and it returns what DoTx returns (a wait for the write lock that ran out is an
+// *idem.InFlightError), and, when the policy rolled back fn's transaction, a Result with fn's
+// response (Executed true, Kept false) and fn's error. A panic in fn rolls the transaction back
+// and goes on.
+func (r *TxRunner) Run(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
+	return r.r.Run(ctx, call, fn)
+}
+
+// Do is Run's short form, for a call that keeps no route and no request with the record:
+// Run(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn).
 func (r *TxRunner) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
-	return r.r.Do(ctx, key, fingerprint, fn)
+	return r.r.Run(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn)
 }

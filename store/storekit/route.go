@@ -9,8 +9,8 @@ import (
 
 // CleanRoute returns route as a record carries it: valid UTF-8 without NUL bytes (each invalid
 // byte and each NUL becomes U+FFFD), cut to at most idem.MaxRouteLen bytes at a rune boundary.
-// idem.WithRoute applies the same rule, so a store that cleans ReserveRequest.Route with it
-// keeps a route given directly as the engine would have given it.
+// The engine applies the same rule to idem.Call.Route, so a store that cleans
+// ReserveRequest.Route with it keeps a route given directly as the engine would have given it.
 func CleanRoute(route string) string {
 	if !utf8.ValidString(route) {
 		route = strings.ToValidUTF8(route, "\uFFFD")

@@ -60,3 +60,10 @@ func CountLimit(ctx context.Context, ready func(context.Context) error, pkg stri
 	}
 	return nil
 }
+
+// Option returns an *idem.OptionError raised by the store package pkg: field names the option
+// or argument at fault ("Options.Table", "db"), the formatted problem says what is wrong with
+// it. It matches idem.ErrInvalidInput.
+func Option(pkg, field, format string, args ...any) error {
+	return &idem.OptionError{Package: pkg, Field: field, Problem: fmt.Sprintf(format, args...)}
+}

@@ -16,10 +16,11 @@ type Store[T any] struct {
 	Now func() time.Time
 	// CtxKey is where the store's TxFromContext looks for the transaction in fn's context.
 	CtxKey any
-	// Attempt is one transaction of DoTx running fn for key, as a TxRunner runs it: a wait for
-	// a concurrent holder of key that ends after wait (0: only at ctx's deadline), or at ctx's
-	// deadline, is an *idem.InFlightError (see WaitEnded).
-	Attempt func(ctx context.Context, key, fingerprint string, wait time.Duration, fn Func[T]) (idem.Result, bool, error)
+	// Attempt is one transaction running fn for call, as a TxRunner runs it: the claim keeps
+	// call's route and request; a wait for a concurrent holder of call.Key that ends after
+	// wait (0: only at ctx's deadline), or at ctx's deadline, is an *idem.InFlightError (see
+	// WaitEnded).
+	Attempt func(ctx context.Context, call idem.Call, wait time.Duration, fn Func[T]) (idem.Result, bool, error)
 }
 
 // Runner is a store's TxRunner without its exported face: each store's TxRunner holds one
@@ -43,10 +44,11 @@ func (r *Runner[T]) Options() idem.Options {
 	return idem.Options{Policy: r.policy, TTL: r.st.TTL, Now: r.st.Now}
 }
 
-// Do is TxRunner.Do: Run with the store's attempt, bounded by the runner's wait.
-func (r *Runner[T]) Do(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error) {
+// Run is TxRunner.Run: the package's Run with the store's attempt for call, bounded by the
+// runner's wait.
+func (r *Runner[T]) Run(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
 	return Run(ctx, r.st.Ready, r.policy, fn, r.st.CtxKey, func(fn Func[T]) (idem.Result, bool, error) {
-		return r.st.Attempt(ctx, key, fingerprint, r.wait, fn)
+		return r.st.Attempt(ctx, call, r.wait, fn)
 	})
 }
 

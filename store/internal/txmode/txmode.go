@@ -108,7 +108,7 @@ func WaitEnded(key string) error {
 // errRollback carries fn's outcome out of a transaction the policy rolls back.
 var errRollback = errors.New("rolled back by policy")
 
-// Run is TxRunner.Do: once ready (the store open, ctx not done) and given a function, it
+// Run is TxRunner.Run: once ready (the store open, ctx not done) and given a function, it
 // runs fn through attempt, with the transaction in fn's context under ctxKey (where the
 // store's TxFromContext looks), commits what policy keeps and rolls back the rest. It returns
 // what DoTx returns, and, when the policy rolled fn's transaction back, a Result with fn's

@@ -457,24 +457,24 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunner(t *testing.T) {
-	type call struct {
-		key, fingerprint string
-		wait             time.Duration
-		ctx              context.Context
+	type attempt struct {
+		call idem.Call
+		wait time.Duration
+		ctx  context.Context
 	}
 	clock := func() time.Time { return time.Unix(7, 0) }
-	newRunner := func(policy idem.Policy, wait time.Duration, calls *[]call) Runner[*fakeTx] {
+	newRunner := func(policy idem.Policy, wait time.Duration, calls *[]attempt) Runner[*fakeTx] {
 		return NewRunner(Store[*fakeTx]{
 			Ready: ready, TTL: time.Hour, Now: clock, CtxKey: ctxKey{},
-			Attempt: func(ctx context.Context, key, fingerprint string, wait time.Duration, fn Func[*fakeTx]) (idem.Result, bool, error) {
-				*calls = append(*calls, call{key, fingerprint, wait, ctx})
+			Attempt: func(ctx context.Context, call idem.Call, wait time.Duration, fn Func[*fakeTx]) (idem.Result, bool, error) {
+				*calls = append(*calls, attempt{call, wait, ctx})
 				return newScript(ctx, step{claim: true}).attempt(fn)
 			},
 		}, policy, wait)
 	}
 
 	t.Run("options", func(t *testing.T) {
-		var calls []call
+		var calls []attempt
 		r := newRunner(nil, 0, &calls)
 		o := r.Options()
 		if o.TTL != time.Hour || !o.Now().Equal(time.Unix(7, 0)) || o.Policy(idem.Response{Status: 500}, nil) != idem.DispositionRelease {
@@ -485,27 +485,28 @@ func TestRunner(t *testing.T) {
 		}
 	})
 	for _, tc := range []struct{ wait, want time.Duration }{{0, DefaultWait}, {-1, 0}, {time.Second, time.Second}} {
-		var calls []call
+		var calls []attempt
 		r := newRunner(keepAll, tc.wait, &calls)
 		type mark struct{}
 		ctx := context.WithValue(context.Background(), mark{}, true)
 		var seen *fakeTx
-		res, err := r.Do(ctx, "k", fp, func(ctx context.Context) (idem.Response, error) {
+		sent := idem.Call{Key: "k", Fingerprint: fp, Route: "POST /k", Request: &idem.Request{Method: "POST"}}
+		res, err := r.Run(ctx, sent, func(ctx context.Context) (idem.Response, error) {
 			seen = FromContext[*fakeTx](ctx, ctxKey{})
 			return idem.Response{Status: 500}, nil
 		})
 		if err != nil || !res.Executed || !res.Kept || seen == nil {
 			t.Errorf("Do = %+v, %v; want a 500 kept by the policy given, fn in its transaction", res, err)
 		}
-		if len(calls) != 1 || calls[0].key != "k" || calls[0].fingerprint != fp || calls[0].wait != tc.want || calls[0].ctx.Value(mark{}) != true {
-			t.Errorf("Wait %v: attempts %+v; want one for k with wait %v and the caller's context", tc.wait, calls, tc.want)
+		if len(calls) != 1 || calls[0].call != sent || calls[0].wait != tc.want || calls[0].ctx.Value(mark{}) != true {
+			t.Errorf("Wait %v: attempts %+v; want one for the Call %+v with wait %v and the caller's context", tc.wait, calls, sent, tc.want)
 		}
 	}
 	t.Run("not ready", func(t *testing.T) {
-		var calls []call
+		var calls []attempt
 		r := newRunner(nil, 0, &calls)
 		r.st.Ready = func(context.Context) error { return idem.ErrClosed }
-		if _, err := r.Do(context.Background(), "k", fp, func(context.Context) (idem.Response, error) {
+		if _, err := r.Run(context.Background(), idem.Call{Key: "k", Fingerprint: fp}, func(context.Context) (idem.Response, error) {
 			return idem.Response{}, nil
 		}); !errors.Is(err, idem.ErrClosed) || len(calls) != 0 {
 			t.Errorf("Do on a closed store = %v after %d attempts, want idem.ErrClosed and none", err, len(calls))

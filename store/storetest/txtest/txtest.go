@@ -25,9 +25,10 @@
 // flight; a duplicate waiting past its context's deadline, or past Config.Wait, gets
 // idem.ErrInFlight on time and writes nothing, also when the holder is another process; a
 // process killed (SIGKILL) between its business write and the commit leaves nothing, and the
-// retry executes exactly once; the runner and an engine on the same store see each other's
-// records; and a record past its TTL counts as absent, its key executed once more by
-// concurrent duplicates.
+// retry executes exactly once; the claim keeps the Call's route, cleaned, and a copy of its
+// request, and a Call without them keeps neither; the runner and an engine on the same store
+// see each other's records; and a record past its TTL counts as absent, its key executed once
+// more by concurrent duplicates.
 //
 // The crash test runs the test binary again (os.Args[0], with -test.run naming the test
 // that called Run) with an environment variable that makes Run play the child's part.
@@ -50,6 +51,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/storekit"
 )
 
 // Config says how the constructor builds a Harness.
@@ -127,7 +129,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"WaiterTakesOverRollback", s.waiterTakesOver},
 		{"Mismatch", s.mismatch},
 		{"SharedWithEngine", s.sharedWithEngine},
-		{"KeepsRequest", s.keepsRequest},
+		{"KeepsCall", s.keepsCall},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,11 +217,11 @@ func nothing(t *testing.T, h Harness, key string, want int, after string) {
 func executesOnce(t *testing.T, h Harness, key string, want int) {
 	t.Helper()
 	ctx := testCtx(t)
-	r1, err := h.Runner.Do(ctx, key, fpA, order(h, 0))
+	r1, err := h.Runner.Run(ctx, idem.Call{Key: key, Fingerprint: fpA}, order(h, 0))
 	if err != nil || !r1.Executed || r1.Replayed || !r1.Kept {
 		t.Fatalf("retry of %q: %+v, %v; want it executed and kept", key, r1, err)
 	}
-	r2, err := h.Runner.Do(ctx, key, fpA, func(context.Context) (idem.Response, error) {
+	r2, err := h.Runner.Run(ctx, idem.Call{Key: key, Fingerprint: fpA}, func(context.Context) (idem.Response, error) {
 		t.Errorf("%q executed again after it was kept", key)
 		return idem.Response{}, nil
 	})
@@ -246,7 +248,7 @@ func (s suite) concurrentDuplicates(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				results[i], errs[i] = h.Runner.Do(ctx, key, fpA, order(h, 20*time.Millisecond))
+				results[i], errs[i] = h.Runner.Run(ctx, idem.Call{Key: key, Fingerprint: fpA}, order(h, 20*time.Millisecond))
 			})
 		}
 		close(start)
@@ -287,7 +289,7 @@ func (s suite) errorRollsBack(t *testing.T) {
 	h := s.harness(t, 0)
 	ctx := testCtx(t)
 	boom := errors.New("card declined")
-	_, err := h.Runner.Do(ctx, "err", fpA, func(ctx context.Context) (idem.Response, error) {
+	_, err := h.Runner.Run(ctx, idem.Call{Key: "err", Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 		if err := h.Insert(ctx); err != nil {
 			return idem.Response{}, err
 		}
@@ -299,7 +301,7 @@ func (s suite) errorRollsBack(t *testing.T) {
 	nothing(t, h, "err", 0, "after fn's error")
 	executesOnce(t, h, "err", 1)
 
-	res, err := h.Runner.Do(ctx, "500", fpA, func(ctx context.Context) (idem.Response, error) {
+	res, err := h.Runner.Run(ctx, idem.Call{Key: "500", Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 		if err := h.Insert(ctx); err != nil {
 			return idem.Response{}, err
 		}
@@ -320,7 +322,7 @@ func (s suite) panicRollsBack(t *testing.T) {
 	type boom struct{ msg string }
 	got := func() (v any) {
 		defer func() { v = recover() }()
-		_, _ = h.Runner.Do(ctx, "p", fpA, func(ctx context.Context) (idem.Response, error) {
+		_, _ = h.Runner.Run(ctx, idem.Call{Key: "p", Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 			if err := h.Insert(ctx); err != nil {
 				return idem.Response{}, err
 			}
@@ -345,7 +347,7 @@ func (s suite) waiterTakesOver(t *testing.T) {
 	var first, second idem.Result
 	var firstErr, secondErr error
 	wg.Go(func() {
-		first, firstErr = h.Runner.Do(ctx, "k", fpA, func(ctx context.Context) (idem.Response, error) {
+		first, firstErr = h.Runner.Run(ctx, idem.Call{Key: "k", Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 			if err := h.Insert(ctx); err != nil {
 				return idem.Response{}, err
 			}
@@ -355,7 +357,7 @@ func (s suite) waiterTakesOver(t *testing.T) {
 		})
 	})
 	<-began
-	wg.Go(func() { second, secondErr = h.Runner.Do(ctx, "k", fpA, order(h, 0)) })
+	wg.Go(func() { second, secondErr = h.Runner.Run(ctx, idem.Call{Key: "k", Fingerprint: fpA}, order(h, 0)) })
 	wg.Wait()
 	if firstErr != nil || first.Kept {
 		t.Fatalf("first: %+v, %v; want a 503 rolled back", first, firstErr)
@@ -368,42 +370,48 @@ func (s suite) waiterTakesOver(t *testing.T) {
 	}
 }
 
-// The key with another payload gets idem.ErrMismatch and writes nothing: after the first
-// committed, and while the first is in flight (once it commits).
-// keepsRequest: the runner's claim keeps the request its context carries (idem.WithRequest), as
-// the engine's does, in the store's own copy; a claim without one keeps none.
-func (s suite) keepsRequest(t *testing.T) {
+// keepsCall: the runner's claim keeps the Call's route, cleaned as idem.Call says, and its
+// request, as the engine's does, in the store's own copy; a claim without them keeps none.
+func (s suite) keepsCall(t *testing.T) {
 	h := s.harness(t, 0)
 	sent := &idem.Request{Method: "POST", Target: "/v1/tx", Header: map[string][]string{"Content-Type": {"application/json"}},
 		Body: []byte(`{"n":1}`), BodySize: 7}
 	mine := sent.Clone()
-	ctx := idem.WithRequest(testCtx(t), mine)
-	if _, err := h.Runner.Do(ctx, "with", fpA, order(h, 0)); err != nil {
+	if _, err := h.Runner.Run(testCtx(t), idem.Call{Key: "with", Fingerprint: fpA, Route: "POST /v1/tx", Request: mine}, order(h, 0)); err != nil {
 		t.Fatal(err)
 	}
 	mine.Body[0], mine.Header["Content-Type"][0] = 'X', "changed" // the caller reuses its buffers
-	if rec, err := h.Store.Get(testCtx(t), "with"); err != nil || !rec.Request.Equal(sent) {
-		t.Fatalf("Get = %+v, %v; want the request kept", rec, err)
+	if rec, err := h.Store.Get(testCtx(t), "with"); err != nil || !rec.Request.Equal(sent) || rec.Route != "POST /v1/tx" {
+		t.Fatalf("Get = %+v, %v; want the request and the route POST /v1/tx kept", rec, err)
 	}
-	if _, err := h.Runner.Do(testCtx(t), "without", fpA, order(h, 0)); err != nil {
+	dirty := "GET /a\x00b\xff" + strings.Repeat("\u00e9", idem.MaxRouteLen)
+	if _, err := h.Runner.Run(testCtx(t), idem.Call{Key: "dirty", Fingerprint: fpA, Route: dirty}, order(h, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := h.Store.Get(testCtx(t), "without"); err != nil || rec.Request != nil {
-		t.Fatalf("Get = %+v, %v; want no request", rec, err)
+	if rec, err := h.Store.Get(testCtx(t), "dirty"); err != nil || rec.Route != storekit.CleanRoute(dirty) {
+		t.Fatalf("Get = %+v, %v; want the route cleaned to %.40q", rec, err, storekit.CleanRoute(dirty))
+	}
+	if _, err := h.Runner.Run(testCtx(t), idem.Call{Key: "without", Fingerprint: fpA}, order(h, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := h.Store.Get(testCtx(t), "without"); err != nil || rec.Request != nil || rec.Route != "" {
+		t.Fatalf("Get = %+v, %v; want no request and no route", rec, err)
 	}
 }
 
+// The key with another payload gets idem.ErrMismatch and writes nothing: after the first
+// committed, and while the first is in flight (once it commits).
 func (s suite) mismatch(t *testing.T) {
 	h := s.harness(t, 0)
 	ctx := testCtx(t)
-	if _, err := h.Runner.Do(ctx, "k", fpA, order(h, 0)); err != nil {
+	if _, err := h.Runner.Run(ctx, idem.Call{Key: "k", Fingerprint: fpA}, order(h, 0)); err != nil {
 		t.Fatal(err)
 	}
 	never := func(context.Context) (idem.Response, error) {
 		t.Error("fn ran for a key used with another payload")
 		return idem.Response{}, nil
 	}
-	if _, err := h.Runner.Do(ctx, "k", fpB, never); !errors.Is(err, idem.ErrMismatch) {
+	if _, err := h.Runner.Run(ctx, idem.Call{Key: "k", Fingerprint: fpB}, never); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another payload: %v, want idem.ErrMismatch", err)
 	}
 	if n := rows(t, h); n != 1 {
@@ -413,7 +421,7 @@ func (s suite) mismatch(t *testing.T) {
 	began, hold := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.Runner.Do(ctx, "held", fpA, func(ctx context.Context) (idem.Response, error) {
+		_, err := h.Runner.Run(ctx, idem.Call{Key: "held", Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 			if err := h.Insert(ctx); err != nil {
 				return idem.Response{}, err
 			}
@@ -426,7 +434,7 @@ func (s suite) mismatch(t *testing.T) {
 	<-began
 	mismatch := make(chan error, 1)
 	go func() {
-		_, err := h.Runner.Do(ctx, "held", fpB, never)
+		_, err := h.Runner.Run(ctx, idem.Call{Key: "held", Fingerprint: fpB}, never)
 		mismatch <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the duplicate waits on the first transaction
@@ -457,7 +465,7 @@ func hold(t *testing.T, h Harness, key string) (release func()) {
 	t.Cleanup(free)
 	done := make(chan error, 1)
 	go func() {
-		res, err := h.Runner.Do(testCtx(t), key, fpA, func(ctx context.Context) (idem.Response, error) {
+		res, err := h.Runner.Run(testCtx(t), idem.Call{Key: key, Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 			if err := h.Insert(ctx); err != nil {
 				return idem.Response{}, err
 			}
@@ -489,7 +497,7 @@ func hold(t *testing.T, h Harness, key string) (release func()) {
 func waitsOut(t *testing.T, h Harness, ctx context.Context, key string, bound time.Duration) {
 	t.Helper()
 	start := time.Now()
-	_, err := h.Runner.Do(ctx, key, fpA, func(context.Context) (idem.Response, error) {
+	_, err := h.Runner.Run(ctx, idem.Call{Key: key, Fingerprint: fpA}, func(context.Context) (idem.Response, error) {
 		t.Error("the duplicate ran fn while the first transaction was open")
 		return idem.Response{}, nil
 	})
@@ -516,7 +524,7 @@ func (s suite) deadlineEndsWait(t *testing.T) {
 	waitsOut(t, h, ctx, "k", deadline)
 	cancel()
 	release()
-	res, err := h.Runner.Do(testCtx(t), "k", fpA, order(h, 0))
+	res, err := h.Runner.Run(testCtx(t), idem.Call{Key: "k", Fingerprint: fpA}, order(h, 0))
 	if err != nil || !res.Replayed || string(res.Response.Body) != "first" {
 		t.Fatalf("after the commit: %+v, %v; want the replay", res, err)
 	}
@@ -604,7 +612,7 @@ func (s suite) crash(t *testing.T) {
 // row, says so and waits to be killed.
 func child(t *testing.T, newHarness NewHarness, name, key string) {
 	h := newHarness(t, Config{Attach: name})
-	_, err := h.Runner.Do(context.Background(), key, fpA, func(ctx context.Context) (idem.Response, error) {
+	_, err := h.Runner.Run(context.Background(), idem.Call{Key: key, Fingerprint: fpA}, func(ctx context.Context) (idem.Response, error) {
 		if err := h.Insert(ctx); err != nil {
 			return idem.Response{}, err
 		}
@@ -630,11 +638,11 @@ func (s suite) sharedWithEngine(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := h.Runner.Do(ctx, "by-engine", fpA, order(h, 0))
+	r, err := h.Runner.Run(ctx, idem.Call{Key: "by-engine", Fingerprint: fpA}, order(h, 0))
 	if err != nil || !r.Replayed || string(r.Response.Body) != "engine" {
 		t.Fatalf("runner after the engine: %+v, %v; want the engine's answer replayed", r, err)
 	}
-	first, err := h.Runner.Do(ctx, "by-runner", fpA, order(h, 0))
+	first, err := h.Runner.Run(ctx, idem.Call{Key: "by-runner", Fingerprint: fpA}, order(h, 0))
 	if err != nil || !first.Executed {
 		t.Fatalf("runner: %+v, %v", first, err)
 	}
@@ -648,7 +656,7 @@ func (s suite) sharedWithEngine(t *testing.T) {
 	if res, err := h.Store.Reserve(ctx, idem.ReserveRequest{Key: "held", Fingerprint: fpA, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Claimed {
 		t.Fatalf("engine's claim: %+v, %v", res, err)
 	}
-	if _, err := h.Runner.Do(ctx, "held", fpA, order(h, 0)); !errors.Is(err, idem.ErrInFlight) {
+	if _, err := h.Runner.Run(ctx, idem.Call{Key: "held", Fingerprint: fpA}, order(h, 0)); !errors.Is(err, idem.ErrInFlight) {
 		t.Fatalf("runner on a key the engine holds: %v, want idem.ErrInFlight", err)
 	}
 	if n := rows(t, h); n != 1 {
@@ -664,7 +672,7 @@ func (s suite) expiredIsAbsent(t *testing.T) {
 	clock.Store(time.Now().UnixMicro())
 	h := s.harnessWith(t, Config{TTL: ttl, Now: func() time.Time { return time.UnixMicro(clock.Load()) }})
 	ctx := testCtx(t)
-	old, err := h.Runner.Do(ctx, "k", fpA, order(h, 0))
+	old, err := h.Runner.Run(ctx, idem.Call{Key: "k", Fingerprint: fpA}, order(h, 0))
 	if err != nil || !old.Executed {
 		t.Fatalf("first: %+v, %v", old, err)
 	}
@@ -677,7 +685,7 @@ func (s suite) expiredIsAbsent(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = h.Runner.Do(ctx, "k", fpA, order(h, 10*time.Millisecond))
+			results[i], errs[i] = h.Runner.Run(ctx, idem.Call{Key: "k", Fingerprint: fpA}, order(h, 10*time.Millisecond))
 		})
 	}
 	close(start)
