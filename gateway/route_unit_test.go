@@ -100,3 +100,16 @@ func TestRouteMatchMethod(t *testing.T) {
 		}
 	}
 }
+
+// A rule's pattern is canonical but for its wildcards' names, kept as written.
+func TestCanonicalPatternKeepsWildcardNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"/V1/Orders/{Id}/pay": "/v1/orders/{Id}/pay",
+		"/V1/{Id}/*":          "/v1/{Id}/*",
+		"/*":                  "/*",
+	} {
+		if got := canonicalPattern(in); got != want {
+			t.Errorf("canonicalPattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
