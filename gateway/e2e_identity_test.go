@@ -143,7 +143,7 @@ func TestBinaryIdentityHeaders(t *testing.T) {
 	keyed := hex.EncodeToString(mac.Sum(nil)) + "|id-1"
 	bare := sha256.Sum256([]byte("tenant-a"))
 	for key, want := range map[string]bool{keyed: true, hex.EncodeToString(bare[:]) + "|id-1": false} {
-		out, err := exec.Command(binary, "inspect", "--store", store, key).CombinedOutput()
+		out, err := exec.Command(idemBinary(t), "inspect", "--store", store, key).CombinedOutput()
 		if (err == nil) != want {
 			t.Errorf("idem inspect %s: %v %s (want found=%v)", key, err, out, want)
 		}
@@ -162,7 +162,7 @@ func TestBinaryScopeIsADecision(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "memory://", "--scope-header", "X-API-Key"}, "scope_secret"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "memory://", "--scope-header", "X-API-Key", "--scope", "none"}, "exclude"},
 	} {
-		cmd := exec.Command(binary, tc.args...)
+		cmd := exec.Command(idemBinary(t), tc.args...)
 		cmd.Env = append(os.Environ(), "IDEM_CONFIG=", "IDEM_SCOPE_SECRET=", "IDEM_SCOPE=", "IDEM_SCOPE_HEADER=")
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {

@@ -22,7 +22,7 @@ func TestBinaryReleaseRefusedWhileRunning(t *testing.T) {
 	const key = "|op-1"
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := exec.Command(binary, "inspect", key, "--store", store).CombinedOutput()
+		out, err := exec.Command(idemBinary(t), "inspect", key, "--store", store).CombinedOutput()
 		if err == nil && strings.Contains(string(out), "running") {
 			break
 		}
@@ -31,7 +31,7 @@ func TestBinaryReleaseRefusedWhileRunning(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	out, err := exec.Command(binary, "release", key, "--store", store).CombinedOutput()
+	out, err := exec.Command(idemBinary(t), "release", key, "--store", store).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--force") {
 		t.Fatalf("idem release of a running key: %v %s, want a refusal", err, out)
 	}
@@ -44,7 +44,7 @@ func TestBinaryReleaseRefusedWhileRunning(t *testing.T) {
 	if a := post(t, g.url, "op-1", charge); a.status != 201 || a.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry after: %d %v", a.status, a.header)
 	}
-	if out, err := exec.Command(binary, "inspect", "--store", store, key).CombinedOutput(); err != nil || !strings.Contains(string(out), "completed") {
+	if out, err := exec.Command(idemBinary(t), "inspect", "--store", store, key).CombinedOutput(); err != nil || !strings.Contains(string(out), "completed") {
 		t.Fatalf("inspect after: %v %s", err, out)
 	}
 	if api.Count() != 1 {

@@ -72,7 +72,7 @@ func TestBinaryRetainRequest(t *testing.T) {
 
 	inspect := func(extra ...string) string {
 		t.Helper()
-		cmd := exec.Command(binary, append([]string{"inspect", "order-42", "--store", store, "--scope-value", secrets[2]}, extra...)...)
+		cmd := exec.Command(idemBinary(t), append([]string{"inspect", "order-42", "--store", store, "--scope-value", secrets[2]}, extra...)...)
 		cmd.Env = append(os.Environ(), "IDEM_SCOPE_SECRET="+testSecret)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -154,7 +154,7 @@ func TestBinaryRetainRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	out, err := exec.Command(binary, "inspect", "order-43", "--store", plainStore, "--scope", "none", "--json").CombinedOutput()
+	out, err := exec.Command(idemBinary(t), "inspect", "order-43", "--store", plainStore, "--scope", "none", "--json").CombinedOutput()
 	if err != nil || strings.Contains(string(out), `"request"`) || !strings.Contains(string(out), `"status": 201`) {
 		t.Errorf("inspect of a record kept without --retain-request: %v\n%s", err, out)
 	}

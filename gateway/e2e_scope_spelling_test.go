@@ -51,7 +51,7 @@ func TestBinaryScopeHeaderWithUnderscoreRefused(t *testing.T) {
 		{"--scope-header", "X-API-Key", "--scope-secret", testSecret, "--config", cfg},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		out, err := exec.CommandContext(ctx, binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--store", "memory://"}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, idemBinary(t), append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--store", "memory://"}, args...)...).CombinedOutput()
 		cancel()
 		if err == nil || !strings.Contains(string(out), "scope_header") || !strings.Contains(string(out), "underscore") {
 			t.Errorf("serve %v: %v\n%s\nwant a refusal naming scope_header and the underscore", args, err, out)

@@ -27,20 +27,40 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// binary is the idem command built once for the end-to-end tests.
-var binary string
+// binaryDir holds the idem command built for the end-to-end tests; binaryOnce builds it the
+// first time a test needs it, so a run of the other tests alone (go test -skip '^TestBinary')
+// does not pay for the build.
+var (
+	binaryDir  string
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+)
+
+// idemBinary returns the path of the idem command built from this tree, building it once.
+func idemBinary(t testing.TB) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		path := filepath.Join(binaryDir, "idem")
+		out, err := exec.Command("go", "build", "-o", path, "github.com/idemkit/idem/cmd/idem").CombinedOutput()
+		if err != nil {
+			binaryErr = fmt.Errorf("building idem: %v\n%s", err, out)
+			return
+		}
+		binaryPath = path
+	})
+	if binaryErr != nil {
+		t.Fatal(binaryErr)
+	}
+	return binaryPath
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "idem-e2e-")
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "idem")
-	out, err := exec.Command("go", "build", "-o", binary, "github.com/idemkit/idem/cmd/idem").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building idem: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	binaryDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -76,7 +96,7 @@ func startGateway(t *testing.T, args ...string) *gw {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(binary, append([]string{"serve", "--listen", addr}, args...)...)
+	cmd := exec.Command(idemBinary(t), append([]string{"serve", "--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "IDEM_CONFIG=")
 	logs, mu := &bytes.Buffer{}, &sync.Mutex{}
 	pr, pw := io.Pipe()
