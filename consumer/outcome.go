@@ -2,54 +2,39 @@ package consumer
 
 import (
 	"errors"
-	"strconv"
 	"time"
 )
 
-// Outcome is what became of one delivery, and so what the adapter does with it. Its String
-// is a short, stable, lowercase label, fit for metrics; a word that also names an outcome of
-// the HTTP faces (idemhttp.Outcome) or of the engine (idem.Outcome) means the same there.
-type Outcome uint8
+// Outcome is what became of one delivery, and so what the adapter does with it: a short,
+// stable, lowercase label, fit for metrics, as idem.Outcome and idemhttp.Outcome are; a word
+// that also names an outcome of the HTTP faces or of the engine means the same there.
+type Outcome string
 
 const (
-	// OutcomeExecuted ("executed"): the effect ran now and its record is completed. Ack
-	// (delete) the message.
-	OutcomeExecuted Outcome = iota + 1
-	// OutcomeReplay ("replay"): the effect had already run for this key (here or in another
-	// consumer); it was skipped and the stored result returned. Ack (delete) the message.
-	OutcomeReplay
-	// OutcomeInFlight ("in_flight"): another holder is running the effect for this key now.
-	// Do not ack; let the broker redeliver after Result.RetryAfter (JetStream NakWithDelay, SQS
+	// OutcomeExecuted: the effect ran now and its record is completed. Ack (delete) the
+	// message.
+	OutcomeExecuted Outcome = "executed"
+	// OutcomeReplay: the effect had already run for this key (here or in another consumer);
+	// it was skipped and the stored result returned. Ack (delete) the message.
+	OutcomeReplay Outcome = "replay"
+	// OutcomeInFlight: another holder is running the effect for this key now. Do not ack;
+	// let the broker redeliver after Result.RetryAfter (JetStream NakWithDelay, SQS
 	// visibility change), by when the holder has finished (the redelivery is a replay) or died
 	// (its lease has run out and the redelivery takes over).
-	OutcomeInFlight
-	// OutcomeFailed ("failed"): the handler failed, or the store could not be reached and
-	// nothing ran (fail closed). The claim was released (or held, for an uncertain outcome).
-	// Do not ack; let the broker redeliver (after Result.RetryAfter when it can delay).
-	OutcomeFailed
-	// OutcomeRejected ("rejected"): the message can never be handled: its key could not be
-	// derived, its key was used before for a different event (idem.ErrMismatch), or the
-	// handler rejected it with Reject. Dead-letter it (JetStream Term, AMQP reject without
-	// requeue, SQS: leave it for the queue's redrive policy).
-	OutcomeRejected
+	OutcomeInFlight Outcome = "in_flight"
+	// OutcomeFailed: the handler failed, or the store could not be reached and nothing ran
+	// (fail closed). The claim was released (or held, for an uncertain outcome). Do not ack;
+	// let the broker redeliver (after Result.RetryAfter when it can delay).
+	OutcomeFailed Outcome = "failed"
+	// OutcomeRejected: the message can never be handled: its key could not be derived, its
+	// key was used before for a different event (idem.ErrMismatch), or the handler rejected
+	// it with Reject. Dead-letter it (JetStream Term, AMQP reject without requeue, SQS: leave
+	// it for the queue's redrive policy).
+	OutcomeRejected Outcome = "rejected"
 )
 
-// String returns "executed", "replay", "in_flight", "failed", "rejected" or "unknown(N)".
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeExecuted:
-		return "executed"
-	case OutcomeReplay:
-		return "replay"
-	case OutcomeInFlight:
-		return "in_flight"
-	case OutcomeFailed:
-		return "failed"
-	case OutcomeRejected:
-		return "rejected"
-	}
-	return "unknown(" + strconv.Itoa(int(o)) + ")"
-}
+// String returns the label: "executed", "replay", "in_flight", "failed" or "rejected".
+func (o Outcome) String() string { return string(o) }
 
 // Ack reports whether the delivery is done with and must be acked (deleted): true for
 // OutcomeExecuted and OutcomeReplay.
