@@ -26,9 +26,9 @@ type RelayOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 	// PublishTimeout bounds one publish. Default 10s.
 	PublishTimeout time.Duration
-	// OnPublish, if set, is called after each publish attempt with its error (nil: the event
-	// was accepted by the broker), for metrics.
-	OnPublish func(m Message, err error)
+	// OnEvent, if set, is called after each publish attempt with what became of it, for
+	// metrics and logs. It runs on the relay's goroutine: keep it short.
+	OnEvent func(Event)
 	// Logger receives failed publishes and store errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -64,6 +64,32 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// Outcome is what became of one publish attempt: a short, stable, lowercase label, fit for
+// metrics, as the other faces' outcomes are.
+type Outcome string
+
+const (
+	// OutcomePublished: the broker accepted the event; the relay marks it sent.
+	OutcomePublished Outcome = "published"
+	// OutcomeFailed: the publish failed; the event is due again at Event.RetryAt (later
+	// events of its order key wait for it).
+	OutcomeFailed Outcome = "failed"
+)
+
+// Event describes one publish attempt of a Relay: passed to RelayOptions.OnEvent.
+type Event struct {
+	// Message is the event; Message.Attempts counts this attempt.
+	Message Message
+	// Outcome says whether the broker accepted it.
+	Outcome Outcome
+	// Err is the publish's error (OutcomeFailed), nil otherwise.
+	Err error
+	// Duration is the time the publish took.
+	Duration time.Duration
+	// RetryAt is when a failed event is due again (OutcomeFailed); zero otherwise.
+	RetryAt time.Time
 }
 
 // Relay publishes the events of an outbox table, at least once each, in order per order key
@@ -126,13 +152,15 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 			// relay (or this one, later) publishes them then.
 			return len(batch), ctx.Err()
 		}
+		began := r.opt.Now()
 		pctx, cancel := context.WithTimeout(ctx, r.opt.PublishTimeout)
 		perr := r.pub.Publish(pctx, m)
 		cancel()
-		if r.opt.OnPublish != nil {
-			r.opt.OnPublish(m, perr)
-		}
+		took := r.opt.Now().Sub(began)
 		if perr == nil {
+			if r.opt.OnEvent != nil {
+				r.opt.OnEvent(Event{Message: m, Outcome: OutcomePublished, Duration: took})
+			}
 			// Published: a failure to mark it only means it is published again later.
 			if err := r.st.Sent(context.WithoutCancel(ctx), m); err != nil {
 				errs = append(errs, fmt.Errorf("outbox: mark %d sent: %w", m.ID, err))
@@ -140,6 +168,9 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 			continue
 		}
 		at := r.opt.Now().Add(r.backoff(m.Attempts, perr))
+		if r.opt.OnEvent != nil {
+			r.opt.OnEvent(Event{Message: m, Outcome: OutcomeFailed, Err: perr, Duration: took, RetryAt: at})
+		}
 		r.opt.Logger.Warn("outbox: publish failed; will try again", "id", m.ID, "key", m.Key, "topic", m.Topic, "attempts", m.Attempts, "err", perr, "retry_at", at)
 		if err := r.st.Retry(context.WithoutCancel(ctx), m, at, perr.Error()); err != nil {
 			errs = append(errs, fmt.Errorf("outbox: reschedule %d: %w", m.ID, err))

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemlambda"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store/sweeper"
 )
 
@@ -39,6 +40,7 @@ var faces = []struct {
 	{reflect.TypeFor[idemlambda.Options](), true},
 	{reflect.TypeFor[idemlambda.ProxyOptions](), true},
 	{reflect.TypeFor[sweeper.Options](), true},
+	{reflect.TypeFor[outbox.RelayOptions](), true},
 	{reflect.TypeFor[idemclient.Options](), false}, // a client's Event reports attempts, retries and give-ups by Kind
 }
 
@@ -97,7 +99,7 @@ func TestOutcomeConstants(t *testing.T) {
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	words := map[string]map[string]bool{} // label → constant names that use it
 	inDir := map[string]map[string]bool{} // package directory → its labels
-	for _, dir := range []string{".", "idemhttp", "idemgrpc", "consumer", "idemlambda", "store/sweeper"} {
+	for _, dir := range []string{".", "idemhttp", "idemgrpc", "consumer", "idemlambda", "store/sweeper", "outbox"} {
 		consts := typedConstants(t, filepath.Join(root, dir), "Outcome")
 		if len(consts) == 0 {
 			t.Errorf("%s: no Outcome constants found", dir)

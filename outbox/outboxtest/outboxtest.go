@@ -150,11 +150,14 @@ func orderPerKey(t *testing.T, tb Table) {
 		}
 		return true, nil
 	}}
-	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{MinBackoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Logger: quiet})
+	var events []outbox.Event // OnEvent runs on the goroutine calling Round
+	relay, err := outbox.NewRelay(tb.Store, pub, outbox.RelayOptions{MinBackoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Logger: quiet,
+		OnEvent: func(e outbox.Event) { events = append(events, e) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	before := time.Now()
 	if _, err := relay.Round(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +167,36 @@ func orderPerKey(t *testing.T, tb Table) {
 	if pub.got[0].Header["X-Trace"][0] != "abc" {
 		t.Errorf("headers lost: %v", pub.got[0].Header)
 	}
+	// OnEvent heard each attempt: a's failure with its error and when it is due again, x's
+	// publish.
+	if len(events) != 2 {
+		t.Fatalf("OnEvent after the first round: %+v, want a failed and x published", events)
+	}
+	for _, e := range events {
+		switch string(e.Message.Body) {
+		case "a":
+			if e.Outcome != outbox.OutcomeFailed || e.Err == nil || e.Err.Error() != "broker down" ||
+				e.RetryAt.Before(before.Add(15*time.Millisecond)) || e.RetryAt.After(time.Now().Add(40*time.Millisecond)) || e.Message.Attempts != 1 {
+				t.Errorf("a's event %+v, want failed with its error, due again 15-40ms on, attempt 1", e)
+			}
+		case "x":
+			if e.Outcome != outbox.OutcomePublished || e.Err != nil || !e.RetryAt.IsZero() || e.Duration < 0 {
+				t.Errorf("x's event %+v, want published", e)
+			}
+		default:
+			t.Errorf("OnEvent for %q in the first round", e.Message.Body)
+		}
+	}
 	drain(t, tb, relay, pub)
 	if got := fmt.Sprint(bodies(pub.got)); got != "[x a b c]" {
 		t.Fatalf("published %s, want [x a b c]", got)
+	}
+	var outcomes []string
+	for _, e := range events {
+		outcomes = append(outcomes, string(e.Message.Body)+":"+string(e.Outcome))
+	}
+	if got := fmt.Sprint(outcomes); got != "[a:failed x:published a:failed a:published b:published c:published]" {
+		t.Errorf("OnEvent heard %s, want every attempt in order", got)
 	}
 	if lag, err := relay.Lag(ctx); err != nil || lag != 0 {
 		t.Fatalf("lag of an empty outbox: %v, %v", lag, err)
