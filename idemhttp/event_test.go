@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -70,6 +71,23 @@ func TestUnrecordedResultInTheEvent(t *testing.T) {
 		}
 		if warned := strings.Contains(logs.String(), "result was not stored"); warned != (tc.err != nil) {
 			t.Errorf("%s: logs %q; want a warning that the result was not stored only on an error", tc.name, logs.String())
+		}
+	}
+}
+
+// TestMarkUncertainEventOutcome: a handler that calls MarkUncertain is reported to OnEvent as
+// OutcomeUncertain (the claim is held), not as executed, whatever status it answered.
+func TestMarkUncertainEventOutcome(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{201, 502} {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			idemhttp.MarkUncertain(w)
+			w.WriteHeader(status)
+		})
+		b := setup(t, nil, idem.Options{}, idemhttp.Options{Scope: idemhttp.SingleCaller()}, h)
+		b.do("POST", "/", "unc-1", "x")
+		if got := fmt.Sprint(b.outcomes()); got != "[uncertain]" {
+			t.Errorf("status %d with MarkUncertain: events %s, want [uncertain]", status, got)
 		}
 	}
 }
