@@ -51,8 +51,15 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) (idem.Response, error)
 // The stored response is replayed for Options.TxTTL; fn's response is always kept (return an
 // error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
+	return s.RunTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn)
+}
+
+// RunTx is DoTx for a whole idem.Call: the record it claims also keeps the call's route and
+// request for operators (`idem list`, `idem inspect`, the console), as an engine's does.
+// DoTx is its short form, with neither.
+func (s *Store) RunTx(ctx context.Context, call idem.Call, fn TxFunc) (idem.Result, error) {
 	return txmode.DoTx(ctx, "mysqlstore", s.ready, txmode.Func[*sql.Tx](fn), func(fn txmode.Func[*sql.Tx]) (idem.Result, bool, error) {
-		return s.doTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn, nil)
+		return s.doTx(ctx, call, fn, nil)
 	})
 }
 

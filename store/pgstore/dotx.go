@@ -45,8 +45,15 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) (idem.Response, error)
 // The stored response is replayed for Options.TxTTL from the claim; fn's response is always
 // kept (return an error to keep nothing).
 func (s *Store) DoTx(ctx context.Context, key, fingerprint string, fn TxFunc) (idem.Result, error) {
+	return s.RunTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn)
+}
+
+// RunTx is DoTx for a whole idem.Call: the record it claims also keeps the call's route and
+// request for operators (`idem list`, `idem inspect`, the console), as an engine's does.
+// DoTx is its short form, with neither.
+func (s *Store) RunTx(ctx context.Context, call idem.Call, fn TxFunc) (idem.Result, error) {
 	return txmode.DoTx(ctx, "pgstore", s.ready, txmode.Func[pgx.Tx](fn), func(fn txmode.Func[pgx.Tx]) (idem.Result, bool, error) {
-		return s.doTx(ctx, idem.Call{Key: key, Fingerprint: fingerprint}, fn, nil)
+		return s.doTx(ctx, call, fn, nil)
 	})
 }
 
