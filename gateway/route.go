@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/idemkit/idem/idemhttp"
@@ -93,17 +94,28 @@ func ambiguousPath(escaped string) bool {
 }
 
 // canonicalPattern puts a rule's path pattern in canonical form, keeping its "/*" suffix
-// and its {name} wildcards (whose names are not lower-cased, as they match anything).
+// and its {name} wildcards (whose names are not lower-cased, as they match anything). Each
+// wildcard goes through canonicalPath as a numbered stand-in, so that a segment the
+// canonical form drops (";x", ".", "..") cannot shift a name onto another segment.
 func canonicalPattern(p string) string {
 	prefix, star := strings.CutSuffix(p, "/*")
 	if star && prefix == "" {
 		return "/*"
 	}
-	segs := strings.Split(canonicalPath(prefix), "/")
-	orig := strings.Split(path.Clean("/"+strings.TrimPrefix(prefix, "/")), "/")
+	var names []string
+	segs := strings.Split(prefix, "/")
 	for i, s := range segs {
-		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") && i < len(orig) {
-			segs[i] = orig[i]
+		if isWildcard(s) {
+			segs[i] = "{" + strconv.Itoa(len(names)) + "}"
+			names = append(names, s)
+		}
+	}
+	segs = strings.Split(canonicalPath(strings.Join(segs, "/")), "/")
+	for i, s := range segs {
+		if isWildcard(s) {
+			if n, err := strconv.Atoi(s[1 : len(s)-1]); err == nil && n < len(names) {
+				segs[i] = names[n]
+			}
 		}
 	}
 	out := strings.Join(segs, "/")
@@ -111,6 +123,11 @@ func canonicalPattern(p string) string {
 		return out + "/*"
 	}
 	return out
+}
+
+// isWildcard reports whether a pattern segment is a {name} wildcard.
+func isWildcard(seg string) bool {
+	return len(seg) >= 2 && seg[0] == '{' && seg[len(seg)-1] == '}'
 }
 
 // match reports whether the rule's method and path pattern match a request whose path is

@@ -107,9 +107,29 @@ func TestCanonicalPatternKeepsWildcardNames(t *testing.T) {
 		"/V1/Orders/{Id}/pay": "/v1/orders/{Id}/pay",
 		"/V1/{Id}/*":          "/v1/{Id}/*",
 		"/*":                  "/*",
+		// A segment the canonical form drops does not move a name onto another segment.
+		"/;x/{Id}/pay":       "/{Id}/pay",
+		"/a/../{Id}/{Ref}/x": "/{Id}/{Ref}/x",
+		"/A/./{Id};v/B":      "/a/{id}/b",
 	} {
 		if got := canonicalPattern(in); got != want {
 			t.Errorf("canonicalPattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A rule whose path has a segment the canonical form drops still matches the requests its
+// canonical form names: "/;x/{Id}/pay" is the rule of /42/pay.
+func TestRuleWithDroppedSegmentMatches(t *testing.T) {
+	for _, p := range []string{"/;x/{Id}/pay", "/v1/./orders/{Id}/pay", "/v1/tmp/../orders/{Id}/pay"} {
+		pat := canonicalPattern(p)
+		rt := route{rule: Route{Method: "POST", Path: p}, pattern: pat}
+		req := "/42/pay"
+		if p != "/;x/{Id}/pay" {
+			req = "/v1/orders/42/pay"
+		}
+		if !rt.match("POST", canonicalPath(req)) {
+			t.Errorf("rule %q (pattern %q) does not match %s", p, pat, req)
 		}
 	}
 }
