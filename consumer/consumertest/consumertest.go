@@ -153,7 +153,7 @@ type bundle struct {
 	effs    Effects
 	runner  consumer.Runner
 	outcome [len(outcomes) + 1]atomic.Int64 // counts per consumer.Outcome (outcomeIndex)
-	failed  sync.Map        // event ids that already failed once (transient failures)
+	failed  sync.Map                        // event ids that already failed once (transient failures)
 	// beforeEffect, when set, is called before each effect; an error fails it.
 	beforeEffect func(e event) error
 }
