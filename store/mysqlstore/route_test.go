@@ -2,7 +2,6 @@ package mysqlstore_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -95,30 +94,5 @@ func TestTxRunnerRoute(t *testing.T) {
 	}
 	if rec, err := st.Get(context.Background(), "short"); err != nil || rec.Route != "" {
 		t.Fatalf("Get = %+v, %v; want no route", rec, err)
-	}
-}
-
-// TestRunTxKeepsTheCall: RunTx claims with the call's route (cleaned) and request, as an
-// engine does; DoTx, its short form, keeps neither.
-func TestRunTxKeepsTheCall(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := newStore(t, mysqlstore.Options{})
-	fpr := idem.Fingerprint([]byte("runtx"))
-	ok := func(context.Context, *sql.Tx) (idem.Response, error) { return idem.Response{Status: 201}, nil }
-	sent := &idem.Request{Method: "POST", Target: "/v1/charges", Header: map[string][]string{"Content-Type": {"application/json"}},
-		Body: []byte(`{"n":1}`), BodySize: 7}
-	if _, err := st.RunTx(ctx, idem.Call{Key: "runtx", Fingerprint: fpr, Route: "POST /v1/charges\x00", Request: sent}, ok); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := st.Get(ctx, "runtx")
-	if err != nil || rec.Route != "POST /v1/charges\uFFFD" || !rec.Request.Equal(sent) {
-		t.Fatalf("RunTx's record %+v, %v: want the cleaned route and the request", rec, err)
-	}
-	if _, err := st.DoTx(ctx, "dotx", fpr, ok); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := st.Get(ctx, "dotx"); err != nil || rec.Route != "" || rec.Request != nil {
-		t.Fatalf("DoTx's record %+v, %v: want no route and no request", rec, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/mysqlstore"
 	"github.com/idemkit/idem/store/storetest/txtest"
@@ -77,6 +78,12 @@ func txConformance(t *testing.T, sessionLockWait bool) {
 				return n, err
 			},
 			Name: table + " " + orders,
+			RunTx: func(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
+				return st.RunTx(ctx, call, func(ctx context.Context, _ *sql.Tx) (idem.Response, error) { return fn(ctx) })
+			},
+			DoTx: func(ctx context.Context, key, fp string, fn idem.Func) (idem.Result, error) {
+				return st.DoTx(ctx, key, fp, func(ctx context.Context, _ *sql.Tx) (idem.Response, error) { return fn(ctx) })
+			},
 		}
 	})
 }

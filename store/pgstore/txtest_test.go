@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/storetest/txtest"
@@ -68,6 +70,12 @@ func runTxConformance(t *testing.T, p *pgxpool.Pool, width time.Duration) {
 				return n, err
 			},
 			Name: table + " " + orders,
+			RunTx: func(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
+				return st.RunTx(ctx, call, func(ctx context.Context, _ pgx.Tx) (idem.Response, error) { return fn(ctx) })
+			},
+			DoTx: func(ctx context.Context, key, fp string, fn idem.Func) (idem.Result, error) {
+				return st.DoTx(ctx, key, fp, func(ctx context.Context, _ pgx.Tx) (idem.Response, error) { return fn(ctx) })
+			},
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/idemkit/idem/store/storetest/txtest"
 )
@@ -46,6 +47,12 @@ func TestTxConformance(t *testing.T) {
 				return n, err
 			},
 			Name: path,
+			RunTx: func(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error) {
+				return st.RunTx(ctx, call, func(ctx context.Context, _ *sql.Tx) (idem.Response, error) { return fn(ctx) })
+			},
+			DoTx: func(ctx context.Context, key, fp string, fn idem.Func) (idem.Result, error) {
+				return st.DoTx(ctx, key, fp, func(ctx context.Context, _ *sql.Tx) (idem.Response, error) { return fn(ctx) })
+			},
 		}
 	})
 }

@@ -84,6 +84,10 @@ type Harness struct {
 	Count func(ctx context.Context) (int, error)
 	// Name identifies the records and the business table, for Config.Attach.
 	Name string
+	// RunTx and DoTx are the store's own transaction mode (Store.RunTx and its short form
+	// Store.DoTx), fn run in their transaction.
+	RunTx func(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error)
+	DoTx  func(ctx context.Context, key, fingerprint string, fn idem.Func) (idem.Result, error)
 }
 
 // NewHarness returns a fresh Harness for one subtest.
@@ -371,31 +375,45 @@ func (s suite) waiterTakesOver(t *testing.T) {
 }
 
 // keepsCall: the runner's claim keeps the Call's route, cleaned as idem.Call says, and its
-// request, as the engine's does, in the store's own copy; a claim without them keeps none.
+// request, as the engine's does, in the store's own copy; a claim without them keeps none. The
+// store's own transaction mode (RunTx) does the same, and DoTx, its short form, keeps neither.
 func (s suite) keepsCall(t *testing.T) {
 	h := s.harness(t, 0)
-	sent := &idem.Request{Method: "POST", Target: "/v1/tx", Header: map[string][]string{"Content-Type": {"application/json"}},
-		Body: []byte(`{"n":1}`), BodySize: 7}
-	mine := sent.Clone()
-	if _, err := h.Runner.Run(testCtx(t), idem.Call{Key: "with", Fingerprint: fpA, Route: "POST /v1/tx", Request: mine}, order(h, 0)); err != nil {
+	ok := func(context.Context) (idem.Response, error) { return idem.Response{Status: 201}, nil }
+	for _, r := range []struct {
+		name string
+		run  func(ctx context.Context, call idem.Call, fn idem.Func) (idem.Result, error)
+		fn   idem.Func
+	}{{"Runner.Run", h.Runner.Run, order(h, 0)}, {"RunTx", h.RunTx, ok}} {
+		sent := &idem.Request{Method: "POST", Target: "/v1/tx", Header: map[string][]string{"Content-Type": {"application/json"}},
+			Body: []byte(`{"n":1}`), BodySize: 7}
+		mine := sent.Clone()
+		if _, err := r.run(testCtx(t), idem.Call{Key: r.name + "/with", Fingerprint: fpA, Route: "POST /v1/tx", Request: mine}, r.fn); err != nil {
+			t.Fatal(r.name, err)
+		}
+		mine.Body[0], mine.Header["Content-Type"][0] = 'X', "changed" // the caller reuses its buffers
+		if rec, err := h.Store.Get(testCtx(t), r.name+"/with"); err != nil || !rec.Request.Equal(sent) || rec.Route != "POST /v1/tx" {
+			t.Fatalf("%s: Get = %+v, %v; want the request and the route POST /v1/tx kept", r.name, rec, err)
+		}
+		dirty := "GET /a\x00b\xff" + strings.Repeat("\u00e9", idem.MaxRouteLen)
+		if _, err := r.run(testCtx(t), idem.Call{Key: r.name + "/dirty", Fingerprint: fpA, Route: dirty}, r.fn); err != nil {
+			t.Fatal(r.name, err)
+		}
+		if rec, err := h.Store.Get(testCtx(t), r.name+"/dirty"); err != nil || rec.Route != storekit.CleanRoute(dirty) {
+			t.Fatalf("%s: Get = %+v, %v; want the route cleaned to %.40q", r.name, rec, err, storekit.CleanRoute(dirty))
+		}
+		if _, err := r.run(testCtx(t), idem.Call{Key: r.name + "/without", Fingerprint: fpA}, r.fn); err != nil {
+			t.Fatal(r.name, err)
+		}
+		if rec, err := h.Store.Get(testCtx(t), r.name+"/without"); err != nil || rec.Request != nil || rec.Route != "" {
+			t.Fatalf("%s: Get = %+v, %v; want no request and no route", r.name, rec, err)
+		}
+	}
+	if _, err := h.DoTx(testCtx(t), "dotx", fpA, ok); err != nil {
 		t.Fatal(err)
 	}
-	mine.Body[0], mine.Header["Content-Type"][0] = 'X', "changed" // the caller reuses its buffers
-	if rec, err := h.Store.Get(testCtx(t), "with"); err != nil || !rec.Request.Equal(sent) || rec.Route != "POST /v1/tx" {
-		t.Fatalf("Get = %+v, %v; want the request and the route POST /v1/tx kept", rec, err)
-	}
-	dirty := "GET /a\x00b\xff" + strings.Repeat("\u00e9", idem.MaxRouteLen)
-	if _, err := h.Runner.Run(testCtx(t), idem.Call{Key: "dirty", Fingerprint: fpA, Route: dirty}, order(h, 0)); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := h.Store.Get(testCtx(t), "dirty"); err != nil || rec.Route != storekit.CleanRoute(dirty) {
-		t.Fatalf("Get = %+v, %v; want the route cleaned to %.40q", rec, err, storekit.CleanRoute(dirty))
-	}
-	if _, err := h.Runner.Run(testCtx(t), idem.Call{Key: "without", Fingerprint: fpA}, order(h, 0)); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := h.Store.Get(testCtx(t), "without"); err != nil || rec.Request != nil || rec.Route != "" {
-		t.Fatalf("Get = %+v, %v; want no request and no route", rec, err)
+	if rec, err := h.Store.Get(testCtx(t), "dotx"); err != nil || rec.Request != nil || rec.Route != "" {
+		t.Fatalf("DoTx: Get = %+v, %v; want no request and no route", rec, err)
 	}
 }
 
