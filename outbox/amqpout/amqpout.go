@@ -1,6 +1,8 @@
 // Package amqpout publishes outbox events to RabbitMQ with publisher confirms: the event's
 // Topic is the routing key on the configured exchange, its key travels in the
-// Idempotency-Key header, and Publish returns only once the broker has confirmed the message.
+// Idempotency-Key header, the AMQP message-id is the outbox row's id (for logs: the consumer
+// keys on the header, never on the message-id), and Publish returns only once the broker has
+// confirmed the message.
 // A queue keeps the order the relay publishes in, which is the order of each order key's
 // events (outbox.Message.OrderKey); the order key itself is not sent.
 package amqpout
@@ -8,6 +10,7 @@ package amqpout
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -15,6 +18,9 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
 )
+
+// maxShortString is the longest AMQP short string: routing keys, header names, message ids.
+const maxShortString = 255
 
 // Publisher is an outbox.Publisher for RabbitMQ. Create it with New.
 type Publisher struct {
@@ -41,9 +47,20 @@ func New(ch *amqp091.Channel, exchange string) (*Publisher, error) {
 
 // Publish sends m as a persistent message and waits for the broker's confirm; a nack or a
 // returned context error means it may or may not have arrived, and the relay sends it again.
+//
+// AMQP carries the routing key and header names as short strings of at most 255 bytes: an
+// event whose Topic or a header name is longer can never be published, and Publish returns a
+// permanent error (outbox.Permanent) naming it. The key travels as a header value, which has
+// no such limit. Of a header with several values, only the first is sent.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
+	if len(m.Topic) > maxShortString {
+		return outbox.Permanent(fmt.Errorf("amqpout: event %d: topic is %d bytes; an AMQP routing key takes at most %d", m.ID, len(m.Topic), maxShortString))
+	}
 	h := amqp091.Table{}
 	for k, v := range outbox.WithKey(m.Header, m.Key) {
+		if len(k) > maxShortString {
+			return outbox.Permanent(fmt.Errorf("amqpout: event %d: header name %.32q… is %d bytes; an AMQP header name takes at most %d", m.ID, k, len(k), maxShortString))
+		}
 		if len(v) > 0 {
 			h[k] = v[0]
 		}
@@ -51,7 +68,7 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, m.Topic, true, false, amqp091.Publishing{
-		Headers: h, Body: m.Body, DeliveryMode: amqp091.Persistent, MessageId: m.Key,
+		Headers: h, Body: m.Body, DeliveryMode: amqp091.Persistent, MessageId: strconv.FormatInt(m.ID, 10),
 	})
 	if err != nil {
 		return err

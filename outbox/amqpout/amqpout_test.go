@@ -6,9 +6,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/amqp"
 	"github.com/idemkit/idem/internal/testenv"
@@ -79,6 +81,53 @@ func TestUnroutableIsAnError(t *testing.T) {
 	err = pub.Publish(context.Background(), outbox.Message{ID: 1, Key: "k", Topic: fmt.Sprintf("no-such-queue-%x", rand.Int64()), Body: []byte("b")})
 	if err == nil || !strings.Contains(err.Error(), "unroutable") {
 		t.Fatalf("publish to no queue: %v, want an unroutable error", err)
+	}
+}
+
+// TestLongKeyIsPublished: an event key may be up to idem.MaxStorageKeyLen bytes, and AMQP's
+// message-id takes at most 255: the event is published with its whole key in the
+// Idempotency-Key header and its row id as the message-id. A topic or a header name too long
+// for AMQP is a permanent error, never a publish that fails for ever as if the broker were down.
+func TestLongKeyIsPublished(t *testing.T) {
+	t.Parallel()
+	conn, queue, pub := workQueue(t, "outbox-longkey")
+	key := strings.Repeat("k", idem.MaxStorageKeyLen)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := pub.Publish(ctx, outbox.Message{ID: 42, Key: key, Topic: queue, Body: []byte("b")}); err != nil {
+		t.Fatalf("publish of a %d-byte key: %v", len(key), err)
+	}
+	ch := channel(t, conn)
+	var d amqp091.Delivery
+	for {
+		var ok bool
+		var err error
+		if d, ok, err = ch.Get(queue, true); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the event never arrived")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := amqp.Message(d)
+	if got, err := outbox.KeyOf(m.Header); err != nil || got != key {
+		t.Fatalf("key header: %d bytes, %v; want the %d-byte key", len(got), err, len(key))
+	}
+	if m.ID != "42" {
+		t.Fatalf("message-id %q, want the row id 42", m.ID)
+	}
+
+	for name, m := range map[string]outbox.Message{
+		"topic":  {ID: 1, Key: "k", Topic: strings.Repeat("t", 256)},
+		"header": {ID: 2, Key: "k", Topic: queue, Header: map[string][]string{strings.Repeat("h", 256): {"v"}}},
+	} {
+		err := pub.Publish(ctx, m)
+		if err == nil || !outbox.IsPermanent(err) {
+			t.Errorf("%s of 256 bytes: %v, want a permanent error", name, err)
+		}
 	}
 }
 
