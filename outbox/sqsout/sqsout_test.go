@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,10 +113,16 @@ func TestFIFOGroup(t *testing.T) {
 	ctx := context.Background()
 	url := queue(t, cl, true)
 	pub, _ := sqsout.New(cl, "tbl")
+	long := strings.Repeat("o", idem.MaxStorageKeyLen)
 	for i, m := range []outbox.Message{
 		{Key: "order-1/created", OrderKey: "order-1"},
 		{Key: "order-1/paid", OrderKey: "order-1"},
 		{Key: "order-2/created"},
+		// Order keys SQS refuses as group ids: a space and a letter outside ASCII, over
+		// 128 characters.
+		{Key: "kunde 7/created", OrderKey: "kunde 7 ü"},
+		{Key: "kunde 7/paid", OrderKey: "kunde 7 ü"},
+		{Key: "long/created", OrderKey: long},
 	} {
 		m.ID, m.Topic, m.Body = int64(i+1), url, []byte(m.Key)
 		if err := pub.Publish(ctx, m); err != nil {
@@ -122,7 +130,7 @@ func TestFIFOGroup(t *testing.T) {
 		}
 	}
 	groups := map[string]string{}
-	for len(groups) < 3 {
+	for len(groups) < 6 {
 		out, err := cl.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId}})
 		if err != nil || len(out.Messages) == 0 {
@@ -135,6 +143,18 @@ func TestFIFOGroup(t *testing.T) {
 			}
 		}
 	}
+	valid := regexp.MustCompile(`^[!-~]{1,128}$`) // what SQS takes as a group id
+	for body, g := range groups {
+		if !valid.MatchString(g) {
+			t.Errorf("%s: group id %q is not one SQS takes", body, g)
+		}
+	}
+	if groups["kunde 7/created"] != groups["kunde 7/paid"] || groups["kunde 7/created"] == groups["long/created"] {
+		t.Errorf("groups of order keys SQS refuses: %v, want one per order key", groups)
+	}
+	delete(groups, "kunde 7/created")
+	delete(groups, "kunde 7/paid")
+	delete(groups, "long/created")
 	if want := "map[order-1/created:order-1 order-1/paid:order-1 order-2/created:order-2/created]"; fmt.Sprint(groups) != want {
 		t.Fatalf("message groups %v, want %s", groups, want)
 	}
@@ -148,9 +168,19 @@ func TestRefused(t *testing.T) {
 	for i := range 10 {
 		many[fmt.Sprint("h", i)] = []string{"v"}
 	}
-	for _, h := range []map[string][]string{many, {"AWS.trace": {"v"}}, {"a b": {"v"}}} {
+	for _, h := range []map[string][]string{many, {"AWS.trace": {"v"}}, {"a b": {"v"}}, {"X-Trace": {"a\x00b"}}} {
 		if err := pub.Publish(context.Background(), outbox.Message{ID: 1, Key: "k", Topic: "q", Header: h}); !outbox.IsPermanent(err) {
-			t.Errorf("headers %v: %v, want a permanent error", h, err)
+			t.Errorf("headers %q: %v, want a permanent error", h, err)
+		}
+	}
+	// Text SQS refuses in a body or in the key's attribute: a control character, invalid
+	// UTF-8, U+FFFF.
+	for _, bad := range []string{"a\x00b", "a\x1fb", "\xff", "a\uffffb"} {
+		if err := pub.Publish(context.Background(), outbox.Message{ID: 1, Key: "k", Topic: "q", Body: []byte(bad)}); !outbox.IsPermanent(err) {
+			t.Errorf("body %q: %v, want a permanent error", bad, err)
+		}
+		if err := pub.Publish(context.Background(), outbox.Message{ID: 1, Key: bad, Topic: "q"}); !outbox.IsPermanent(err) {
+			t.Errorf("key %q: %v, want a permanent error", bad, err)
 		}
 	}
 	var oe *idem.OptionError
