@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 )
@@ -18,7 +19,8 @@ type Message struct {
 	// order's id and what happened to it: "order-42/paid"), never from a transport's id.
 	// Publishers send it in the Idempotency-Key header. Two events with one key are one
 	// fact (the consumer runs its effect once), so the key does not order distinct events:
-	// OrderKey does. Required; at most idem.MaxStorageKeyLen bytes.
+	// OrderKey does. Required; at most idem.MaxStorageKeyLen bytes of UTF-8, without control
+	// characters (a header carries it).
 	Key string
 	// OrderKey names the entity or stream whose events must arrive in order: "order-42" for
 	// "order-42/created" then "order-42/paid". Events of one order key are published in the
@@ -50,6 +52,13 @@ func (m Message) Check() error {
 		return fmt.Errorf("outbox: %w: Message.Key is empty: give the event the key of the fact it announces", idem.ErrInvalidInput)
 	case len(m.Key) > idem.MaxStorageKeyLen:
 		return fmt.Errorf("outbox: %w: Message.Key is %d bytes, over %d", idem.ErrInvalidInput, len(m.Key), idem.MaxStorageKeyLen)
+	case !utf8.ValidString(m.Key):
+		return fmt.Errorf("outbox: %w: Message.Key is not valid UTF-8", idem.ErrInvalidInput)
+	case strings.IndexFunc(m.Key, isControl) >= 0:
+		// The key travels in a header: a broker refuses a control character there (SQS) or
+		// changes it (NATS sends a line break as a space), and the consumer would key on
+		// another key than the outbox's.
+		return fmt.Errorf("outbox: %w: Message.Key %.40q has a control character; a header cannot carry it", idem.ErrInvalidInput, m.Key)
 	case len(m.OrderKey) > idem.MaxStorageKeyLen:
 		return fmt.Errorf("outbox: %w: Message.OrderKey is %d bytes, over %d", idem.ErrInvalidInput, len(m.OrderKey), idem.MaxStorageKeyLen)
 	case m.Topic == "":
@@ -57,6 +66,9 @@ func (m Message) Check() error {
 	}
 	return nil
 }
+
+// isControl reports whether r is an ASCII control character (or DEL).
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // Publisher sends an event to a broker. It returns nil only once the broker has accepted the
 // event (a publish acknowledgement, a confirm); the relay marks the event sent then, and

@@ -30,12 +30,13 @@ func TestWithKeyReplacesAnyCase(t *testing.T) {
 }
 
 func TestMessageCheck(t *testing.T) {
-	for _, m := range []outbox.Message{{Topic: "t"}, {Key: "k"}, {Key: strings.Repeat("k", idem.MaxStorageKeyLen+1), Topic: "t"}, {Key: "k", OrderKey: strings.Repeat("o", idem.MaxStorageKeyLen+1), Topic: "t"}} {
+	for _, m := range []outbox.Message{{Topic: "t"}, {Key: "k"}, {Key: strings.Repeat("k", idem.MaxStorageKeyLen+1), Topic: "t"}, {Key: "k", OrderKey: strings.Repeat("o", idem.MaxStorageKeyLen+1), Topic: "t"},
+		{Key: "a\nb", Topic: "t"}, {Key: "a\rb", Topic: "t"}, {Key: "a\x00b", Topic: "t"}, {Key: "a\x7fb", Topic: "t"}, {Key: "\xff", Topic: "t"}} {
 		if err := m.Check(); !errors.Is(err, idem.ErrInvalidInput) || !strings.HasPrefix(err.Error(), "outbox: ") {
-			t.Errorf("%+v: %v", m.Topic, err)
+			t.Errorf("key %q, topic %q: %v", m.Key, m.Topic, err)
 		}
 	}
-	for _, m := range []outbox.Message{{Key: "k", Topic: "t"}, {Key: "k", OrderKey: strings.Repeat("o", idem.MaxStorageKeyLen), Topic: "t"}} {
+	for _, m := range []outbox.Message{{Key: "k", Topic: "t"}, {Key: "kunde 7/zahlung ü ✓", Topic: "t"}, {Key: "k", OrderKey: strings.Repeat("o", idem.MaxStorageKeyLen), Topic: "t"}} {
 		if err := m.Check(); err != nil {
 			t.Fatal(err)
 		}

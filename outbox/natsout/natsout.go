@@ -8,7 +8,10 @@ package natsout
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,9 +35,23 @@ func New(js jetstream.JetStream, idPrefix string) (*Publisher, error) {
 	return &Publisher{js: js, prefix: idPrefix}, nil
 }
 
-// Publish sends m and waits for the stream's acknowledgement.
+// Publish sends m and waits for the stream's acknowledgement. A Topic that is not a valid
+// subject (empty, with whitespace or an empty token) can never be published: Publish returns
+// a permanent error (outbox.Permanent) for it.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
+	if badSubject(m.Topic) {
+		return outbox.Permanent(fmt.Errorf("natsout: event %d: topic %q is not a NATS subject: %w", m.ID, m.Topic, nats.ErrBadSubject))
+	}
 	msg := &nats.Msg{Subject: m.Topic, Data: m.Body, Header: nats.Header(outbox.WithKey(m.Header, m.Key))}
 	_, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(p.prefix+":"+strconv.FormatInt(m.ID, 10)))
 	return err
+}
+
+// badSubject reports whether a publish to subject can never succeed: empty, with whitespace
+// or control characters, or with an empty token ("a..b", ".a", "a.").
+func badSubject(subject string) bool {
+	if subject == "" || strings.IndexFunc(subject, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return true
+	}
+	return slices.Contains(strings.Split(subject, "."), "")
 }

@@ -2,6 +2,7 @@ package natsout_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/natsjs"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/internal/e2e"
 	"github.com/idemkit/idem/outbox/natsout"
 )
@@ -101,6 +103,30 @@ func TestDuplicateWindowDropsRepeat(t *testing.T) {
 	}
 	if info.State.Msgs != 1 {
 		t.Fatalf("%d messages in the stream after two publishes of one event, want 1", info.State.Msgs)
+	}
+}
+
+// TestBadSubjectIsPermanent: a topic that is not a NATS subject can never be published; the
+// relay is told so (a permanent error), rather than a failure it would take for the broker's.
+func TestBadSubjectIsPermanent(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	if url == "" {
+		return
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	pub, _ := natsout.New(js, "tbl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, subject := range []string{"orders paid", "orders\tpaid", "orders..paid", ".orders", "orders.", "orders\x00"} {
+		if err := pub.Publish(ctx, outboxMessage(subject, 1)); !outbox.IsPermanent(err) || !errors.Is(err, nats.ErrBadSubject) {
+			t.Errorf("subject %q: %v, want a permanent ErrBadSubject", subject, err)
+		}
 	}
 }
 
