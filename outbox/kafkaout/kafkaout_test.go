@@ -158,3 +158,33 @@ func TestRecord(t *testing.T) {
 		t.Errorf("nil client: %v", err)
 	}
 }
+
+// TestNeverPublishableIsPermanent: a record Kafka can never take, to an illegal topic name or
+// over the producer's record size, is a permanent error, not a failure the relay retries for
+// ever as if the broker were down.
+func TestNeverPublishableIsPermanent(t *testing.T) {
+	t.Parallel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, _ := kafkaout.New(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	good := topic(t, 1)
+	for name, m := range map[string]outbox.Message{
+		"space":     {ID: 1, Key: "k", Topic: "orders paid"},
+		"slash":     {ID: 2, Key: "k", Topic: "orders/paid"},
+		"dot":       {ID: 3, Key: "k", Topic: "."},
+		"too long":  {ID: 4, Key: "k", Topic: strings.Repeat("t", 250)},
+		"too large": {ID: 5, Key: "k", Topic: good, Body: make([]byte, 128<<10)},
+	} {
+		if err := pub.Publish(ctx, m); !outbox.IsPermanent(err) {
+			t.Errorf("%s: %v, want a permanent error", name, err)
+		}
+	}
+	if err := pub.Publish(ctx, outbox.Message{ID: 6, Key: "k", Topic: good, Body: make([]byte, 32<<10)}); err != nil {
+		t.Errorf("a record within the limits: %v", err)
+	}
+}
