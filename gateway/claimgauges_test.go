@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // gauge returns the value of the unlabelled gauge name, and whether it is exported.
@@ -190,6 +191,45 @@ func TestCountHeldBounded(t *testing.T) {
 		n, truncated, err := countHeld(ctx, st, now.Add(time.Second))
 		if err != nil || n != tc.wantHeld || truncated != tc.truncated {
 			t.Errorf("%d records, half held: counted %d, truncated %v, %v; want %d, %v", tc.records, n, truncated, err, tc.wantHeld, tc.truncated)
+		}
+	}
+}
+
+// countingLister is an idem.Lister with no records that counts its List calls.
+type countingLister struct{ calls atomic.Int64 }
+
+func (l *countingLister) List(context.Context, idem.ListQuery) (idem.ListPage, error) {
+	l.calls.Add(1)
+	return idem.ListPage{}, nil
+}
+
+// TestHeldCountOncePerInterval: the count of held keys goes to the store at the first scrape,
+// then again only once a whole interval has passed since the last count began: a scrape an
+// instant before gets the last count, one at the interval exactly counts again.
+func TestHeldCountOncePerInterval(t *testing.T) {
+	t.Parallel()
+	l := &countingLister{}
+	h := newHeldCollector(l, time.Minute)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, step := range []struct {
+		at    time.Duration
+		calls int64
+	}{
+		{0, 1},
+		{time.Minute - time.Nanosecond, 1},
+		{time.Minute, 2},
+		{2*time.Minute - time.Nanosecond, 2},
+		{2 * time.Minute, 3},
+	} {
+		h.now = func() time.Time { return t0.Add(step.at) }
+		ch := make(chan prometheus.Metric, 3)
+		h.Collect(ch)
+		close(ch)
+		if got := l.calls.Load(); got != step.calls {
+			t.Fatalf("scrape at +%v: %d counts, want %d", step.at, got, step.calls)
+		}
+		if n := len(ch); n != 3 {
+			t.Fatalf("scrape at +%v: %d metrics, want 3", step.at, n)
 		}
 	}
 }
