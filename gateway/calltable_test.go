@@ -2,14 +2,17 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/syncbuf"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -136,4 +139,109 @@ func drainerTableRound(t *testing.T, n int) {
 		t.Errorf("%d floors left after every request ended", len(d.floors))
 	}
 	d.mu.Unlock()
+}
+
+// failingExtend is a store whose Extend fails with err.
+type failingExtend struct {
+	idem.Store
+	err error
+}
+
+func (s failingExtend) Extend(context.Context, string, int64, time.Time) error { return s.err }
+
+// TestDrainerEdges: the drainer at its boundaries, one request at a time.
+//   - Drain writes each claim's floor to the store itself (not only to its table), within its
+//     own time limit, so the record's lease does not lapse while the upstream call may run.
+//   - A floor the store refused for another reason than a lost lease is logged as a warning;
+//     a lost lease (the claim is no longer this request's) is not.
+//   - The claim clock counts an effect that began strictly before the cutoff.
+//   - Abort waits for the last handler, not the first, to return.
+func TestDrainerEdges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	t.Run("floor written", func(t *testing.T) {
+		st := memstore.New()
+		res, err := st.Reserve(ctx, idem.ReserveRequest{Key: "k", Now: now, Lease: time.Second, TTL: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatal(err, res)
+		}
+		d := newDrainer(idem.UncertainExpire, time.Minute, st, quiet)
+		o := &upstreamOutcome{claimed: true, key: "k", token: res.Record.Token, expires: res.Record.ExpiresAt}
+		deadline := now.Add(10 * time.Second)
+		d.begin(o, deadline)
+		d.drain()
+		rec, err := st.Get(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := deadline.Add(time.Minute); !rec.LeaseUntil.Equal(want.Truncate(time.Microsecond)) && !rec.LeaseUntil.Equal(want) {
+			t.Fatalf("lease until %v after Drain, want the floor %v (the call's deadline + the lease)", rec.LeaseUntil, want)
+		}
+		d.end(o)
+	})
+
+	t.Run("floor refused", func(t *testing.T) {
+		for _, tc := range []struct {
+			err  error
+			warn bool
+		}{{errors.New("store down"), true}, {idem.ErrLeaseLost, false}} {
+			var log syncbuf.Buffer
+			d := newDrainer(idem.UncertainExpire, time.Minute, failingExtend{memstore.New(), tc.err}, slog.New(slog.NewTextHandler(&log, nil)))
+			o := &upstreamOutcome{claimed: true, key: "k", token: 1, expires: now.Add(time.Hour)}
+			d.begin(o, now.Add(time.Second))
+			d.drain()
+			d.end(o)
+			if got := strings.Contains(log.String(), "could not keep a claim"); got != tc.warn {
+				t.Errorf("Extend failing with %v: warned %v, want %v\n%s", tc.err, got, tc.warn, log.String())
+			}
+		}
+	})
+
+	t.Run("overdue cutoff", func(t *testing.T) {
+		d := newDrainer(idem.UncertainExpire, time.Minute, memstore.New(), quiet)
+		o := &upstreamOutcome{}
+		d.effectBegan(o, now)
+		if n := d.effectsBefore(now); n != 0 {
+			t.Errorf("an effect that began at the cutoff counted as before it (%d)", n)
+		}
+		if n := d.effectsBefore(now.Add(time.Nanosecond)); n != 1 {
+			t.Errorf("an effect that began a nanosecond before the cutoff: %d, want 1", n)
+		}
+		d.end(o)
+	})
+
+	t.Run("abort waits for the last", func(t *testing.T) {
+		d := newDrainer(idem.UncertainExpire, time.Minute, memstore.New(), quiet)
+		const n = 3
+		var os [n]*upstreamOutcome
+		for i := range os {
+			os[i] = &upstreamOutcome{}
+			d.begin(os[i], now.Add(time.Minute))
+		}
+		aborted := make(chan int, 1)
+		go func() { aborted <- d.abort(ctx) }()
+		for !d.cut.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		for i := range n - 1 {
+			d.end(os[i])
+			select {
+			case got := <-aborted:
+				t.Fatalf("Abort returned %d after %d of %d handlers returned", got, i+1, n)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		d.end(os[n-1])
+		select {
+		case got := <-aborted:
+			if got != n {
+				t.Errorf("Abort counted %d calls out, want %d", got, n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Abort did not return after the last handler returned")
+		}
+	})
 }
