@@ -213,6 +213,65 @@ func TestDrainerEdges(t *testing.T) {
 		d.end(o)
 	})
 
+	t.Run("abort with nothing out", func(t *testing.T) {
+		d := newDrainer(idem.UncertainExpire, time.Minute, memstore.New(), quiet)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if n := d.abort(actx); n != 0 || actx.Err() != nil {
+			t.Fatalf("Abort with no call out: %d, returned when its context ended: %v", n, actx.Err() != nil)
+		}
+	})
+
+	t.Run("raise and keeps", func(t *testing.T) {
+		d := newDrainer(idem.UncertainRelease, time.Minute, memstore.New(), quiet)
+		beat := now.Add(time.Second) // a heartbeat's extension
+		o := &upstreamOutcome{claimed: true, key: "k", token: 7, expires: now.Add(time.Hour)}
+		d.begin(o, now.Add(time.Minute))
+		if got := d.raise("k", 7, beat); !got.Equal(beat) {
+			t.Errorf("before Drain: an extension raised to %v", got)
+		}
+		if d.keeps("k", 7) {
+			t.Error("before Abort: a release kept")
+		}
+		d.drain()
+		floor := now.Add(time.Minute + time.Second) // release: the call's deadline + 1s
+		for _, tc := range []struct {
+			token int64
+			until time.Time
+			want  time.Time
+		}{
+			{7, beat, floor}, // the floor is later: it stands
+			{7, floor.Add(time.Hour), floor.Add(time.Hour)}, // later than the floor: kept as asked
+			{8, beat, beat}, // another claim of the key: no floor of its own
+		} {
+			if got := d.raise("k", tc.token, tc.until); !got.Equal(tc.want) {
+				t.Errorf("extension of token %d to %v while draining: %v, want %v", tc.token, tc.until, got, tc.want)
+			}
+		}
+		if d.keeps("k", 7) {
+			t.Error("after Drain, before Abort: a release kept")
+		}
+		go d.abort(ctx)
+		for !d.cut.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		if !d.keeps("k", 7) {
+			t.Error("after Abort: the release of a cut call's claim not kept until its floor")
+		}
+		if d.keeps("k", 8) || d.keeps("other", 7) {
+			t.Error("after Abort: the release of another claim kept")
+		}
+		d.mu.Lock()
+		f := d.floors["k"]
+		f.until = time.Now().Add(-time.Millisecond) // the floor has passed
+		d.floors["k"] = f
+		d.mu.Unlock()
+		if d.keeps("k", 7) {
+			t.Error("after Abort, past the floor: a release still kept")
+		}
+		d.end(o)
+	})
+
 	t.Run("abort waits for the last", func(t *testing.T) {
 		d := newDrainer(idem.UncertainExpire, time.Minute, memstore.New(), quiet)
 		const n = 3
