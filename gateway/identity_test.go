@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -76,6 +77,13 @@ func TestIdentityHeadersPerRule(t *testing.T) {
 		t.Fatalf("tenant b's retry: %s, want its own answer %s", again.Body, b.Body)
 	}
 
+	// A retry keyed by the route's key header replays, for its own tenant.
+	if again := post(single, "/v1/orders", map[string]string{"X-Request-Id": "r-3"}); again.Code != 201 {
+		t.Fatalf("keyed by the route's header: %d %s", again.Code, again.Body)
+	} else if retry := post(single, "/v1/orders", map[string]string{"X-Request-Id": "r-3"}); retry.Body.String() != again.Body.String() {
+		t.Fatalf("retry keyed by the route's key header: %s, want the stored %s", retry.Body, again.Body)
+	}
+
 	// Tenants by the gateway's scope header, on a route without one of its own.
 	tenants := newGateway(Config{ScopeHeader: "X-API-Key", ScopeSecret: strings.Repeat("s3cret-", 4), Routes: []Route{
 		{Path: "/v1/orders", KeyHeader: "X-Request-Id"},
@@ -87,5 +95,76 @@ func TestIdentityHeadersPerRule(t *testing.T) {
 	b = post(tenants, "/v1/orders", map[string]string{"X-Request-Id": "same", "X-API-Key": "b"})
 	if a.Code != 201 || b.Code != 201 || a.Body.String() == b.Body.String() {
 		t.Fatalf("two tenants of the gateway's scope header with one key: %d %s and %d %s, want two effects", a.Code, a.Body, b.Code, b.Body)
+	}
+}
+
+// TestRuleKeyAndFingerprint: a rule's key taken from a JSON field, and its JSON fingerprint
+// with ignored fields, as the rule says: a retry whose body differs only in the ignored field
+// or in spacing replays the stored answer; one that differs elsewhere is a mismatch (422).
+func TestRuleKeyAndFingerprint(t *testing.T) {
+	t.Parallel()
+	var effects atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"effect":%d}`, effects.Add(1))
+	}))
+	t.Cleanup(up.Close)
+	g, err := New(context.Background(), Config{Upstream: up.URL, Scope: ScopeNone, Routes: []Route{
+		{Path: "/v1/orders", KeyJSONField: "order_id", Fingerprint: "json", IgnoreFields: []string{"sent_at"}},
+	}}, Options{Store: memstore.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	post := func(body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		return w
+	}
+	first := post(`{"order_id":"o-1","amount":5,"sent_at":"10:00"}`)
+	if first.Code != 201 {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	for _, body := range []string{
+		`{"order_id":"o-1","amount":5,"sent_at":"10:01"}`,
+		`{ "sent_at": "10:02", "amount": 5, "order_id": "o-1" }`,
+	} {
+		if w := post(body); w.Code != 201 || w.Body.String() != first.Body.String() {
+			t.Errorf("retry %s: %d %s, want the stored %s", body, w.Code, w.Body, first.Body)
+		}
+	}
+	if w := post(`{"order_id":"o-1","amount":6,"sent_at":"10:00"}`); w.Code != http.StatusUnprocessableEntity {
+		t.Errorf("same order id, another amount: %d %s, want 422", w.Code, w.Body)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+}
+
+// TestLoadScopeSecret: the secret comes from the file without its trailing newline; a file
+// that cannot be read or holds too short a secret is an error naming the setting.
+func TestLoadScopeSecret(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, short := dir+"/good", dir+"/short"
+	if err := os.WriteFile(good, []byte(strings.Repeat("k", MinScopeSecret)+"\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := (Config{ScopeSecretFile: good, ScopeSecret: "ignored"}).LoadScopeSecret(); err != nil || string(b) != strings.Repeat("k", MinScopeSecret) {
+		t.Errorf("from a file: %q %v", b, err)
+	}
+	for _, c := range []Config{{ScopeSecretFile: dir + "/missing"}, {ScopeSecretFile: short}, {ScopeSecret: "short"}} {
+		if b, err := c.LoadScopeSecret(); err == nil || !strings.Contains(err.Error(), "scope_secret") {
+			t.Errorf("secret %q, file %q: %q %v, want an error naming the setting", c.ScopeSecret, c.ScopeSecretFile, b, err)
+		}
+	}
+	if b, err := (Config{}).LoadScopeSecret(); b != nil || err != nil {
+		t.Errorf("no secret: %q %v", b, err)
 	}
 }
