@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -166,5 +167,55 @@ func TestLoadScopeSecret(t *testing.T) {
 	}
 	if b, err := (Config{}).LoadScopeSecret(); b != nil || err != nil {
 		t.Errorf("no secret: %q %v", b, err)
+	}
+}
+
+// TestRetainedRequestRedactsScope: a retained request never keeps the value of the header
+// that scopes it, the gateway's or its route's, even when its name does not say it is a
+// credential: it identifies a tenant, as an API key does.
+func TestRetainedRequestRedactsScope(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	st := memstore.New()
+	g, err := New(context.Background(), Config{Upstream: up.URL, ScopeHeader: "X-Tenant", ScopeSecret: strings.Repeat("s3cret-", 4),
+		RetainRequest: true, Routes: []Route{{Path: "/v1/orgs", ScopeHeader: "X-Org"}}},
+		Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	for path, h := range map[string]string{"/v1/charges": "X-Tenant", "/v1/orgs": "X-Org"} {
+		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`))
+		r.Header.Set("Idempotency-Key", "k"+path)
+		r.Header.Set(h, "tenant-identity-"+h)
+		r.Header.Set("X-Trace", "kept")
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		if w.Code != 201 {
+			t.Fatalf("%s: %d %s", path, w.Code, w.Body)
+		}
+	}
+	ctx := context.Background()
+	page, err := st.List(ctx, idem.ListQuery{})
+	if err != nil || len(page.Records) != 2 {
+		t.Fatalf("records: %v %d", err, len(page.Records))
+	}
+	for _, light := range page.Records {
+		rec, err := st.Get(ctx, light.Key)
+		if err != nil || rec.Request == nil {
+			t.Fatalf("%s: %v, request %v", light.Key, err, rec.Request)
+		}
+		for name, vs := range rec.Request.Header {
+			if strings.HasPrefix(strings.Join(vs, ""), "tenant-identity-") {
+				t.Errorf("%s: the retained request keeps the scope header %s: %q", rec.Route, name, vs)
+			}
+		}
+		if fmt.Sprint(rec.Request.Header["X-Trace"]) != "[kept]" {
+			t.Errorf("%s: retained headers %v, want X-Trace kept", rec.Route, rec.Request.Header)
+		}
 	}
 }
