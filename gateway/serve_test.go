@@ -56,3 +56,54 @@ func TestRequestLog(t *testing.T) {
 		t.Fatalf("request log lines %v, want %s", got, want)
 	}
 }
+
+// TestHostName: the host a fingerprint names is the Host header's name alone: without its
+// port, IPv6 brackets or trailing dot, in lower case.
+func TestHostName(t *testing.T) {
+	for in, want := range map[string]string{
+		"api.test":       "api.test",
+		"API.Test:8443":  "api.test",
+		"api.test.":      "api.test",
+		"api.test.:80":   "api.test",
+		"[::1]:8080":     "::1",
+		"[::1]":          "::1",
+		"127.0.0.1:9000": "127.0.0.1",
+		"":               "",
+	} {
+		if got := hostName(in); got != want {
+			t.Errorf("hostName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestHTTP2Preface: the HTTP/2 connection preface (PRI over HTTP/2 framing, as a server
+// without h2c sees it) is refused with 505; an HTTP/2 request of any other method is served,
+// and so is a PRI request over HTTP/1.1, an unknown method passed through.
+func TestHTTP2Preface(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	g, err := New(context.Background(), Config{Upstream: up.URL, Scope: ScopeNone},
+		Options{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	for _, tc := range []struct {
+		method string
+		major  int
+		want   int
+	}{{"PRI", 2, 505}, {"POST", 2, 201}, {"PRI", 1, 201}} {
+		r := httptest.NewRequest(tc.method, "/v1/charges", strings.NewReader(`{}`))
+		r.ProtoMajor, r.ProtoMinor = tc.major, 0
+		r.Header.Set("Idempotency-Key", fmt.Sprint("h2-", tc.method, tc.major))
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s over HTTP/%d: %d %s, want %d", tc.method, tc.major, w.Code, w.Body, tc.want)
+		}
+	}
+}
