@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/syncbuf"
 	"github.com/idemkit/idem/store/memstore"
 )
@@ -105,5 +107,38 @@ func TestHTTP2Preface(t *testing.T) {
 		if w.Code != tc.want {
 			t.Errorf("%s over HTTP/%d: %d %s, want %d", tc.method, tc.major, w.Code, w.Body, tc.want)
 		}
+	}
+}
+
+// downStore is a store whose every Get fails as a store that does not answer.
+type downStore struct{ idem.Store }
+
+func (downStore) Get(context.Context, string) (idem.Record, error) {
+	return idem.Record{}, errors.New("connection refused")
+}
+
+// TestReadyWithStoreDown: a gateway whose store does not answer is not ready (/readyz 503
+// "store unavailable"), so a load balancer sends its traffic elsewhere; a store that answers
+// "not found" for the probe key is.
+func TestReadyWithStoreDown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		st     idem.Store
+		status int
+		body   string
+	}{{memstore.New(), 200, "ok\n"}, {downStore{memstore.New()}, 503, "store unavailable\n"}} {
+		g, err := New(context.Background(), Config{Upstream: "http://127.0.0.1:1", Scope: ScopeNone},
+			Options{Store: tc.st, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, h := range map[string]http.Handler{"gateway": g, "ops": g.OpsHandler()} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+			if w.Code != tc.status || w.Body.String() != tc.body {
+				t.Errorf("%T, %s /readyz: %d %q, want %d %q", tc.st, name, w.Code, w.Body, tc.status, tc.body)
+			}
+		}
+		g.Close()
 	}
 }
