@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,8 +37,8 @@ func New(js jetstream.JetStream, idPrefix string) (*Publisher, error) {
 }
 
 // Publish sends m and waits for the stream's acknowledgement. A Topic that is not a valid
-// subject (empty, with whitespace or an empty token) can never be published: Publish returns
-// a permanent error (outbox.Permanent) for it.
+// subject (empty, with whitespace or NUL, or an empty token) can never be published: Publish
+// returns a permanent error (outbox.Permanent) for it.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if badSubject(m.Topic) {
 		return outbox.Permanent(fmt.Errorf("natsout: event %d: topic %q is not a NATS subject: %w", m.ID, m.Topic, nats.ErrBadSubject))
@@ -48,9 +49,9 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 }
 
 // badSubject reports whether a publish to subject can never succeed: empty, with whitespace
-// or control characters, or with an empty token ("a..b", ".a", "a.").
+// or NUL, or with an empty token ("a..b", ".a", "a.").
 func badSubject(subject string) bool {
-	if subject == "" || strings.IndexFunc(subject, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+	if subject == "" || strings.IndexFunc(subject, func(r rune) bool { return r == 0 || unicode.IsSpace(r) }) >= 0 {
 		return true
 	}
 	return slices.Contains(strings.Split(subject, "."), "")
