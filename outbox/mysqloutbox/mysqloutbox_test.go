@@ -76,3 +76,36 @@ func TestOptions(t *testing.T) {
 		t.Errorf("bad table name: %v", err)
 	}
 }
+
+// TestMigrateConcurrently: the replicas of a service that start at once each run Migrate on
+// the same new table, and every one of them succeeds.
+func TestMigrateConcurrently(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test (MySQL); skipped with -short")
+	}
+	t.Parallel()
+	db, err := sql.Open("mysql", testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	for round := range 5 {
+		opt := mysqloutbox.Options{Table: fmt.Sprintf("outbox_race_%d_%d", round, rand.Int64N(1<<62))}
+		t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + opt.Table) })
+		const n = 8
+		errs := make(chan error, n)
+		start := make(chan struct{})
+		for range n {
+			go func() {
+				<-start
+				errs <- mysqloutbox.Migrate(context.Background(), db, opt)
+			}()
+		}
+		close(start)
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: one of %d concurrent Migrate calls: %v", round, n, err)
+			}
+		}
+	}
+}

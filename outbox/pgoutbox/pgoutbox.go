@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,7 +79,11 @@ func Add(ctx context.Context, tx Execer, opt Options, m outbox.Message) error {
 	return nil
 }
 
-// Migrate creates the outbox table and its index if they do not exist.
+// migrateLock is the advisory lock key Migrate holds while it runs ("idem/out" in ASCII).
+const migrateLock int64 = 0x6964656d2f6f7574
+
+// Migrate creates the outbox table and its indexes if they do not exist. Several processes
+// may run it at once: they take turns.
 func Migrate(ctx context.Context, db Execer, opt Options) error {
 	t := opt.ident()
 	idx := func(suffix string) string { return pgx.Identifier{tableName(opt) + suffix}.Sanitize() }
@@ -86,7 +91,11 @@ func Migrate(ctx context.Context, db Execer, opt Options) error {
 	// a table made before sent events were kept gets sent_at and the indexes here, and one
 	// made before events had an order key gets order_key, filled with each event's key (the
 	// order it was published in until then), once: a table that has it is not scanned.
-	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
+	// The statements run as one transaction, which first takes an advisory lock: the
+	// replicas of a service that start at once migrate one after the other (two concurrent
+	// CREATE TABLE IF NOT EXISTS of one new name fail in one of the two sessions).
+	_, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.FormatInt(migrateLock, 10)+`);
+CREATE TABLE IF NOT EXISTS `+t+` (
 	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	key          text        NOT NULL,
 	order_key    text        NOT NULL,

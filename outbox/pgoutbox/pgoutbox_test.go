@@ -156,3 +156,37 @@ func TestMigrateInSchema(t *testing.T) {
 		t.Fatalf("claim: %+v %v, want the event with its order key", ms, err)
 	}
 }
+
+// TestMigrateConcurrently: the replicas of a service that start at once each run Migrate on
+// the same new table, and every one of them succeeds (PostgreSQL's CREATE TABLE IF NOT
+// EXISTS alone fails in all but one of two sessions that race on a new name).
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pool(t)
+	for round := range 5 {
+		opt := pgoutbox.Options{Table: fmt.Sprintf("outbox_race_%d_%d", round, rand.Int64())}
+		t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+opt.Table) })
+		const n = 8
+		errs := make(chan error, n)
+		start := make(chan struct{})
+		for range n {
+			go func() {
+				conn, err := pgx.Connect(ctx, testenv.PostgresURL(t))
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer conn.Close(ctx)
+				<-start
+				errs <- pgoutbox.Migrate(ctx, conn, opt)
+			}()
+		}
+		close(start)
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: one of %d concurrent Migrate calls: %v", round, n, err)
+			}
+		}
+	}
+}

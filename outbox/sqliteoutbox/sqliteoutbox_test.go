@@ -70,3 +70,43 @@ func TestOptions(t *testing.T) {
 		t.Errorf("bad table name: %v", err)
 	}
 }
+
+// TestMigrateConcurrently: processes that share a database file (each its own handle, with a
+// busy timeout) and start at once each run Migrate on the same new table, and every one of
+// them succeeds. The file is in WAL mode already, as a database in use is: SQLite's switch to
+// WAL of a new file is not retried on a busy database, whoever runs it.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	const dsn = "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+	for round := range 5 {
+		path := filepath.Join(t.TempDir(), "outbox.db")
+		first, err := sql.Open("sqlite", "file:"+path+dsn)
+		if err == nil {
+			err = first.Ping()
+			_ = first.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 8
+		errs := make(chan error, n)
+		start := make(chan struct{})
+		for range n {
+			db, err := sql.Open("sqlite", "file:"+path+dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			go func() {
+				<-start
+				errs <- sqliteoutbox.Migrate(context.Background(), db, sqliteoutbox.Options{})
+			}()
+		}
+		close(start)
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: one of %d concurrent Migrate calls: %v", round, n, err)
+			}
+		}
+	}
+}
