@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -76,9 +77,33 @@ func Add(ctx context.Context, tx Execer, opt Options, m outbox.Message) error {
 	return dialect.Add(ctx, tx, opt.table(), m)
 }
 
-// Migrate creates the outbox table and its index if they do not exist.
+// Migrate creates the outbox table and its indexes if they do not exist. Processes that share
+// the file may run it at once: SQLite answers some of their conflicts with "database is
+// locked" at once, without waiting out the busy timeout (two openers switching a new file to
+// WAL, say), and Migrate tries again, pausing longer each time, for up to migrateBusyFor or
+// until ctx ends.
 func Migrate(ctx context.Context, db Execer, opt Options) error {
-	return dialect.Migrate(ctx, db, opt.table())
+	deadline := time.Now().Add(migrateBusyFor)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		err := dialect.Migrate(ctx, db, opt.table())
+		if err == nil || !isBusy(err) || ctx.Err() != nil || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// migrateBusyFor bounds how long Migrate tries again on a busy database.
+const migrateBusyFor = 10 * time.Second
+
+// isBusy reports whether err is SQLite's "database is locked" (SQLITE_BUSY).
+func isBusy(err error) bool {
+	var se interface{ Code() int }
+	return errors.As(err, &se) && se.Code()&0xff == 5
 }
 
 // Store is an outbox table in SQLite, for outbox.NewRelay. Create it with New.
