@@ -128,7 +128,11 @@ func checkTrips(t *testing.T, b *backend) (bare, tx float64) {
 	bare = tripsPerRequest(t, b, b.bare, 200)
 	tx = tripsPerRequest(t, b, b.tx, 200)
 	t.Logf("%s: %.2f round trips per new key bare, %.2f in transaction mode", b.name, bare, tx)
-	if tx > bare+float64(b.extra) {
+	// A round trip that transaction mode adds costs one per key, 200 in the run; the pool's
+	// own (a liveness ping after a connection sat idle through a stall of a busy machine)
+	// come a few per run, in either handler. Up to 10 of those are not counted against it.
+	const noise = 10.0 / 200
+	if tx > bare+float64(b.extra)+noise {
 		t.Errorf("%s: transaction mode takes %.2f round trips per new key, the bare handler %.2f: more than %d extra", b.name, tx, bare, b.extra)
 	}
 	after, err := b.rows(ctx)
