@@ -264,14 +264,39 @@ func browseNewest(t *testing.T, allocCtx context.Context, st storeurl.Store) {
 	if keys := listed(); !slices.Equal(keys, []string{"zzz-newest"}) {
 		t.Fatalf("route POST /c: %q", keys)
 	}
-	do("pause", chromedp.Click(chromedp.CSS("#live")))
+	// toggle clicks the pause button once the page's script has taken it over (it names the
+	// refresh interval then) and the rates chart above it, if any, has loaded, and checks that the button says what was asked: a click that
+	// lands before the script has run does nothing, and the page would go on refreshing.
+	toggle := func(what string, pressed string) {
+		t.Helper()
+		ready := `document.getElementById("live-state").textContent !== "The list refreshes every few seconds." &&
+			!(document.getElementById("rates")?.textContent ?? "").startsWith("Loading")` // the chart moves the button when it loads
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](ready))
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the page's script never took the pause button over", what)
+			}
+		}
+		do(what, chromedp.Click(chromedp.CSS("#live")))
+		got, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("live").getAttribute("aria-pressed")`))
+		if err != nil || got != pressed {
+			t.Fatalf("%s: the button's aria-pressed is %q (%v), want %q", what, got, err, pressed)
+		}
+	}
+	toggle("pause", "true")
 	claim("t|aaa-while-paused", "POST /c", time.Now(), 0)
 	claim("t|aaa-other-route", "POST /a", time.Now(), 0)
 	time.Sleep(time.Second)
 	if keys := listed(); !slices.Equal(keys, []string{"zzz-newest"}) {
 		t.Fatalf("while paused: %q", keys)
 	}
-	do("resume", chromedp.Click(chromedp.CSS("#live")))
+	toggle("resume", "false")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		keys := listed()
