@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -31,8 +32,9 @@ import (
 // processes (the test binary run again with relayEnv set) publish the events with natsout or
 // amqpout. The relays reach PostgreSQL and the broker through the run's fault relays, are
 // killed (SIGKILL) and stopped past their lease (SIGSTOP) by the harness like the workers, and
-// kill themselves now and then between an event's publish and its mark-sent. The consumers
-// key each event by its Idempotency-Key header. Each relay logs, one line each:
+// kill themselves between an event's publish and its mark-sent (at random, and at every 30th
+// event once). The consumers key each event by its Idempotency-Key header. Each relay logs,
+// one line each:
 //
 //	P <fact> <unix nanoseconds>     an event the broker accepted
 //	K relay-between-steps <unix nanoseconds>
@@ -42,6 +44,7 @@ const (
 	relays        = 2
 	relayLease    = engineLease // a pause is longer
 	relayKillRate = 0.04        // SIGKILL between an event's two steps (publish, mark-sent)
+	relayKillEach = 30          // and, once each, at every 30th event (so every run has some)
 	relayPrefix   = "cchaos"    // the Nats-Msg-Id prefix
 	natsDupWindow = 100 * time.Millisecond
 )
@@ -142,7 +145,7 @@ func (r *run) superviseRelays(n int, stop chan struct{}) *sync.WaitGroup {
 func (r *run) relay(slot int, name string, stop chan struct{}) bool {
 	env := map[string]string{
 		"NAME": name, "BROKER": r.cfg.broker, "BROKER_URL": r.b.URL(r.busRelay.Addr()),
-		"PG": withHost(r.pgURL, r.storeRelay.Addr()), "OUTBOX": r.outbox, "BUG": r.cfg.bug,
+		"PG": withHost(r.pgURL, r.storeRelay.Addr()), "OUTBOX": r.outbox, "BUG": r.cfg.bug, "DIR": r.dir,
 	}
 	return r.process(100+slot, name, relayEnv, env, stop)
 }
@@ -185,6 +188,23 @@ func relayMain() int {
 		return 2
 	}
 	var store outbox.Store = st
+	// dies reports whether the relay dies between the steps of m: at random, and the first
+	// time any relay of the run gets there with every relayKillEach-th event (a file of the
+	// run's directory marks it done), so that no run goes without.
+	dies := func(m outbox.Message) bool {
+		if rand.Float64() < relayKillRate {
+			return true
+		}
+		if m.ID%relayKillEach != relayKillEach/2 {
+			return false
+		}
+		f, err := os.OpenFile(filepath.Join(env("DIR"), fmt.Sprintf("relay-kill-%d", m.ID)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return false
+		}
+		_ = f.Close()
+		return true
+	}
 	step := outbox.PublisherFunc(func(ctx context.Context, m outbox.Message) error {
 		// Now and then the relay dies between an event's two steps: after the broker took
 		// it, before the relay's Sent.
@@ -194,7 +214,7 @@ func relayMain() int {
 			if err := st.Sent(ctx, m); err != nil {
 				return err
 			}
-			if rand.Float64() < relayKillRate {
+			if dies(m) {
 				killSelf("relay-between-steps")
 			}
 		}
@@ -204,7 +224,7 @@ func relayMain() int {
 		var f fact
 		_ = json.Unmarshal(m.Body, &f)
 		logLine("P %s %d", f.Fact, time.Now().UnixNano())
-		if bug != "sentfirst" && rand.Float64() < relayKillRate {
+		if bug != "sentfirst" && dies(m) {
 			killSelf("relay-between-steps")
 		}
 		return nil
