@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/gateway"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -20,37 +21,9 @@ import (
 // binary against upstreams that fail mid-answer and clients that leave mid-download, and
 // count the upstream's effects.
 
-// rawUpstream is a TCP server that reads one request per connection (head and body), counts
-// it, and hands the connection to answer, which writes what it likes and returns; the
-// connection is closed after it.
-func rawUpstream(t *testing.T, answer func(c net.Conn)) (string, *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var n atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				n.Add(1)
-				answer(c)
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String(), &n
-}
+// rawUpstream is gateway.RawUpstream: a TCP server that counts each request it reads whole and
+// hands the connection to answer.
+var rawUpstream = gateway.RawUpstream
 
 // try sends a POST with key; a broken answer is an error, not a test failure.
 func try(url, key string) (answer, error) {

@@ -83,9 +83,11 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// hangingUpstream reads each request whole, counts it, then does what answer says with the
-// connection (which is closed after).
-func hangingUpstream(t *testing.T, answer func(c net.Conn)) (string, *atomic.Int32) {
+// RawUpstream is a TCP server that reads one request per connection (head and body), counts
+// it, and hands the connection to answer, which writes what it likes and returns; the
+// connection is closed after it. It is exported for the end-to-end tests of package
+// gateway_test too.
+func RawUpstream(t *testing.T, answer func(c net.Conn)) (string, *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -183,7 +185,7 @@ func TestUpstreamFailuresInProcess(t *testing.T) {
 	})
 	t.Run("reset after read", func(t *testing.T) {
 		t.Parallel()
-		up, calls := hangingUpstream(t, func(c net.Conn) { _ = c.(*net.TCPConn).SetLinger(0) })
+		up, calls := RawUpstream(t, func(c net.Conn) { _ = c.(*net.TCPConn).SetLinger(0) })
 		url, _, logs := inProcess(t, Config{Upstream: up, Lease: Duration(20 * time.Second)})
 		if status, _, body := post(t, url, "reset-1"); status != 502 || !strings.Contains(body, "may have been processed") {
 			t.Fatalf("reset: %d %.200q, want 502 (may have been processed)", status, body)
@@ -203,7 +205,7 @@ func TestUpstreamFailuresInProcess(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		up, calls := hangingUpstream(t, func(net.Conn) {
+		up, calls := RawUpstream(t, func(net.Conn) {
 			select {
 			case <-release:
 			case <-time.After(30 * time.Second):
@@ -230,7 +232,7 @@ func TestUpstreamFailuresInProcess(t *testing.T) {
 func TestAbortCutsTheCall(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	up, calls := hangingUpstream(t, func(net.Conn) {
+	up, calls := RawUpstream(t, func(net.Conn) {
 		select {
 		case <-release:
 		case <-time.After(30 * time.Second):
