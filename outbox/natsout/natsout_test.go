@@ -69,20 +69,34 @@ func workStream(t *testing.T, prefix string) (js jetstream.JetStream, url, subje
 	return js, url, subject, cons
 }
 
-// TestDuplicateWindowDropsRepeat: within the stream's duplicate window, a second publish of
-// one outbox event (same row) is dropped by JetStream itself.
-func TestDuplicateWindowDropsRepeat(t *testing.T) {
-	t.Parallel()
+// connect returns a JetStream client of the test's server, closed when t ends, or nil (t
+// skipped or failed) when there is no server.
+func connect(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	url := testenv.NATSURL(t)
 	if url == "" {
-		return
+		return nil
 	}
 	nc, err := nats.Connect(url, nats.MaxReconnects(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// TestDuplicateWindowDropsRepeat: within the stream's duplicate window, a second publish of
+// one outbox event (same row) is dropped by JetStream itself.
+func TestDuplicateWindowDropsRepeat(t *testing.T) {
+	t.Parallel()
+	js := connect(t)
+	if js == nil {
+		return
+	}
 	id := fmt.Sprintf("%x", rand.Int64())
 	ctx := context.Background()
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOXD_" + id, Subjects: []string{"outboxd." + id}, Storage: jetstream.MemoryStorage})
@@ -110,16 +124,10 @@ func TestDuplicateWindowDropsRepeat(t *testing.T) {
 // relay is told so (a permanent error), rather than a failure it would take for the broker's.
 func TestBadSubjectIsPermanent(t *testing.T) {
 	t.Parallel()
-	url := testenv.NATSURL(t)
-	if url == "" {
+	js := connect(t)
+	if js == nil {
 		return
 	}
-	nc, err := nats.Connect(url, nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
 	pub, _ := natsout.New(js, "tbl")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
