@@ -23,7 +23,7 @@ import (
 func upstreamTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           upstreamDialer().DialContext,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   1024,
 		IdleConnTimeout:       90 * time.Second,
@@ -31,6 +31,13 @@ func upstreamTransport() *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
 	}
+}
+
+// upstreamDialer returns the upstream Transport's dialer: a connection attempt gives up after
+// 5s (a dial timeout is a call never sent, so the claim is released well before the call's
+// deadline), and TCP keep-alive probes idle connections every 30s.
+func upstreamDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 }
 
 // bufferPool lends the proxy its 32 KiB copy buffers instead of allocating one per request.

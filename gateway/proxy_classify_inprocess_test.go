@@ -287,4 +287,7 @@ func TestUpstreamTransportTuning(t *testing.T) {
 	if !tr.ForceAttemptHTTP2 || tr.DialContext == nil {
 		t.Error("HTTP/2 not attempted, or no dialer of the gateway's own")
 	}
+	if d := upstreamDialer(); d.Timeout != 5*time.Second || d.KeepAlive != 30*time.Second {
+		t.Errorf("dial timeout %v, keep-alive %v, want 5s and 30s", d.Timeout, d.KeepAlive)
+	}
 }
