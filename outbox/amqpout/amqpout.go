@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -51,7 +52,8 @@ func New(ch *amqp091.Channel, exchange string) (*Publisher, error) {
 // AMQP carries the routing key and header names as short strings of at most 255 bytes: an
 // event whose Topic or a header name is longer can never be published, and Publish returns a
 // permanent error (outbox.Permanent) naming it. The key travels as a header value, which has
-// no such limit. Of a header with several values, only the first is sent.
+// no such limit. A header with several values is sent as one, its values joined with commas
+// (as sqsout sends it, and as HTTP lists them).
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if len(m.Topic) > maxShortString {
 		return outbox.Permanent(fmt.Errorf("amqpout: event %d: topic is %d bytes; an AMQP routing key takes at most %d", m.ID, len(m.Topic), maxShortString))
@@ -62,7 +64,7 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 			return outbox.Permanent(fmt.Errorf("amqpout: event %d: header name %.32q… is %d bytes; an AMQP header name takes at most %d", m.ID, k, len(k), maxShortString))
 		}
 		if len(v) > 0 {
-			h[k] = v[0]
+			h[k] = strings.Join(v, ",")
 		}
 	}
 	p.mu.Lock()

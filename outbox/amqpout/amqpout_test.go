@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,41 @@ func TestUnroutableIsAnError(t *testing.T) {
 	}
 }
 
+// TestMultiValuedHeader: a header with several values arrives with all of them, joined with
+// commas, never only the first.
+func TestMultiValuedHeader(t *testing.T) {
+	t.Parallel()
+	conn, queue, pub := workQueue(t, "outbox-multi")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := pub.Publish(ctx, outbox.Message{ID: 7, Key: "k", Topic: queue, Body: []byte("b"),
+		Header: map[string][]string{"X-Tags": {"a", "b", "c"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := amqp.Message(get(ctx, t, channel(t, conn), queue))
+	if got := m.Header["X-Tags"]; !slices.Equal(got, []string{"a,b,c"}) {
+		t.Fatalf("X-Tags arrived as %q, want [\"a,b,c\"]", got)
+	}
+}
+
+// get waits for a message of queue and takes it.
+func get(ctx context.Context, t *testing.T, ch *amqp091.Channel, queue string) amqp091.Delivery {
+	t.Helper()
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return d
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the event never arrived")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestLongKeyIsPublished: an event key may be up to idem.MaxStorageKeyLen bytes, and AMQP's
 // message-id takes at most 255: the event is published with its whole key in the
 // Idempotency-Key header and its row id as the message-id. A topic or a header name too long
@@ -97,22 +133,7 @@ func TestLongKeyIsPublished(t *testing.T) {
 	if err := pub.Publish(ctx, outbox.Message{ID: 42, Key: key, Topic: queue, Body: []byte("b")}); err != nil {
 		t.Fatalf("publish of a %d-byte key: %v", len(key), err)
 	}
-	ch := channel(t, conn)
-	var d amqp091.Delivery
-	for {
-		var ok bool
-		var err error
-		if d, ok, err = ch.Get(queue, true); err != nil {
-			t.Fatal(err)
-		} else if ok {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the event never arrived")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	m := amqp.Message(d)
+	m := amqp.Message(get(ctx, t, channel(t, conn), queue))
 	if got, err := outbox.KeyOf(m.Header); err != nil || got != key {
 		t.Fatalf("key header: %d bytes, %v; want the %d-byte key", len(got), err, len(key))
 	}
