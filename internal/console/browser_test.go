@@ -265,8 +265,9 @@ func browseNewest(t *testing.T, allocCtx context.Context, st storeurl.Store) {
 		t.Fatalf("route POST /c: %q", keys)
 	}
 	// toggle clicks the pause button once the page's script has taken it over (it names the
-	// refresh interval then) and the rates chart above it, if any, has loaded, and checks that the button says what was asked: a click that
-	// lands before the script has run does nothing, and the page would go on refreshing.
+	// refresh interval then) and the rates chart above it, if any, has loaded, and checks
+	// that the button says what was asked: a click that lands before the script has run does
+	// nothing, and the page would go on refreshing.
 	toggle := func(what string, pressed string) {
 		t.Helper()
 		ready := `document.getElementById("live-state").textContent !== "The list refreshes every few seconds." &&

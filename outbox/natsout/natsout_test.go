@@ -43,17 +43,8 @@ func TestEndToEnd(t *testing.T) {
 // shorter than the relays' backoff and lease, so that the repeats reach the consumer.
 func workStream(t *testing.T, prefix string) (js jetstream.JetStream, url, subject string, cons jetstream.Consumer) {
 	t.Helper()
-	url = testenv.NATSURL(t)
-	if url == "" {
+	if js, url = connect(t); js == nil {
 		return nil, "", "", nil
-	}
-	nc, err := nats.Connect(url, nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
 	}
 	id := fmt.Sprintf("%x", rand.Int64())
 	stream := prefix + "_" + id
@@ -63,19 +54,20 @@ func workStream(t *testing.T, prefix string) (js jetstream.JetStream, url, subje
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
-	if cons, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "work", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second}); err != nil {
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "work", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return js, url, subject, cons
 }
 
-// connect returns a JetStream client of the test's server, closed when t ends, or nil (t
-// skipped or failed) when there is no server.
-func connect(t *testing.T) jetstream.JetStream {
+// connect returns a JetStream client of the test's server, closed when t ends, and the
+// server's URL, or nil (t skipped or failed) when there is no server.
+func connect(t *testing.T) (jetstream.JetStream, string) {
 	t.Helper()
 	url := testenv.NATSURL(t)
 	if url == "" {
-		return nil
+		return nil, ""
 	}
 	nc, err := nats.Connect(url, nats.MaxReconnects(0))
 	if err != nil {
@@ -86,14 +78,14 @@ func connect(t *testing.T) jetstream.JetStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return js
+	return js, url
 }
 
 // TestDuplicateWindowDropsRepeat: within the stream's duplicate window, a second publish of
 // one outbox event (same row) is dropped by JetStream itself.
 func TestDuplicateWindowDropsRepeat(t *testing.T) {
 	t.Parallel()
-	js := connect(t)
+	js, _ := connect(t)
 	if js == nil {
 		return
 	}
@@ -124,7 +116,7 @@ func TestDuplicateWindowDropsRepeat(t *testing.T) {
 // relay is told so (a permanent error), rather than a failure it would take for the broker's.
 func TestBadSubjectIsPermanent(t *testing.T) {
 	t.Parallel()
-	js := connect(t)
+	js, _ := connect(t)
 	if js == nil {
 		return
 	}
